@@ -1,0 +1,454 @@
+//! Ids and clocks, injectable so that runs can be reproduced byte for byte.
+//!
+//! ```
+//! use rath_session::Stamper;
+//!
+//! let stamper = Stamper::counter();
+//! assert_eq!(stamper.next_id().as_str(), "00000000-0000-4000-8000-000000000001");
+//! assert_eq!(stamper.now().to_string(), "2026-01-01T00:00:00+00:00");
+//! assert_eq!(stamper.now().to_string(), "2026-01-01T00:00:01+00:00");
+//! ```
+//!
+//! Every constructor and lineage operation in this crate takes its id and timestamp from the
+//! [`Stamper`] carried by the session it starts from, so a whole derivation tree shares one
+//! source. [`Stamper::system`] (ULIDs and the wall clock) is the default; [`Stamper::counter`]
+//! reproduces the counter ids the Python OpenRath fixtures use; [`Stamper::seeded`] gives
+//! ULID-shaped ids from a seed.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::SessionId;
+
+/// A UTC instant with microsecond precision, rendered like Python's `datetime.isoformat()`.
+///
+/// ```
+/// use rath_session::Timestamp;
+///
+/// let t = Timestamp::from_unix_micros(1_767_225_603_000_000);
+/// assert_eq!(t.to_string(), "2026-01-01T00:00:03+00:00");
+/// assert_eq!(Timestamp::parse("2026-01-01T00:00:03+00:00"), Some(t));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp {
+    unix_micros: i64,
+}
+
+impl Timestamp {
+    /// The instant `micros` microseconds after the Unix epoch.
+    pub const fn from_unix_micros(micros: i64) -> Self {
+        Self {
+            unix_micros: micros,
+        }
+    }
+
+    /// Microseconds since the Unix epoch.
+    pub const fn unix_micros(self) -> i64 {
+        self.unix_micros
+    }
+
+    /// The current wall-clock time.
+    pub fn now_utc() -> Self {
+        let micros = match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(d) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),
+            Err(e) => -i64::try_from(e.duration().as_micros()).unwrap_or(i64::MAX),
+        };
+        Self::from_unix_micros(micros)
+    }
+
+    /// Parses an ISO-8601 timestamp as Python writes it (`YYYY-MM-DDTHH:MM:SS[.ffffff]` followed
+    /// by `+00:00`, `Z`, or another `±HH:MM` offset). Returns `None` when the text is not one.
+    pub fn parse(text: &str) -> Option<Self> {
+        let b = text.as_bytes();
+        if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || (b[10] != b'T' && b[10] != b' ') {
+            return None;
+        }
+        let num = |r: std::ops::Range<usize>| -> Option<i64> {
+            let s = text.get(r)?;
+            if !s.bytes().all(|c| c.is_ascii_digit()) {
+                return None;
+            }
+            s.parse().ok()
+        };
+        let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+        if b[13] != b':' || b[16] != b':' {
+            return None;
+        }
+        let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+        if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+            return None;
+        }
+        if second > 60 {
+            return None;
+        }
+        let mut rest = &text[19..];
+        let mut micros = 0i64;
+        if let Some(frac) = rest.strip_prefix('.') {
+            let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
+            if digits == 0 {
+                return None;
+            }
+            let mut value: i64 = 0;
+            for (i, c) in frac[..digits].bytes().enumerate() {
+                if i < 6 {
+                    value = value * 10 + i64::from(c - b'0');
+                }
+            }
+            for _ in digits..6 {
+                value *= 10;
+            }
+            micros = value;
+            rest = &frac[digits..];
+        }
+        let offset_secs = match rest {
+            "" | "Z" | "z" => 0,
+            _ => {
+                let rb = rest.as_bytes();
+                if rb.len() != 6 || rb[3] != b':' {
+                    return None;
+                }
+                let sign = match rb[0] {
+                    b'+' => 1,
+                    b'-' => -1,
+                    _ => return None,
+                };
+                let h: i64 = rest.get(1..3)?.parse().ok()?;
+                let m: i64 = rest.get(4..6)?.parse().ok()?;
+                sign * (h * 3600 + m * 60)
+            }
+        };
+        let days = days_from_civil(year, month, day);
+        let secs = days * 86_400 + hour * 3600 + minute * 60 + second - offset_secs;
+        Some(Self::from_unix_micros(secs * 1_000_000 + micros))
+    }
+
+    /// This instant plus `micros` microseconds.
+    pub const fn plus_micros(self, micros: i64) -> Self {
+        Self::from_unix_micros(self.unix_micros.saturating_add(micros))
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secs = self.unix_micros.div_euclid(1_000_000);
+        let micros = self.unix_micros.rem_euclid(1_000_000);
+        let days = secs.div_euclid(86_400);
+        let tod = secs.rem_euclid(86_400);
+        let (y, m, d) = civil_from_days(days);
+        write!(
+            f,
+            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
+            tod / 3600,
+            (tod / 60) % 60,
+            tod % 60
+        )?;
+        if micros != 0 {
+            write!(f, ".{micros:06}")?;
+        }
+        f.write_str("+00:00")
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Timestamp::parse(&text)
+            .ok_or_else(|| serde::de::Error::custom(format!("not an ISO-8601 timestamp: {text}")))
+    }
+}
+
+// Howard Hinnant's civil-calendar conversions (public-domain algorithms).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// Where ids and timestamps come from. Implement it to inject your own.
+pub trait StampSource: Send + Sync + fmt::Debug {
+    /// A fresh session id.
+    fn next_id(&self) -> SessionId;
+    /// A fresh opaque token with a prefix, for request ids, tool-call ids and the like.
+    fn next_token(&self, prefix: &str) -> String;
+    /// The current time.
+    fn now(&self) -> Timestamp;
+    /// True when ids and times are reproducible (no wall clock, no entropy).
+    fn is_deterministic(&self) -> bool;
+}
+
+/// A shared, cheaply cloned handle to a [`StampSource`].
+///
+/// ```
+/// use rath_session::{Session, Stamper};
+///
+/// let s = Session::user_with("hi", Stamper::counter());
+/// let f = s.fork();
+/// assert_eq!(s.id().as_str(), "00000000-0000-4000-8000-000000000001");
+/// assert_eq!(f.id().as_str(), "00000000-0000-4000-8000-000000000002");
+/// ```
+#[derive(Clone, Debug)]
+pub struct Stamper(Arc<dyn StampSource>);
+
+impl Stamper {
+    /// Wraps any source.
+    pub fn new(source: impl StampSource + 'static) -> Self {
+        Self(Arc::new(source))
+    }
+
+    /// ULID ids and the wall clock: the default.
+    pub fn system() -> Self {
+        static SYSTEM: std::sync::OnceLock<Stamper> = std::sync::OnceLock::new();
+        SYSTEM.get_or_init(|| Self::new(SystemSource)).clone()
+    }
+
+    /// Counter ids shaped like the Python OpenRath fixtures
+    /// (`00000000-0000-4000-8000-00000000000N`) and a clock that starts at
+    /// 2026-01-01T00:00:00Z and advances one second per reading.
+    pub fn counter() -> Self {
+        Self::new(CounterSource::new(
+            Timestamp::from_unix_micros(1_767_225_600_000_000),
+            1_000_000,
+        ))
+    }
+
+    /// ULID-shaped ids drawn from a seeded generator, and the same stepping clock as
+    /// [`Stamper::counter`]. Two stampers with one seed produce the same sequence.
+    pub fn seeded(seed: u64) -> Self {
+        Self::new(SeededSource::new(seed))
+    }
+
+    /// A fresh session id.
+    pub fn next_id(&self) -> SessionId {
+        self.0.next_id()
+    }
+
+    /// A fresh token such as `req_01J…` or, in deterministic mode, `req_000001`.
+    pub fn next_token(&self, prefix: &str) -> String {
+        self.0.next_token(prefix)
+    }
+
+    /// The current time from this source.
+    pub fn now(&self) -> Timestamp {
+        self.0.now()
+    }
+
+    /// True when the source is reproducible.
+    pub fn is_deterministic(&self) -> bool {
+        self.0.is_deterministic()
+    }
+
+    /// Starts a timer whose readings are real in live mode and zero in deterministic mode, so
+    /// evidence that records elapsed time stays byte-identical across deterministic runs.
+    pub fn start_timer(&self) -> Timer {
+        Timer {
+            start: Instant::now(),
+            deterministic: self.is_deterministic(),
+        }
+    }
+
+    /// True when both handles point at the same source.
+    pub fn same_source(&self, other: &Stamper) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Default for Stamper {
+    fn default() -> Self {
+        Self::system()
+    }
+}
+
+/// A stopwatch from [`Stamper::start_timer`].
+#[derive(Debug, Clone, Copy)]
+pub struct Timer {
+    start: Instant,
+    deterministic: bool,
+}
+
+impl Timer {
+    /// Milliseconds since the timer started (0.0 in deterministic mode).
+    pub fn elapsed_ms(&self) -> f64 {
+        if self.deterministic {
+            0.0
+        } else {
+            self.start.elapsed().as_secs_f64() * 1000.0
+        }
+    }
+}
+
+#[derive(Debug)]
+struct SystemSource;
+
+impl StampSource for SystemSource {
+    fn next_id(&self) -> SessionId {
+        SessionId::new(ulid::Ulid::generate().to_string())
+    }
+    fn next_token(&self, prefix: &str) -> String {
+        format!("{prefix}_{}", ulid::Ulid::generate())
+    }
+    fn now(&self) -> Timestamp {
+        Timestamp::now_utc()
+    }
+    fn is_deterministic(&self) -> bool {
+        false
+    }
+}
+
+/// Counter ids and a stepping clock. See [`Stamper::counter`].
+#[derive(Debug)]
+pub struct CounterSource {
+    ids: AtomicU64,
+    tokens: AtomicU64,
+    ticks: AtomicU64,
+    start: Timestamp,
+    step_micros: i64,
+}
+
+impl CounterSource {
+    /// A counter source whose clock starts at `start` and steps by `step_micros` per reading.
+    pub fn new(start: Timestamp, step_micros: i64) -> Self {
+        Self {
+            ids: AtomicU64::new(0),
+            tokens: AtomicU64::new(0),
+            ticks: AtomicU64::new(0),
+            start,
+            step_micros,
+        }
+    }
+}
+
+impl StampSource for CounterSource {
+    fn next_id(&self) -> SessionId {
+        let n = self.ids.fetch_add(1, Ordering::Relaxed) + 1;
+        SessionId::new(format!("00000000-0000-4000-8000-{n:012}"))
+    }
+    fn next_token(&self, prefix: &str) -> String {
+        let n = self.tokens.fetch_add(1, Ordering::Relaxed) + 1;
+        format!("{prefix}_{n:06}")
+    }
+    fn now(&self) -> Timestamp {
+        let k = self.ticks.fetch_add(1, Ordering::Relaxed);
+        self.start.plus_micros(
+            self.step_micros
+                .saturating_mul(i64::try_from(k).unwrap_or(i64::MAX)),
+        )
+    }
+    fn is_deterministic(&self) -> bool {
+        true
+    }
+}
+
+/// Seeded ULID-shaped ids and a stepping clock. See [`Stamper::seeded`].
+#[derive(Debug)]
+pub struct SeededSource {
+    state: Mutex<u64>,
+    tokens: AtomicU64,
+    clock: CounterSource,
+}
+
+impl SeededSource {
+    /// A source seeded with `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self {
+            state: Mutex::new(seed ^ 0x9E37_79B9_7F4A_7C15),
+            tokens: AtomicU64::new(0),
+            clock: CounterSource::new(
+                Timestamp::from_unix_micros(1_767_225_600_000_000),
+                1_000_000,
+            ),
+        }
+    }
+
+    fn next_u64(&self) -> u64 {
+        // splitmix64: tiny, fast and good enough for ids.
+        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        *guard = guard.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = *guard;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+impl StampSource for SeededSource {
+    fn next_id(&self) -> SessionId {
+        let ms = u64::try_from(self.clock.now().unix_micros() / 1000).unwrap_or(0);
+        let random =
+            (u128::from(self.next_u64()) << 64 | u128::from(self.next_u64())) & ((1u128 << 80) - 1);
+        SessionId::new(ulid::Ulid::from_parts(ms, random).to_string())
+    }
+    fn next_token(&self, prefix: &str) -> String {
+        let n = self.tokens.fetch_add(1, Ordering::Relaxed) + 1;
+        format!("{prefix}_{n:06}")
+    }
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+    fn is_deterministic(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_render_like_python_isoformat() {
+        let t = Timestamp::parse("2026-01-01T00:00:03+00:00").unwrap();
+        assert_eq!(t.to_string(), "2026-01-01T00:00:03+00:00");
+        let t = Timestamp::parse("1999-12-31T23:59:59.5Z").unwrap();
+        assert_eq!(t.to_string(), "1999-12-31T23:59:59.500000+00:00");
+        let t = Timestamp::parse("2026-03-01T02:00:00+02:00").unwrap();
+        assert_eq!(t.to_string(), "2026-03-01T00:00:00+00:00");
+        assert_eq!(
+            Timestamp::from_unix_micros(0).to_string(),
+            "1970-01-01T00:00:00+00:00"
+        );
+        assert_eq!(Timestamp::parse("nope"), None);
+        assert_eq!(Timestamp::parse("2026-13-01T00:00:00+00:00"), None);
+    }
+
+    #[test]
+    fn seeded_sources_repeat() {
+        let a = Stamper::seeded(7);
+        let b = Stamper::seeded(7);
+        for _ in 0..5 {
+            assert_eq!(a.next_id(), b.next_id());
+        }
+        assert_ne!(Stamper::seeded(8).next_id(), Stamper::seeded(7).next_id());
+    }
+
+    #[test]
+    fn deterministic_timers_read_zero() {
+        assert_eq!(Stamper::counter().start_timer().elapsed_ms(), 0.0);
+    }
+}
