@@ -1,0 +1,197 @@
+//! Running a child process: scrubbed environment, own process group, capped output, and a
+//! timeout that kills the whole group. Shared by `local` and `isolated`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+use crate::backend::DispatchContext;
+use crate::error::{FailureKind, ToolExecutionFailure};
+use crate::payload::{CodeOutput, CommandOutput};
+
+/// Each of stdout and stderr is kept up to this many bytes; the rest is read and dropped.
+pub const OUTPUT_CAP: usize = 1 << 20;
+
+/// Parent variables a child may inherit. Everything else (API keys, tokens, cloud
+/// credentials) is dropped; explicit payload or spec env is added on top.
+pub const ENV_ALLOW_LIST: &[&str] = &["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM"];
+
+/// The environment for a child: the allow-listed parent variables, then `extra` layers.
+pub fn scrubbed_env<'a>(
+    home: &Path,
+    extra: impl IntoIterator<Item = &'a BTreeMap<String, String>>,
+) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = ENV_ALLOW_LIST
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| ((*k).to_owned(), v)))
+        .collect();
+    env.entry("PATH".into())
+        .or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".into());
+    env.insert("HOME".into(), home.to_string_lossy().into_owned());
+    for layer in extra {
+        env.extend(layer.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    env
+}
+
+/// A child to run.
+#[derive(Debug)]
+pub struct ProcessSpec {
+    /// Program and arguments.
+    pub argv: Vec<String>,
+    /// The complete environment.
+    pub env: BTreeMap<String, String>,
+    /// Host working directory.
+    pub cwd: PathBuf,
+    /// Stdin bytes.
+    pub stdin: Option<Vec<u8>>,
+    /// Timeout.
+    pub timeout: Option<Duration>,
+}
+
+fn kill_group(pid: Option<u32>) {
+    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+        // SAFETY: kill(2) with a negative pid signals the process group we created for the
+        // child (process_group(0)); it touches no memory.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+}
+
+async fn read_capped<R: AsyncRead + Unpin>(reader: Option<R>, cap: usize) -> (Vec<u8>, u64) {
+    let Some(mut reader) = reader else {
+        return (Vec::new(), 0);
+    };
+    let mut kept = Vec::new();
+    let mut total = 0u64;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match reader.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                total += n as u64;
+                let room = cap.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
+    }
+    (kept, total)
+}
+
+/// Runs `spec`; the output is capped at [`OUTPUT_CAP`] per stream. On timeout the child's
+/// whole process group is killed and a `tool_timeout` failure returned. When the child exits,
+/// anything it left running in its group is killed too, so no process outlives a dispatch.
+pub async fn run(
+    spec: ProcessSpec,
+    cx: &DispatchContext,
+) -> Result<CommandOutput, ToolExecutionFailure> {
+    let Some((program, args)) = spec.argv.split_first() else {
+        return Err(ToolExecutionFailure::exception("empty command line"));
+    };
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .env_clear()
+        .envs(&spec.env)
+        .current_dir(&spec.cwd)
+        .stdin(if spec.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|e| {
+        ToolExecutionFailure::exception(format!("cannot start {program:?}: {e}"))
+            .with_detail(json!({ "program": program }))
+    })?;
+    let pid = child.id();
+    let stdin_pipe = child.stdin.take();
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let input = spec.stdin;
+    let feed = async move {
+        if let (Some(mut pipe), Some(bytes)) = (stdin_pipe, input) {
+            // A child that exits without reading its stdin breaks the pipe; that is its choice.
+            let _ = pipe.write_all(&bytes).await;
+            let _ = pipe.shutdown().await;
+        }
+    };
+    let finished = {
+        let wait = async {
+            let status = child.wait().await;
+            kill_group(pid);
+            status
+        };
+        let all = async {
+            tokio::join!(
+                wait,
+                read_capped(stdout, OUTPUT_CAP),
+                read_capped(stderr, OUTPUT_CAP),
+                feed
+            )
+        };
+        match spec.timeout {
+            Some(t) => tokio::time::timeout(t, all).await.ok(),
+            None => Some(all.await),
+        }
+    };
+    let Some((status, (out, out_total), (err, err_total), ())) = finished else {
+        kill_group(pid);
+        let _ = child.wait().await;
+        let secs = spec.timeout.map_or(0.0, |t| t.as_secs_f64());
+        return Err(ToolExecutionFailure::new(
+            FailureKind::ToolTimeout,
+            format!("command timed out after {secs}s; its process group was killed"),
+        )
+        .with_detail(json!({ "timeout_seconds": secs })));
+    };
+    let status = status.map_err(|e| ToolExecutionFailure::exception(format!("wait failed: {e}")))?;
+    let mut output = CommandOutput::new(
+        status.code(),
+        String::from_utf8_lossy(&out).into_owned(),
+        String::from_utf8_lossy(&err).into_owned(),
+    );
+    output.stdout_truncated = out_total > out.len() as u64;
+    output.stderr_truncated = err_total > err.len() as u64;
+    output.bytes_out = out_total + err_total;
+    output.elapsed_ms = cx.elapsed_ms();
+    Ok(output)
+}
+
+/// A Python 3 interpreter path on the host, preferring the system one.
+pub fn python() -> String {
+    for p in ["/usr/bin/python3", "/usr/local/bin/python3"] {
+        if Path::new(p).exists() {
+            return p.to_owned();
+        }
+    }
+    "python3".to_owned()
+}
+
+/// Turns a Python run's command output into a code output: the error is the last non-empty
+/// stderr line (the exception line of a traceback) when the run failed.
+pub fn code_output(out: CommandOutput) -> CodeOutput {
+    let error = if out.success() {
+        None
+    } else {
+        Some(
+            out.stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map(str::to_owned)
+                .unwrap_or_else(|| match out.exit_code {
+                    Some(c) => format!("exit code {c}"),
+                    None => "killed by a signal".to_owned(),
+                }),
+        )
+    };
+    CodeOutput::new(out.stdout, out.stderr, error)
+}
