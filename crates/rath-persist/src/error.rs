@@ -1,0 +1,139 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong reading or writing a session store.
+///
+/// Parse problems name the file and the 1-based line, so a person can open the file and look.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PersistError {
+    /// A filesystem call failed. Check permissions, disk space, or that the directory exists.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done (`open`, `write`, `rename`, ...).
+        op: &'static str,
+        /// The file or directory concerned.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another writer (in this or another process) holds the session file's lock. Wait for it
+    /// to close, or write under another id.
+    #[error("{path} is locked: another writer is already appending to this session")]
+    Locked {
+        /// The locked `__partial__` file.
+        path: PathBuf,
+    },
+    /// No file for this session id (neither `<id>.jsonl` nor `<id>.jsonl.__partial__`).
+    #[error("no persisted session {id} in {dir}")]
+    NotFound {
+        /// The id asked for.
+        id: String,
+        /// The store directory searched.
+        dir: PathBuf,
+    },
+    /// A line is not valid JSON or a record has a malformed field. The file is corrupt at
+    /// that line (a torn *last* line is skipped, never reported).
+    #[error("{path}:{line}: {message}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// A record appears where the format does not allow it (chunk before header, duplicate
+    /// header, unknown `record_type`, unknown chunk kind).
+    #[error("{path}:{line}: {message}")]
+    Structure {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// What is out of place.
+        message: String,
+    },
+    /// The file was written by a newer (or unversioned) format; upgrade openrath to read it.
+    #[error(
+        "{path}:{line}: schema_version {found} is not supported (this build reads {supported})"
+    )]
+    UnsupportedSchema {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number of the header.
+        line: usize,
+        /// The version in the file.
+        found: i64,
+        /// The version this crate reads and writes.
+        supported: i64,
+    },
+    /// The file holds no header record (empty, or only a torn line).
+    #[error("{path}: no header record found")]
+    MissingHeader {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The writer was already closed or abandoned; open a new one.
+    #[error("writer for {path} is closed")]
+    WriterClosed {
+        /// The session file.
+        path: PathBuf,
+    },
+    /// `sync_to` was given a session that is not a continuation of what was written (other
+    /// id, or fewer chunks than already written). Open a new writer for it.
+    #[error("cannot sync {path}: {message}")]
+    NotAContinuation {
+        /// The session file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// A value could not be serialised (a serde error from a chunk payload).
+    #[error("cannot serialise a record for {path}: {source}")]
+    Serialize {
+        /// The session file.
+        path: PathBuf,
+        /// The serde error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl PersistError {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        PersistError::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// The file this error is about, when there is one.
+    pub fn path(&self) -> Option<&std::path::Path> {
+        match self {
+            PersistError::Io { path, .. }
+            | PersistError::Locked { path }
+            | PersistError::Corrupt { path, .. }
+            | PersistError::Structure { path, .. }
+            | PersistError::UnsupportedSchema { path, .. }
+            | PersistError::MissingHeader { path }
+            | PersistError::WriterClosed { path }
+            | PersistError::NotAContinuation { path, .. }
+            | PersistError::Serialize { path, .. } => Some(path),
+            PersistError::NotFound { dir, .. } => Some(dir),
+        }
+    }
+
+    /// The 1-based line number for parse errors.
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            PersistError::Corrupt { line, .. }
+            | PersistError::Structure { line, .. }
+            | PersistError::UnsupportedSchema { line, .. } => Some(*line),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,351 @@
+//! Lineage rows, the lineage journal, and exports (JSONL, Graphviz DOT, Mermaid).
+//!
+//! ```
+//! use rath_persist::{LineageJournal, export_jsonl_string};
+//! use rath_session::{Session, Stamper};
+//!
+//! let journal = LineageJournal::new();
+//! let root = Session::user_with("q", Stamper::counter());
+//! journal.record(&root);
+//! let fork = root.fork();
+//! journal.record(&fork);
+//! let text = export_jsonl_string(&journal.rows());
+//! assert_eq!(text.lines().count(), 2);
+//! assert!(text.starts_with(r#"{"id": "00000000-0000-4000-8000-000000000001", "parent_session_ids": []"#));
+//! ```
+//!
+//! A journal keeps a row for every session recorded into it, strongly, in first-record
+//! ("stamp") order; a session recorded again (same id, grown) updates its row in place. Unlike
+//! Python's weak registry nothing is dropped. [`LineageJournal::track`] makes a journal
+//! receive everything passed to [`record_tracked`] while the guard lives.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rath_session::{LineageKind, Session, SessionId, Usage};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::PersistError;
+use crate::json::write_line;
+
+/// One exported session: exactly Python OpenRath's `session_to_jsonl_row` fields, in order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LineageRow {
+    /// Session id.
+    pub id: SessionId,
+    /// Parent ids.
+    pub parent_session_ids: Vec<SessionId>,
+    /// Operator name.
+    pub lineage_operator: String,
+    /// Lineage kind.
+    pub lineage_kind: LineageKind,
+    /// Extras as `[[key, value], ...]`.
+    pub lineage_extras: Vec<(String, Value)>,
+    /// Conversation chunks (what Python counts; evidence is not counted).
+    pub chunk_count: u64,
+    /// Cumulative usage, `null` when none was counted.
+    pub cumulative_usage: Option<Usage>,
+}
+
+impl LineageRow {
+    /// The row for `session`.
+    pub fn from_session(session: &Session) -> Self {
+        let l = session.lineage();
+        LineageRow {
+            id: session.id().clone(),
+            parent_session_ids: l.parents.clone(),
+            lineage_operator: l.operator.clone(),
+            lineage_kind: l.kind.clone(),
+            lineage_extras: l.extras.clone(),
+            chunk_count: session.conversation_len() as u64,
+            cumulative_usage: session.usage(),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    rows: Vec<LineageRow>,
+    index: HashMap<SessionId, usize>,
+}
+
+/// Records every session given to it, in first-record order. Cloning shares the journal.
+#[derive(Clone, Debug, Default)]
+pub struct LineageJournal {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl LineageJournal {
+    /// An empty journal.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records `session` (a new row, or an update of its earlier row).
+    pub fn record(&self, session: &Session) {
+        self.record_row(LineageRow::from_session(session));
+    }
+
+    /// Records a prepared row.
+    pub fn record_row(&self, row: LineageRow) {
+        let mut g = self.lock();
+        match g.index.get(&row.id) {
+            Some(&i) => g.rows[i] = row,
+            None => {
+                let i = g.rows.len();
+                g.index.insert(row.id.clone(), i);
+                g.rows.push(row);
+            }
+        }
+    }
+
+    /// Rows in stamp order.
+    pub fn rows(&self) -> Vec<LineageRow> {
+        self.lock().rows.clone()
+    }
+
+    /// Ids in stamp order.
+    pub fn visit_order(&self) -> Vec<SessionId> {
+        self.lock().rows.iter().map(|r| r.id.clone()).collect()
+    }
+
+    /// Number of sessions recorded.
+    pub fn len(&self) -> usize {
+        self.lock().rows.len()
+    }
+
+    /// True when nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The JSONL export of the journal.
+    pub fn to_jsonl(&self) -> String {
+        export_jsonl_string(&self.lock().rows)
+    }
+
+    /// Makes this journal receive every [`record_tracked`] call until the guard drops.
+    pub fn track(&self) -> TrackingGuard {
+        let mut active = active();
+        let token = active.next;
+        active.next += 1;
+        active.journals.push((token, self.clone()));
+        TrackingGuard { token }
+    }
+}
+
+#[derive(Default)]
+struct Active {
+    next: u64,
+    journals: Vec<(u64, LineageJournal)>,
+}
+
+fn active() -> MutexGuard<'static, Active> {
+    static ACTIVE: Mutex<Active> = Mutex::new(Active {
+        next: 0,
+        journals: Vec::new(),
+    });
+    ACTIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Keeps a journal tracking (process-wide) while it lives. See [`LineageJournal::track`].
+#[derive(Debug)]
+#[must_use = "tracking stops when the guard is dropped"]
+pub struct TrackingGuard {
+    token: u64,
+}
+
+impl Drop for TrackingGuard {
+    fn drop(&mut self) {
+        active().journals.retain(|(t, _)| *t != self.token);
+    }
+}
+
+/// Records `session` into every journal currently tracking (a no-op when none is). The flow
+/// layer calls this for every session it creates.
+pub fn record_tracked(session: &Session) {
+    let journals: Vec<LineageJournal> = active().journals.iter().map(|(_, j)| j.clone()).collect();
+    if journals.is_empty() {
+        return;
+    }
+    let row = LineageRow::from_session(session);
+    for j in journals {
+        j.record_row(row.clone());
+    }
+}
+
+// ------------------------------------------------------------------------------- exports
+
+/// Rows as JSONL text, one Python-formatted line per row (`"\n"`-terminated).
+pub fn export_jsonl_string(rows: &[LineageRow]) -> String {
+    let mut out = Vec::with_capacity(rows.len() * 256);
+    for r in rows {
+        // LineageRow holds only strings, numbers and JSON values: serialising cannot fail.
+        let _ = write_line(&mut out, r);
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Writes rows of `sessions`, in the given order, as JSONL to `w`.
+pub fn export_sessions<'a, W: Write>(
+    sessions: impl IntoIterator<Item = &'a Session>,
+    mut w: W,
+) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(64 * 1024);
+    for s in sessions {
+        write_line(&mut buf, &LineageRow::from_session(s)).map_err(std::io::Error::other)?;
+        if buf.len() >= 60 * 1024 {
+            w.write_all(&buf)?;
+            buf.clear();
+        }
+    }
+    w.write_all(&buf)?;
+    w.flush()
+}
+
+/// Writes the JSONL export of `sessions` to `path` (creating parent directories).
+pub fn export_sessions_to_file<'a>(
+    sessions: impl IntoIterator<Item = &'a Session>,
+    path: &Path,
+) -> Result<(), PersistError> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| PersistError::io("mkdir", parent, e))?;
+    }
+    let file = std::fs::File::create(path).map_err(|e| PersistError::io("create", path, e))?;
+    export_sessions(sessions, file).map_err(|e| PersistError::io("write", path, e))
+}
+
+/// Parses a lineage JSONL export back into rows (blank lines skipped).
+pub fn parse_lineage_jsonl(path: &Path, text: &str) -> Result<Vec<LineageRow>, PersistError> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| PersistError::Corrupt {
+                path: path.to_path_buf(),
+                line: i + 1,
+                message: format!("invalid lineage row: {e}"),
+            })
+        })
+        .collect()
+}
+
+fn short(id: &SessionId) -> &str {
+    let s = id.as_str();
+    // Counter and UUID ids differ at the end; ULIDs at the start but end in random bits too.
+    let n = s.chars().count();
+    if n <= 12 {
+        s
+    } else {
+        s.char_indices().nth(n - 8).map_or(s, |(i, _)| &s[i..])
+    }
+}
+
+fn dot_escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// A Graphviz DOT rendering: one box per row (short id, operator, kind, chunk count), an edge
+/// per parent link; parents outside `rows` are drawn dashed.
+pub fn to_dot(rows: &[LineageRow]) -> String {
+    let known: std::collections::HashSet<&SessionId> = rows.iter().map(|r| &r.id).collect();
+    let mut out = String::from(
+        "digraph lineage {\n  rankdir=LR;\n  node [shape=box, fontname=\"monospace\"];\n",
+    );
+    let mut outside = Vec::new();
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "  \"{}\" [label=\"{}\\n{}\\n{} · {} chunks\"];",
+            dot_escape(r.id.as_str()),
+            dot_escape(short(&r.id)),
+            dot_escape(&r.lineage_operator),
+            dot_escape(r.lineage_kind.as_str()),
+            r.chunk_count
+        );
+        for p in &r.parent_session_ids {
+            if !known.contains(p) && !outside.contains(&p) {
+                outside.push(p);
+            }
+        }
+    }
+    for p in outside {
+        let _ = writeln!(
+            out,
+            "  \"{}\" [label=\"{}\", style=dashed];",
+            dot_escape(p.as_str()),
+            dot_escape(short(p))
+        );
+    }
+    for r in rows {
+        for p in &r.parent_session_ids {
+            let _ = writeln!(
+                out,
+                "  \"{}\" -> \"{}\";",
+                dot_escape(p.as_str()),
+                dot_escape(r.id.as_str())
+            );
+        }
+    }
+    out.push_str("}\n");
+    out
+}
+
+fn mermaid_escape(s: &str) -> String {
+    s.replace('"', "#quot;")
+        .replace('<', "#lt;")
+        .replace('>', "#gt;")
+}
+
+/// A Mermaid `flowchart` rendering of the same graph as [`to_dot`] (node names `s0`, `s1`, ...
+/// in row order; outside parents `x0`, `x1`, ... drawn dashed).
+pub fn to_mermaid(rows: &[LineageRow]) -> String {
+    let mut names: HashMap<&SessionId, String> = HashMap::new();
+    let mut out = String::from("flowchart LR\n");
+    for (i, r) in rows.iter().enumerate() {
+        names.entry(&r.id).or_insert_with(|| format!("s{i}"));
+    }
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "  {}[\"{}<br/>{}<br/>{} · {} chunks\"]",
+            names[&r.id],
+            mermaid_escape(short(&r.id)),
+            mermaid_escape(&r.lineage_operator),
+            mermaid_escape(r.lineage_kind.as_str()),
+            r.chunk_count
+        );
+    }
+    let mut extra = 0usize;
+    let mut dashed = Vec::new();
+    for r in rows {
+        for p in &r.parent_session_ids {
+            if !names.contains_key(p) {
+                let name = format!("x{extra}");
+                extra += 1;
+                let _ = writeln!(out, "  {name}[\"{}\"]", mermaid_escape(short(p)));
+                dashed.push(name.clone());
+                names.insert(p, name);
+            }
+        }
+    }
+    for r in rows {
+        for p in &r.parent_session_ids {
+            let _ = writeln!(out, "  {} --> {}", names[p], names[&r.id]);
+        }
+    }
+    for d in dashed {
+        let _ = writeln!(out, "  style {d} stroke-dasharray: 5 5");
+    }
+    out
+}

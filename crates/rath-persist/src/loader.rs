@@ -1,0 +1,352 @@
+//! Reading session files back.
+//!
+//! ```
+//! use rath_persist::load_bytes;
+//!
+//! let text = concat!(
+//!     r#"{"record_type": "header", "schema_version": 1, "id": "s1", "created_at": "2026-01-01T00:00:00+00:00", "parent_session_ids": [], "lineage_operator": "implicit", "lineage_kind": "unknown", "lineage_extras": [], "sandbox_backend": null, "sandbox_spec": null, "sandbox_handle_id": null}"#, "\n",
+//!     r#"{"record_type": "chunk", "index": 0, "kind": "user", "payload": {"content": "hi"}}"#, "\n",
+//!     r#"{"record_type": "chunk", "index": 1, "kind": "ass"#, // torn by a crash
+//! );
+//! let loaded = load_bytes("s1.jsonl.__partial__".as_ref(), text.as_bytes())?;
+//! assert!(!loaded.closed);
+//! assert_eq!(loaded.session.len(), 1);
+//! assert!(loaded.torn_line_skipped);
+//! # Ok::<(), rath_persist::PersistError>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use rath_session::{
+    Chunk, Lineage, LineageKind, PendingCall, Placement, Session, SessionId, SessionParts, Stamper,
+    Timestamp, Usage,
+};
+
+use crate::PersistError;
+use crate::record::{
+    EvidenceIn, ExtIn, PayloadIn, RawLine, SCHEMA_VERSION, body_from_raw, extras_from_value,
+    schema_version_of,
+};
+
+/// A session read from a file.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct LoadedSession {
+    /// The session (its stamper is [`Stamper::system`]; use `with_stamper` to change it).
+    pub session: Session,
+    /// True when the file has a trailer (the writer closed it).
+    pub closed: bool,
+    /// The file read.
+    pub path: PathBuf,
+    /// The header's `created_at` (when the writer opened the file).
+    pub created_at: Timestamp,
+    /// The trailer's `closed_at`, when closed.
+    pub closed_at: Option<Timestamp>,
+    /// The trailer's `final_chunk_count`, when closed.
+    pub final_chunk_count: Option<u64>,
+    /// True when an unterminated last line (a write cut short by a crash) was skipped.
+    pub torn_line_skipped: bool,
+}
+
+/// Reads one session file.
+pub fn load_file(path: &Path) -> Result<LoadedSession, PersistError> {
+    let bytes = std::fs::read(path).map_err(|e| PersistError::io("read", path, e))?;
+    load_bytes(path, &bytes)
+}
+
+/// Parses the bytes of a session file; `path` is only used in errors and the result.
+/// Never panics, whatever the bytes.
+pub fn load_bytes(path: &Path, bytes: &[u8]) -> Result<LoadedSession, PersistError> {
+    let mut st = LoadState::default();
+    let mut torn = false;
+    for (lineno, line) in lines(bytes) {
+        let Some(line) = line else {
+            torn = true;
+            continue;
+        };
+        st.feed(path, lineno, line)?;
+    }
+    st.finish(path, torn)
+}
+
+/// Splits into `(line number, Some(complete line) | None for an unterminated last line)`.
+pub(crate) fn lines(bytes: &[u8]) -> impl Iterator<Item = (usize, Option<&[u8]>)> {
+    let mut rest = bytes;
+    let mut n = 0usize;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        n += 1;
+        match memchr_nl(rest) {
+            Some(i) => {
+                let line = &rest[..i];
+                rest = &rest[i + 1..];
+                Some((n, Some(line)))
+            }
+            None => {
+                rest = &[];
+                Some((n, None))
+            }
+        }
+    })
+}
+
+fn memchr_nl(b: &[u8]) -> Option<usize> {
+    b.iter().position(|&c| c == b'\n')
+}
+
+pub(crate) fn is_blank(line: &[u8]) -> bool {
+    line.iter().all(u8::is_ascii_whitespace)
+}
+
+struct Header {
+    id: SessionId,
+    created_at: Timestamp,
+    lineage: Lineage,
+    placement: Placement,
+}
+
+#[derive(Default)]
+struct LoadState {
+    header: Option<Header>,
+    conv: Vec<Chunk>,
+    evidence: Vec<(u64, Chunk)>,
+    closed_at: Option<Timestamp>,
+    final_chunk_count: Option<u64>,
+    closed: bool,
+    usage: Option<Usage>,
+    agent_usage: BTreeMap<String, Usage>,
+    pending: Vec<PendingCall>,
+}
+
+fn corrupt(path: &Path, line: usize, message: impl Into<String>) -> PersistError {
+    PersistError::Corrupt {
+        path: path.to_path_buf(),
+        line,
+        message: message.into(),
+    }
+}
+
+fn structure(path: &Path, line: usize, message: impl Into<String>) -> PersistError {
+    PersistError::Structure {
+        path: path.to_path_buf(),
+        line,
+        message: message.into(),
+    }
+}
+
+impl LoadState {
+    fn feed(&mut self, path: &Path, lineno: usize, line: &[u8]) -> Result<(), PersistError> {
+        if is_blank(line) {
+            return Ok(());
+        }
+        let raw: RawLine = serde_json::from_slice(line)
+            .map_err(|e| corrupt(path, lineno, format!("invalid record: {e}")))?;
+        match raw.record_type.as_deref() {
+            Some("header") => self.header(path, lineno, raw),
+            Some("chunk") => self.chunk(path, lineno, raw),
+            Some("trailer") => self.trailer(path, lineno, raw),
+            other => Err(structure(
+                path,
+                lineno,
+                format!("unknown record_type {other:?}"),
+            )),
+        }
+    }
+
+    fn header(&mut self, path: &Path, lineno: usize, raw: RawLine) -> Result<(), PersistError> {
+        if self.header.is_some() {
+            return Err(structure(path, lineno, "duplicate header record"));
+        }
+        let version = schema_version_of(raw.schema_version.as_ref())
+            .ok_or_else(|| corrupt(path, lineno, "schema_version is not an integer"))?;
+        if version != SCHEMA_VERSION {
+            return Err(PersistError::UnsupportedSchema {
+                path: path.to_path_buf(),
+                line: lineno,
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        let id = raw
+            .id
+            .ok_or_else(|| corrupt(path, lineno, "header has no id"))?;
+        let created_text = raw
+            .created_at
+            .ok_or_else(|| corrupt(path, lineno, "header has no created_at"))?;
+        let created_at = Timestamp::parse(&created_text).ok_or_else(|| {
+            corrupt(
+                path,
+                lineno,
+                format!("created_at {created_text:?} is not ISO-8601"),
+            )
+        })?;
+        let extras = extras_from_value(raw.lineage_extras).map_err(|m| corrupt(path, lineno, m))?;
+        let lineage = Lineage {
+            parents: raw
+                .parent_session_ids
+                .unwrap_or_default()
+                .into_iter()
+                .map(SessionId::from)
+                .collect(),
+            operator: raw
+                .lineage_operator
+                .unwrap_or_else(|| "implicit".to_owned()),
+            kind: raw
+                .lineage_kind
+                .as_deref()
+                .map(LineageKind::parse)
+                .unwrap_or(LineageKind::Unknown),
+            extras,
+        };
+        let placement =
+            Placement::restored(raw.sandbox_backend, raw.sandbox_spec, raw.sandbox_handle_id);
+        self.header = Some(Header {
+            id: SessionId::from(id),
+            created_at,
+            lineage,
+            placement,
+        });
+        self.apply_ext(path, lineno, raw.rath_ext)
+    }
+
+    fn chunk(&mut self, path: &Path, lineno: usize, raw: RawLine) -> Result<(), PersistError> {
+        if self.header.is_none() {
+            return Err(structure(path, lineno, "chunk record before header"));
+        }
+        let body = match raw.payload {
+            Some(PayloadIn::Typed(body)) => body,
+            Some(PayloadIn::Raw(value)) => {
+                let kind = raw
+                    .kind
+                    .as_deref()
+                    .ok_or_else(|| corrupt(path, lineno, "chunk has no kind"))?;
+                if !value.is_object() {
+                    return Err(corrupt(path, lineno, "chunk payload must be a JSON object"));
+                }
+                body_from_raw(kind, value).map_err(|m| structure(path, lineno, m))?
+            }
+            None => return Err(corrupt(path, lineno, "chunk has no payload")),
+        };
+        let ext = raw.rath_ext.unwrap_or_default();
+        let chunk = match ext.branch {
+            Some(ref b) => Chunk::new(body).with_branch(b.as_str()),
+            None => Chunk::new(body),
+        };
+        self.conv.push(chunk);
+        self.apply_ext(path, lineno, Some(ext))
+    }
+
+    fn trailer(&mut self, path: &Path, lineno: usize, raw: RawLine) -> Result<(), PersistError> {
+        // Like Python: the last trailer wins, and records after it are still read.
+        self.closed = true;
+        self.closed_at = match raw.closed_at {
+            Some(t) => Some(Timestamp::parse(&t).ok_or_else(|| {
+                corrupt(path, lineno, format!("closed_at {t:?} is not ISO-8601"))
+            })?),
+            None => None,
+        };
+        self.final_chunk_count = raw
+            .final_chunk_count
+            .as_ref()
+            .and_then(serde_json::Value::as_u64);
+        self.usage = raw.cumulative_usage.map(Usage::from);
+        self.apply_ext(path, lineno, raw.rath_ext)
+    }
+
+    fn apply_ext(
+        &mut self,
+        path: &Path,
+        lineno: usize,
+        ext: Option<ExtIn>,
+    ) -> Result<(), PersistError> {
+        let Some(ext) = ext else { return Ok(()) };
+        for EvidenceIn {
+            at,
+            kind,
+            payload,
+            branch,
+        } in ext.evidence
+        {
+            let body = body_from_raw(&kind, payload).map_err(|m| structure(path, lineno, m))?;
+            if body.kind().is_conversation() {
+                return Err(structure(
+                    path,
+                    lineno,
+                    format!("evidence entry of conversation kind {kind:?}"),
+                ));
+            }
+            let chunk = match branch {
+                Some(b) => Chunk::new(body).with_branch(b),
+                None => Chunk::new(body),
+            };
+            self.evidence.push((at, chunk));
+        }
+        if let Some(a) = ext.agent_usage {
+            self.agent_usage = a;
+        }
+        if let Some(p) = ext.pending {
+            self.pending = p;
+        }
+        Ok(())
+    }
+
+    fn finish(self, path: &Path, torn: bool) -> Result<LoadedSession, PersistError> {
+        let header = self.header.ok_or_else(|| PersistError::MissingHeader {
+            path: path.to_path_buf(),
+        })?;
+        let chunks = interleave(self.conv, self.evidence);
+        let parts = SessionParts {
+            id: header.id,
+            created_at: header.created_at,
+            lineage: header.lineage,
+            chunks,
+            usage: self.usage,
+            agent_usage: self.agent_usage,
+            placement: header.placement,
+            pending: self.pending,
+        };
+        Ok(LoadedSession {
+            session: Session::from_parts(parts, Stamper::system()),
+            closed: self.closed,
+            path: path.to_path_buf(),
+            created_at: header.created_at,
+            closed_at: self.closed_at,
+            final_chunk_count: self.final_chunk_count,
+            torn_line_skipped: torn,
+        })
+    }
+}
+
+/// Puts evidence back at its recorded positions among the conversation chunks. Positions that
+/// do not fit (a hand-edited file) fall back to the end, in order; nothing is dropped.
+fn interleave(conv: Vec<Chunk>, mut evidence: Vec<(u64, Chunk)>) -> rath_session::ChunkList {
+    if evidence.is_empty() {
+        return conv.into_iter().collect();
+    }
+    evidence.sort_by_key(|(at, _)| *at);
+    let total = conv.len() + evidence.len();
+    let mut out = rath_session::ChunkList::new();
+    let mut conv = conv.into_iter().peekable();
+    let mut ev = evidence.into_iter().peekable();
+    for pos in 0..total as u64 {
+        match ev.peek() {
+            Some((at, _)) if *at <= pos => {
+                if let Some((_, c)) = ev.next() {
+                    out.push_back(c);
+                }
+            }
+            _ => match conv.next() {
+                Some(c) => out.push_back(c),
+                None => {
+                    if let Some((_, c)) = ev.next() {
+                        out.push_back(c);
+                    }
+                }
+            },
+        }
+    }
+    out
+}

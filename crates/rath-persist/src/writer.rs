@@ -1,0 +1,412 @@
+//! The append-only session writer.
+//!
+//! ```
+//! use rath_persist::{Store, WriterOptions};
+//! use rath_session::{Chunk, Session, Stamper};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = Store::at(dir.path());
+//! let s = Session::user_with("hi", Stamper::counter());
+//! let mut w = store.writer(&s, WriterOptions::default())?; // header written now
+//! let s = s.push(Chunk::assistant_text("hello"));
+//! w.sync_to(&s)?; // appends both chunks
+//! let path = w.close()?; // trailer + rename
+//! assert!(path.ends_with(format!("{}.jsonl", s.id())));
+//! assert_eq!(store.load(s.id())?.session.len(), 2);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The file lives at `<id>.jsonl.__partial__` while open, holds an exclusive advisory lock
+//! (`flock`, the same lock Python OpenRath takes, so the two exclude each other), has mode
+//! 0600, and is renamed to `<id>.jsonl` after the trailer on [`SessionWriter::close`].
+//! [`SessionWriter::abandon`] (or dropping the writer) leaves the `__partial__` file without
+//! a trailer: the crash signal.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use rath_session::{Chunk, Session, SessionId, Stamper};
+
+use crate::PersistError;
+use crate::json::write_line;
+use crate::record::{ChunkOut, EvidenceOut, ExtOut, HeaderOut, PayloadRef, TrailerOut, state_ext};
+
+/// When rows reach the disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Durability {
+    /// One `write(2)` per row, no fsync (what Python OpenRath does). A killed process loses
+    /// at most the row in flight; a power cut may lose what the OS had not written back.
+    #[default]
+    Flush,
+    /// `write(2)` and `fdatasync(2)` per row, and before the closing rename.
+    Fsync,
+    /// Rows are buffered and written every `rows` rows, on [`SessionWriter::flush`], and on
+    /// close. A killed process loses the unwritten batch.
+    Batched {
+        /// Rows per write.
+        rows: usize,
+    },
+}
+
+/// How a [`SessionWriter`] behaves.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct WriterOptions {
+    /// When rows reach the disk.
+    pub durability: Durability,
+    /// Where `created_at` / `closed_at` come from; defaults to the session's own stamper.
+    pub clock: Option<Stamper>,
+}
+
+impl WriterOptions {
+    /// Sets the durability.
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// Takes header/trailer timestamps from `clock` instead of the session's stamper.
+    pub fn clock(mut self, clock: Stamper) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+}
+
+/// An open, locked session file that chunks are appended to as they are made.
+///
+/// Conversation chunks become `chunk` records (what Python reads). Evidence chunks ride in the
+/// `rath_ext.evidence` list of the next conversation record written, or of the trailer;
+/// within one [`SessionWriter::sync_to`] batch, evidence that follows a conversation chunk
+/// rides on that chunk's record. See `docs/formats.md`.
+#[derive(Debug)]
+pub struct SessionWriter {
+    file: Option<File>,
+    partial: PathBuf,
+    final_path: PathBuf,
+    id: SessionId,
+    buf: Vec<u8>,
+    buffered_rows: usize,
+    durability: Durability,
+    clock: Stamper,
+    /// Chunk positions consumed (conversation and evidence).
+    consumed: usize,
+    /// `chunk` records written (conversation chunks).
+    rows: u64,
+    /// Evidence waiting for a record to ride on: (position, chunk).
+    waiting: Vec<(u64, Chunk)>,
+    /// The latest session state seen, for the trailer.
+    last: Session,
+}
+
+impl SessionWriter {
+    /// Opens `<path>.__partial__` for `session`, takes the lock, and writes the header.
+    /// `path` is the final file name (`.../<id>.jsonl`). An unlocked leftover `__partial__`
+    /// file is truncated (the session value is the source of truth).
+    pub fn create(
+        path: impl Into<PathBuf>,
+        session: &Session,
+        options: WriterOptions,
+    ) -> Result<Self, PersistError> {
+        let final_path: PathBuf = path.into();
+        let mut name = final_path
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_default();
+        name.push(".__partial__");
+        let partial = final_path.with_file_name(name);
+        if let Some(parent) = partial.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| PersistError::io("mkdir", parent, e))?;
+        }
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&partial)
+            .map_err(|e| PersistError::io("open", &partial, e))?;
+        lock_exclusive(&file, &partial)?;
+        file.set_len(0)
+            .map_err(|e| PersistError::io("truncate", &partial, e))?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| PersistError::io("chmod", &partial, e))?;
+        let clock = options.clock.unwrap_or_else(|| session.stamper().clone());
+        let mut w = SessionWriter {
+            file: Some(file),
+            partial,
+            final_path,
+            id: session.id().clone(),
+            buf: Vec::with_capacity(4096),
+            buffered_rows: 0,
+            durability: options.durability,
+            clock,
+            consumed: 0,
+            rows: 0,
+            waiting: Vec::new(),
+            last: session.clone(),
+        };
+        let header = HeaderOut::new(session, w.clock.now());
+        w.encode(&header)?;
+        w.write_out(true)?;
+        Ok(w)
+    }
+
+    /// The final path (`<id>.jsonl`), valid after [`SessionWriter::close`].
+    pub fn path(&self) -> &Path {
+        &self.final_path
+    }
+
+    /// The in-flight path (`<id>.jsonl.__partial__`).
+    pub fn partial_path(&self) -> &Path {
+        &self.partial
+    }
+
+    /// The session id this writer writes.
+    pub fn id(&self) -> &SessionId {
+        &self.id
+    }
+
+    /// Chunks consumed so far (conversation and evidence, including evidence still waiting
+    /// for a record to ride on).
+    pub fn chunks_written(&self) -> usize {
+        self.consumed
+    }
+
+    /// `chunk` records written so far (conversation chunks; Python's `chunks_written`).
+    pub fn rows_written(&self) -> u64 {
+        self.rows
+    }
+
+    /// Appends one chunk as the next chunk of the session.
+    pub fn append(&mut self, chunk: &Chunk) -> Result<(), PersistError> {
+        self.append_batch(std::slice::from_ref(chunk).iter())
+    }
+
+    /// Appends every chunk `session` has beyond those already written, and remembers its
+    /// usage, per-agent usage and pending calls for the trailer. Returns how many chunks were
+    /// appended. `session` must be this writer's session (same id) grown by appends.
+    pub fn sync_to(&mut self, session: &Session) -> Result<usize, PersistError> {
+        if session.id() != &self.id {
+            return Err(PersistError::NotAContinuation {
+                path: self.final_path.clone(),
+                message: format!("session {} is not {}", session.id(), self.id),
+            });
+        }
+        if session.len() < self.consumed {
+            return Err(PersistError::NotAContinuation {
+                path: self.final_path.clone(),
+                message: format!(
+                    "session has {} chunks but {} were already written",
+                    session.len(),
+                    self.consumed
+                ),
+            });
+        }
+        let n = session.len() - self.consumed;
+        if n > 0 {
+            // O(log n) split, so syncing a long session never re-walks what was written.
+            let tail = session.chunks().clone().slice(self.consumed..);
+            self.append_batch(tail.iter())?;
+        }
+        self.last = session.clone();
+        Ok(n)
+    }
+
+    fn append_batch<'c>(
+        &mut self,
+        chunks: impl Iterator<Item = &'c Chunk>,
+    ) -> Result<(), PersistError> {
+        self.ensure_open()?;
+        // Group: each conversation chunk takes the evidence waiting before it and the evidence
+        // that follows it in this batch (look-ahead of one group).
+        let mut current: Option<&Chunk> = None;
+        let mut after: Vec<(u64, Chunk)> = Vec::new();
+        for chunk in chunks {
+            let pos = self.consumed as u64;
+            self.consumed += 1;
+            if chunk.is_conversation() {
+                if let Some(c) = current.take() {
+                    self.emit(c, std::mem::take(&mut after))?;
+                }
+                current = Some(chunk);
+            } else if current.is_some() {
+                after.push((pos, chunk.clone()));
+            } else {
+                self.waiting.push((pos, chunk.clone()));
+            }
+        }
+        if let Some(c) = current {
+            self.emit(c, after)?;
+        }
+        Ok(())
+    }
+
+    fn emit(&mut self, chunk: &Chunk, after: Vec<(u64, Chunk)>) -> Result<(), PersistError> {
+        let mut riding = std::mem::take(&mut self.waiting);
+        riding.extend(after);
+        let evidence: Vec<EvidenceOut<'_>> =
+            riding.iter().map(|(at, c)| evidence_out(*at, c)).collect();
+        let ext = ExtOut {
+            branch: chunk.branch(),
+            evidence: &evidence,
+            ..ExtOut::default()
+        };
+        let record = ChunkOut {
+            record_type: "chunk",
+            index: self.rows,
+            kind: chunk.kind().as_str(),
+            payload: PayloadRef(chunk.body()),
+            rath_ext: (!ext.is_empty()).then_some(ext),
+        };
+        let path = &self.final_path;
+        write_line(&mut self.buf, &record).map_err(|source| PersistError::Serialize {
+            path: path.clone(),
+            source,
+        })?;
+        self.rows += 1;
+        self.write_out(false)
+    }
+
+    /// Writes any batched rows now (a no-op for [`Durability::Flush`] and [`Durability::Fsync`]).
+    pub fn flush(&mut self) -> Result<(), PersistError> {
+        self.ensure_open()?;
+        self.write_out(true)
+    }
+
+    /// Appends whatever `session` has beyond what was written, then closes.
+    pub fn close_with(mut self, session: &Session) -> Result<PathBuf, PersistError> {
+        self.sync_to(session)?;
+        self.close()
+    }
+
+    /// Writes the trailer (with any evidence still waiting), renames `__partial__` to the
+    /// final name and releases the lock. Returns the final path.
+    pub fn close(mut self) -> Result<PathBuf, PersistError> {
+        self.ensure_open()?;
+        let waiting = std::mem::take(&mut self.waiting);
+        let evidence: Vec<EvidenceOut<'_>> =
+            waiting.iter().map(|(at, c)| evidence_out(*at, c)).collect();
+        let last = self.last.clone();
+        let ext = state_ext(&last, &evidence);
+        let trailer = TrailerOut {
+            record_type: "trailer",
+            closed_at: self.clock.now(),
+            final_chunk_count: self.rows,
+            cumulative_usage: last.usage(),
+            rath_ext: (!ext.is_empty()).then_some(ext),
+        };
+        self.encode(&trailer)?;
+        self.write_out(true)?;
+        if let Some(file) = &self.file {
+            if self.durability == Durability::Fsync {
+                file.sync_all()
+                    .map_err(|e| PersistError::io("fsync", &self.partial, e))?;
+            }
+        }
+        // Rename while still holding the lock, so no other writer can slip in between.
+        std::fs::rename(&self.partial, &self.final_path)
+            .map_err(|e| PersistError::io("rename", &self.partial, e))?;
+        if self.durability == Durability::Fsync {
+            if let Some(dir) = self
+                .final_path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+            {
+                if let Ok(d) = File::open(dir) {
+                    let _ = d.sync_all();
+                }
+            }
+        }
+        self.file = None; // closing the fd releases the flock
+        Ok(self.final_path.clone())
+    }
+
+    /// Releases the file without a trailer or rename, leaving `<id>.jsonl.__partial__` as the
+    /// visible sign of an interrupted session. Batched rows are written first; evidence still
+    /// waiting for a record is lost. Returns the partial path.
+    pub fn abandon(mut self) -> Result<PathBuf, PersistError> {
+        self.ensure_open()?;
+        let r = self.write_out(true);
+        self.file = None;
+        r.map(|()| self.partial.clone())
+    }
+
+    fn ensure_open(&self) -> Result<(), PersistError> {
+        if self.file.is_none() {
+            return Err(PersistError::WriterClosed {
+                path: self.final_path.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    fn encode<T: serde::Serialize>(&mut self, record: &T) -> Result<(), PersistError> {
+        let path = &self.final_path;
+        write_line(&mut self.buf, record).map_err(|source| PersistError::Serialize {
+            path: path.clone(),
+            source,
+        })
+    }
+
+    /// Writes the buffer according to the durability (or unconditionally when `force`).
+    fn write_out(&mut self, force: bool) -> Result<(), PersistError> {
+        self.buffered_rows += 1;
+        if let Durability::Batched { rows } = self.durability {
+            if !force && self.buffered_rows < rows.max(1) {
+                return Ok(());
+            }
+        }
+        let Some(file) = self.file.as_mut() else {
+            return Err(PersistError::WriterClosed {
+                path: self.final_path.clone(),
+            });
+        };
+        if !self.buf.is_empty() {
+            file.write_all(&self.buf)
+                .map_err(|e| PersistError::io("write", &self.partial, e))?;
+            if self.durability == Durability::Fsync {
+                file.sync_data()
+                    .map_err(|e| PersistError::io("fsync", &self.partial, e))?;
+            }
+        }
+        self.buf.clear();
+        self.buffered_rows = 0;
+        Ok(())
+    }
+}
+
+impl Drop for SessionWriter {
+    fn drop(&mut self) {
+        // Dropping an open writer is an abandon: write what is buffered, keep `__partial__`.
+        if self.file.is_some() && !self.buf.is_empty() {
+            let _ = self.write_out(true);
+        }
+    }
+}
+
+fn evidence_out(at: u64, chunk: &Chunk) -> EvidenceOut<'_> {
+    EvidenceOut {
+        at,
+        kind: chunk.kind().as_str(),
+        payload: PayloadRef(chunk.body()),
+        branch: chunk.branch(),
+    }
+}
+
+fn lock_exclusive(file: &File, path: &Path) -> Result<(), PersistError> {
+    // SAFETY: flock on a valid, open file descriptor owned by `file`; no memory is touched.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Err(PersistError::Locked {
+            path: path.to_path_buf(),
+        })
+    } else {
+        Err(PersistError::io("lock", path, err))
+    }
+}
