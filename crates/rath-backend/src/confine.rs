@@ -20,8 +20,28 @@ fn escape(rel: &str, why: &str) -> ToolExecutionFailure {
     .with_detail(json!({ "path": rel }))
 }
 
-/// Resolves workspace-relative `rel` under canonical `root` to a host path inside `root`.
-pub fn resolve(root: &Path, rel: &str) -> Result<PathBuf, ToolExecutionFailure> {
+/// Normalizes workspace-relative `rel` lexically (no file system access): `.` parts dropped,
+/// `..` applied. Refuses absolute paths, NUL bytes, and `..` that climbs above the root.
+/// The empty path and `.` give the empty path (the root). For backends that cannot inspect
+/// symlinks (remote ones), this is the whole check.
+///
+/// ```
+/// use rath_backend::confine_relative;
+///
+/// assert_eq!(confine_relative("a/./b/../c").unwrap(), "a/c");
+/// assert_eq!(confine_relative("../x").unwrap_err().kind.as_str(), "path_escape");
+/// assert!(confine_relative("/etc/passwd").is_err());
+/// ```
+pub fn confine_relative(rel: &str) -> Result<String, ToolExecutionFailure> {
+    let parts = lexical(rel)?;
+    let strs: Vec<String> = parts
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    Ok(strs.join("/"))
+}
+
+fn lexical(rel: &str) -> Result<Vec<&std::ffi::OsStr>, ToolExecutionFailure> {
     if rel.contains('\0') {
         return Err(escape(rel, "it contains a NUL byte"));
     }
@@ -44,6 +64,12 @@ pub fn resolve(root: &Path, rel: &str) -> Result<PathBuf, ToolExecutionFailure> 
             }
         }
     }
+    Ok(parts)
+}
+
+/// Resolves workspace-relative `rel` under canonical `root` to a host path inside `root`.
+pub fn resolve(root: &Path, rel: &str) -> Result<PathBuf, ToolExecutionFailure> {
+    let parts = lexical(rel)?;
     let mut cur = root.to_path_buf();
     let mut iter = parts.into_iter();
     for part in iter.by_ref() {
@@ -80,7 +106,11 @@ mod tests {
         assert_eq!(resolve(&root, ".").unwrap(), root);
         assert_eq!(resolve(&root, "").unwrap(), root);
         for bad in ["../x", "a/../../x", "/etc/passwd", "x\0y"] {
-            assert_eq!(resolve(&root, bad).unwrap_err().kind, FailureKind::PathEscape, "{bad}");
+            assert_eq!(
+                resolve(&root, bad).unwrap_err().kind,
+                FailureKind::PathEscape,
+                "{bad}"
+            );
         }
     }
 

@@ -152,7 +152,8 @@ pub async fn run(
         )
         .with_detail(json!({ "timeout_seconds": secs })));
     };
-    let status = status.map_err(|e| ToolExecutionFailure::exception(format!("wait failed: {e}")))?;
+    let status =
+        status.map_err(|e| ToolExecutionFailure::exception(format!("wait failed: {e}")))?;
     let mut output = CommandOutput::new(
         status.code(),
         String::from_utf8_lossy(&out).into_owned(),

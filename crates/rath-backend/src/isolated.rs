@@ -30,9 +30,16 @@ use crate::local::{LocalSandbox, Runner, WorkspaceBackend};
 use crate::payload::{Output, Payload};
 
 /// Directories hidden behind an empty tmpfs inside the sandbox.
-const MASKED_DIRS: &[&str] = &["/root", "/home", "/tmp", "/var/tmp", "/run", "/mnt", "/media"];
+const MASKED_DIRS: &[&str] = &[
+    "/root", "/home", "/tmp", "/var/tmp", "/run", "/mnt", "/media",
+];
 /// Files replaced by an empty file inside the sandbox.
-const MASKED_FILES: &[&str] = &["/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-"];
+const MASKED_FILES: &[&str] = &[
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/shadow-",
+    "/etc/gshadow-",
+];
 /// PATH inside the sandbox (host PATH entries may point into masked home directories).
 const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -45,8 +52,9 @@ fn find_bwrap() -> Option<PathBuf> {
 }
 
 fn probe() -> Result<PathBuf, String> {
-    let bwrap = find_bwrap()
-        .ok_or_else(|| "`bwrap` is not installed (Debian: apt-get install bubblewrap)".to_owned())?;
+    let bwrap = find_bwrap().ok_or_else(|| {
+        "`bwrap` is not installed (Debian: apt-get install bubblewrap)".to_owned()
+    })?;
     let out = std::process::Command::new(&bwrap)
         .args([
             "--unshare-all",
@@ -112,8 +120,20 @@ impl Runner for Bubblewrap {
         arg(
             &mut argv,
             &[
-                "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--bind", &root, &root,
-                "--chdir", &cwd, "--cap-drop", "ALL", "--",
+                "--dev",
+                "/dev",
+                "--proc",
+                "/proc",
+                "--tmpfs",
+                "/tmp",
+                "--bind",
+                &root,
+                &root,
+                "--chdir",
+                &cwd,
+                "--cap-drop",
+                "ALL",
+                "--",
             ],
         );
         argv.append(&mut spec.argv);
@@ -150,9 +170,7 @@ impl IsolatedBackend {
     }
 
     fn runner(&self) -> Result<Bubblewrap, String> {
-        probed()
-            .clone()
-            .map(|bwrap| Bubblewrap { bwrap })
+        probed().clone().map(|bwrap| Bubblewrap { bwrap })
     }
 }
 

@@ -43,6 +43,7 @@ pub mod isolated;
 pub mod local;
 
 pub use backend::{Availability, Backend, Capabilities, DispatchContext, IsolationLevel};
+pub use confine::confine_relative;
 pub use error::{BackendError, FailureKind, ToolExecutionFailure};
 pub use evidence::{DispatchEvidence, Dispatched};
 pub use exec::{ENV_ALLOW_LIST, OUTPUT_CAP};

@@ -237,7 +237,9 @@ impl WorkspaceBackend {
             Payload::ListDir { path } => list_dir(sandbox, path).await,
             Payload::Exists { path } => {
                 let p = confine::resolve(&sandbox.root, path)?;
-                Ok(Output::Exists(tokio::fs::symlink_metadata(&p).await.is_ok()))
+                Ok(Output::Exists(
+                    tokio::fs::symlink_metadata(&p).await.is_ok(),
+                ))
             }
         }
     }
@@ -273,7 +275,6 @@ async fn command(
     exec::run(runner.wrap(sandbox, spec), cx).await
 }
 
-
 async fn code(
     runner: &dyn Runner,
     sandbox: &LocalSandbox,
@@ -300,7 +301,10 @@ async fn read_file(sandbox: &LocalSandbox, path: &str) -> Result<Output, ToolExe
     if meta.len() > READ_LIMIT {
         return Err(ToolExecutionFailure::new(
             FailureKind::OutputLimit,
-            format!("{path:?} is {} bytes; reads return at most {READ_LIMIT}", meta.len()),
+            format!(
+                "{path:?} is {} bytes; reads return at most {READ_LIMIT}",
+                meta.len()
+            ),
         ));
     }
     tokio::fs::read(&p)
@@ -317,7 +321,9 @@ async fn write_file(
 ) -> Result<Output, ToolExecutionFailure> {
     let p = confine::resolve(&sandbox.root, path)?;
     if p == sandbox.root {
-        return Err(ToolExecutionFailure::exception("cannot write the workspace root"));
+        return Err(ToolExecutionFailure::exception(
+            "cannot write the workspace root",
+        ));
     }
     if let Some(parent) = p.parent() {
         tokio::fs::create_dir_all(parent)

@@ -45,7 +45,11 @@ impl CommandLine {
     pub fn to_shell(&self) -> String {
         match self {
             CommandLine::Shell(s) => s.clone(),
-            CommandLine::Argv(v) => v.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" "),
+            CommandLine::Argv(v) => v
+                .iter()
+                .map(|a| shell_quote(a))
+                .collect::<Vec<_>>()
+                .join(" "),
         }
     }
 }
@@ -85,7 +89,9 @@ impl CommandPayload {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Self::from_line(CommandLine::Argv(argv.into_iter().map(Into::into).collect()))
+        Self::from_line(CommandLine::Argv(
+            argv.into_iter().map(Into::into).collect(),
+        ))
     }
 
     /// Runs `line` with `sh -c`.
