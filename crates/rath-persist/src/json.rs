@@ -86,7 +86,7 @@ pub fn python_float_repr(value: f64) -> String {
     };
     let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
     let decpt = exp + 1; // position of the decimal point relative to the digits
-    if decpt > 16 || decpt < -3 {
+    if !(-3..=16).contains(&decpt) {
         let (head, tail) = digits.split_at(1);
         let frac = if tail.is_empty() {
             String::new()

@@ -299,25 +299,21 @@ impl SessionWriter {
         };
         self.encode(&trailer)?;
         self.write_out(true)?;
-        if let Some(file) = &self.file {
-            if self.durability == Durability::Fsync {
-                file.sync_all()
-                    .map_err(|e| PersistError::io("fsync", &self.partial, e))?;
-            }
+        if let Some(file) = &self.file
+            && self.durability == Durability::Fsync
+        {
+            file.sync_all()
+                .map_err(|e| PersistError::io("fsync", &self.partial, e))?;
         }
         // Rename while still holding the lock, so no other writer can slip in between.
         std::fs::rename(&self.partial, &self.final_path)
             .map_err(|e| PersistError::io("rename", &self.partial, e))?;
-        if self.durability == Durability::Fsync {
-            if let Some(dir) = self
-                .final_path
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-            {
-                if let Ok(d) = File::open(dir) {
-                    let _ = d.sync_all();
-                }
-            }
+        if self.durability == Durability::Fsync
+            && let Some(dir) = self.final_path.parent()
+            && let Ok(d) = File::open(dir)
+        {
+            // Make the rename itself durable.
+            let _ = d.sync_all();
         }
         self.file = None; // closing the fd releases the flock
         Ok(self.final_path.clone())
@@ -353,10 +349,11 @@ impl SessionWriter {
     /// Writes the buffer according to the durability (or unconditionally when `force`).
     fn write_out(&mut self, force: bool) -> Result<(), PersistError> {
         self.buffered_rows += 1;
-        if let Durability::Batched { rows } = self.durability {
-            if !force && self.buffered_rows < rows.max(1) {
-                return Ok(());
-            }
+        if let Durability::Batched { rows } = self.durability
+            && !force
+            && self.buffered_rows < rows.max(1)
+        {
+            return Ok(());
         }
         let Some(file) = self.file.as_mut() else {
             return Err(PersistError::WriterClosed {

@@ -126,10 +126,10 @@ fn sigkill_at_random_points_never_corrupts() {
             }
         });
         let mut lines = Vec::new();
-        if rng.next() % 8 != 0 {
-            if let Ok(first) = rx.recv_timeout(Duration::from_secs(10)) {
-                lines.push(first);
-            }
+        if !rng.next().is_multiple_of(8)
+            && let Ok(first) = rx.recv_timeout(Duration::from_secs(10))
+        {
+            lines.push(first);
         }
         std::thread::sleep(Duration::from_micros(rng.next() % 15_000));
         let _ = c.kill(); // SIGKILL
