@@ -21,7 +21,7 @@
 //! A session carries ordered [`Chunk`]s (the four OpenRath conversation kinds plus evidence a
 //! model never sees), [`Lineage`] (parents, operator, kind, extras), cumulative and per-agent
 //! [`Usage`], [`Placement`] intent with a shared sandbox handle slot, and pending tool calls.
-//! Chunks live in a persistent vector, so [`Session::fork`] is O(1) and [`Session::merge`]
+//! Chunks live in a persistent, height-balanced concatenation tree ([`ChunkList`]), so [`Session::fork`] is O(1) and [`Session::merge`]
 //! O(log n).
 //!
 //! This crate owns the value and its algebra. It does no I/O and runs no async code: stores,
@@ -33,6 +33,7 @@ mod chunk;
 mod error;
 mod graph;
 mod lineage;
+mod list;
 mod messages;
 mod placement;
 mod serde_impl;
@@ -48,8 +49,9 @@ pub use chunk::{
 pub use error::SessionError;
 pub use graph::LineageGraph;
 pub use lineage::{Lineage, LineageKind, SessionId};
+pub use list::{ChunkList, Iter as ChunkIter, LEAF_MAX};
 pub use messages::{ChatMessage, Role};
 pub use placement::{Placement, SandboxHandle, SandboxLease, SandboxSlot, SandboxSpec};
-pub use session::{ChunkList, MergeStrategy, PendingCall, Session, SessionParts};
+pub use session::{MergeStrategy, PendingCall, Session, SessionParts};
 pub use stamp::{CounterSource, SeededSource, StampSource, Stamper, Timer, Timestamp};
 pub use usage::{Usage, sum_optional};

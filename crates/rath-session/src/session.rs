@@ -17,18 +17,15 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
-use imbl::Vector;
 use serde_json::Value;
 
 use crate::SessionError;
 use crate::chunk::{Chunk, ChunkBody, ToolCall};
 use crate::lineage::{Lineage, LineageKind, SessionId};
+use crate::list::ChunkList;
 use crate::placement::{Placement, SandboxHandle, SandboxSpec};
 use crate::stamp::{Stamper, Timestamp};
 use crate::usage::{Usage, sum_optional};
-
-/// The persistent chunk list a session holds; cloning it is O(1).
-pub type ChunkList = Vector<Chunk>;
 
 /// A tool call requested but not yet answered (for example, waiting for approval).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -120,7 +117,7 @@ impl Session {
     fn leaf(stamper: Stamper, chunk: Chunk, operator: &str, kind: LineageKind) -> Self {
         let id = stamper.next_id();
         let lineage = Lineage::new(Vec::new(), operator, kind).with_extra("source", operator);
-        let mut chunks = Vector::new();
+        let mut chunks = ChunkList::new();
         chunks.push_back(chunk);
         Self::build(stamper, id, chunks, lineage)
     }
@@ -165,7 +162,7 @@ impl Session {
         let id = stamper.next_id();
         let lineage = Lineage::new(Vec::new(), "Session.empty", LineageKind::OpCreate)
             .with_extra("source", "Session.empty");
-        Self::build(stamper, id, Vector::new(), lineage)
+        Self::build(stamper, id, ChunkList::new(), lineage)
     }
 
     /// A new root holding `chunks`, with the given lineage.

@@ -309,7 +309,8 @@ struct SystemSource;
 
 impl StampSource for SystemSource {
     fn next_id(&self) -> SessionId {
-        SessionId::new(ulid::Ulid::generate().to_string())
+        let mut buf = [0u8; ulid::ULID_LEN];
+        SessionId::new(&*ulid::Ulid::generate().array_to_str(&mut buf))
     }
     fn next_token(&self, prefix: &str) -> String {
         format!("{prefix}_{}", ulid::Ulid::generate())
@@ -348,7 +349,17 @@ impl CounterSource {
 impl StampSource for CounterSource {
     fn next_id(&self) -> SessionId {
         let n = self.ids.fetch_add(1, Ordering::Relaxed) + 1;
-        SessionId::new(format!("00000000-0000-4000-8000-{n:012}"))
+        // Formatted on the stack: one allocation per id keeps fork cheap.
+        let mut buf = *b"00000000-0000-4000-8000-000000000000";
+        let mut rest = n;
+        for slot in buf[24..].iter_mut().rev() {
+            *slot = b'0' + (rest % 10) as u8;
+            rest /= 10;
+        }
+        if rest != 0 {
+            return SessionId::new(format!("00000000-0000-4000-8000-{n:012}"));
+        }
+        SessionId::new(std::str::from_utf8(&buf).unwrap_or("00000000-0000-4000-8000-overflow0000"))
     }
     fn next_token(&self, prefix: &str) -> String {
         let n = self.tokens.fetch_add(1, Ordering::Relaxed) + 1;

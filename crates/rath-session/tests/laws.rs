@@ -378,3 +378,81 @@ fn slice_is_bounds_checked() {
         Err(SessionError::RangeOutOfBounds { .. })
     ));
 }
+
+#[derive(Debug, Clone)]
+enum ListOp {
+    Push,
+    AppendFresh(u8),
+    AppendSelf,
+    SplitKeepLeft(u16),
+    SplitKeepRight(u16),
+    Slice(u16, u16),
+}
+
+fn arb_list_op() -> impl Strategy<Value = ListOp> {
+    prop_oneof![
+        4 => Just(ListOp::Push),
+        2 => (0u8..150).prop_map(ListOp::AppendFresh),
+        1 => Just(ListOp::AppendSelf),
+        1 => any::<u16>().prop_map(ListOp::SplitKeepLeft),
+        1 => any::<u16>().prop_map(ListOp::SplitKeepRight),
+        1 => (any::<u16>(), any::<u16>()).prop_map(|(a, b)| ListOp::Slice(a, b)),
+    ]
+}
+
+proptest! {
+    /// ChunkList behaves exactly like a Vec under every operation sequence.
+    #[test]
+    fn chunk_list_matches_a_vec_model(ops in prop::collection::vec(arb_list_op(), 0..60)) {
+        let mut list = ChunkList::new();
+        let mut model: Vec<Chunk> = Vec::new();
+        let mut next = 0u32;
+        let fresh = |n: usize, next: &mut u32| -> Vec<Chunk> {
+            (0..n).map(|_| { *next += 1; Chunk::user(next.to_string()) }).collect()
+        };
+        for op in ops {
+            let snapshot = list.clone();
+            let snapshot_model = model.clone();
+            match op {
+                ListOp::Push => {
+                    let c = fresh(1, &mut next).remove(0);
+                    list.push_back(c.clone());
+                    model.push(c);
+                }
+                ListOp::AppendFresh(n) => {
+                    let cs = fresh(usize::from(n), &mut next);
+                    list.append(cs.iter().cloned().collect());
+                    model.extend(cs);
+                }
+                ListOp::AppendSelf => {
+                    list.append(list.clone());
+                    model.extend(model.clone());
+                }
+                ListOp::SplitKeepLeft(at) => {
+                    let at = usize::from(at) % (model.len() + 1);
+                    let _ = list.split_off(at);
+                    model.truncate(at);
+                }
+                ListOp::SplitKeepRight(at) => {
+                    let at = usize::from(at) % (model.len() + 1);
+                    list = list.split_off(at);
+                    model = model.split_off(at);
+                }
+                ListOp::Slice(a, b) => {
+                    let (mut a, mut b) = (usize::from(a) % (model.len() + 1), usize::from(b) % (model.len() + 1));
+                    if a > b { std::mem::swap(&mut a, &mut b); }
+                    list = list.range(a..b);
+                    model = model[a..b].to_vec();
+                }
+            }
+            // persistence: the value before the operation is untouched
+            prop_assert_eq!(snapshot.iter().cloned().collect::<Vec<_>>(), snapshot_model);
+            prop_assert_eq!(list.len(), model.len());
+            prop_assert_eq!(list.iter().cloned().collect::<Vec<_>>(), model.clone());
+            prop_assert_eq!(list.iter().rev().cloned().collect::<Vec<_>>(), model.iter().rev().cloned().collect::<Vec<_>>());
+            if let Some(i) = model.len().checked_sub(1) {
+                prop_assert_eq!(list.get(i / 2), model.get(i / 2));
+            }
+        }
+    }
+}
