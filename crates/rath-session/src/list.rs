@@ -98,13 +98,13 @@ fn rotate_right(node: Link) -> Link {
 
 /// Concatenates two non-empty trees, keeping the AVL balance.
 fn join(l: Link, r: Link) -> Link {
-    if let (Node::Leaf(a), Node::Leaf(b)) = (&*l, &*r) {
-        if a.len() + b.len() <= LEAF_MAX {
-            let mut v = Vec::with_capacity(a.len() + b.len());
-            v.extend_from_slice(a);
-            v.extend_from_slice(b);
-            return Arc::new(Node::Leaf(v));
-        }
+    if let (Node::Leaf(a), Node::Leaf(b)) = (&*l, &*r)
+        && a.len() + b.len() <= LEAF_MAX
+    {
+        let mut v = Vec::with_capacity(a.len() + b.len());
+        v.extend_from_slice(a);
+        v.extend_from_slice(b);
+        return Arc::new(Node::Leaf(v));
     }
     let (hl, hr) = (l.height(), r.height());
     if hl > hr + 1 {
