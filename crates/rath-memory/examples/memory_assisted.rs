@@ -38,7 +38,11 @@ fn open(store: &Option<PathBuf>) -> Result<LocalMemory> {
         Some(d) => d.clone(),
         None => store_dir(&rath_memory::openrath_home(), STORE_ID)?,
     };
-    Ok(LocalMemory::open_at(&dir, STORE_ID, LocalOptions::default())?)
+    Ok(LocalMemory::open_at(
+        &dir,
+        STORE_ID,
+        LocalOptions::default(),
+    )?)
 }
 
 /// Run 1: a question, a (scripted) answer, and commit-on-forward of the exchange.

@@ -34,6 +34,7 @@
 
 #![warn(missing_docs)]
 
+mod disk;
 mod embed;
 mod error;
 mod events;
@@ -42,6 +43,7 @@ mod item;
 mod local;
 mod memory;
 mod policy;
+mod snippet;
 mod uri;
 
 pub use embed::{Embedder, HashEmbedder, cosine};
@@ -52,9 +54,7 @@ pub use events::{
 };
 pub use index::tokenize;
 pub use item::{CommitReceipt, Hit, MemoryItem, NewItem};
-pub use local::{
-    CRASH_POINT_ENV, Durability, LocalMemory, LocalOptions, openrath_home, store_dir,
-};
+pub use local::{CRASH_POINT_ENV, Durability, LocalMemory, LocalOptions, openrath_home, store_dir};
 pub use memory::Memory;
 pub use policy::{
     ChunkSelection, CommitPolicy, InjectFormat, InjectRole, MemoryPolicy, QuerySource,

@@ -26,18 +26,20 @@
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
 
+use crate::disk::{
+    check_or_write_meta, crash_point, die, lock_dir, sync_dir, truncate, write_synced,
+};
 use crate::embed::{Embedder, cosine};
 use crate::index::{Bm25Index, tokenize};
+use crate::snippet::snippet;
 use crate::{CommitReceipt, Hit, Memory, MemoryError, MemoryItem, MemoryUri, NewItem, Scope};
 
-const FORMAT: &str = "rath-memory-local";
-const VERSION: u64 = 1;
 const LOG: &str = "items.jsonl";
 /// Reciprocal-rank-fusion constant for hybrid recall.
 const RRF_C: f64 = 60.0;
@@ -120,13 +122,6 @@ enum Record {
     },
 }
 
-#[derive(Serialize, Deserialize)]
-struct StoreMeta {
-    format: String,
-    version: u64,
-    store_id: String,
-}
-
 #[derive(Debug, Default)]
 struct ScopeIndex {
     bm25: Bm25Index,
@@ -168,7 +163,10 @@ impl State {
 
     fn get(&self, uri: &MemoryUri) -> Option<&Arc<MemoryItem>> {
         let slot = *self.by_uri.get(uri)?;
-        self.scopes[uri.scope().index()].items.get(slot as usize)?.as_ref()
+        self.scopes[uri.scope().index()]
+            .items
+            .get(slot as usize)?
+            .as_ref()
     }
 
     fn live_items(&self) -> impl Iterator<Item = &Arc<MemoryItem>> {
@@ -365,7 +363,12 @@ impl LocalMemory {
         Ok(())
     }
 
-    fn hits_from(&self, state: &State, ranked: Vec<(MemoryUri, f64)>, terms: &[String]) -> Vec<Hit> {
+    fn hits_from(
+        &self,
+        state: &State,
+        ranked: Vec<(MemoryUri, f64)>,
+        terms: &[String],
+    ) -> Vec<Hit> {
         ranked
             .into_iter()
             .filter_map(|(uri, score)| {
@@ -411,7 +414,7 @@ impl Memory for LocalMemory {
             };
             for (slot, score) in ix.bm25.search(&terms, wanted, tie) {
                 if let Some(item) = uri_of(slot) {
-                    lexical.push((item.uri.clone(), f64::from(score)));
+                    lexical.push((item.uri.clone(), round6(f64::from(score))));
                 }
             }
             if let Some(q) = &qvec {
@@ -419,7 +422,7 @@ impl Memory for LocalMemory {
                     if let (Some(v), Some(item)) = (v, uri_of(slot as u32)) {
                         let c = cosine(q, v);
                         if c > 0.0 {
-                            vector.push((item.uri.clone(), f64::from(c)));
+                            vector.push((item.uri.clone(), round6(f64::from(c))));
                         }
                     }
                 }
@@ -436,7 +439,8 @@ impl Memory for LocalMemory {
                     *fused.entry(uri.clone()).or_default() += 1.0 / (RRF_C + r as f64 + 1.0);
                 }
             }
-            let mut fused: Vec<(MemoryUri, f64)> = fused.into_iter().collect();
+            let mut fused: Vec<(MemoryUri, f64)> =
+                fused.into_iter().map(|(u, v)| (u, round6(v))).collect();
             rank(&mut fused);
             fused
         } else {
@@ -518,6 +522,11 @@ impl Memory for LocalMemory {
     }
 }
 
+/// Scores are reported to 6 decimals: enough to rank, short enough to read in an event.
+fn round6(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
+}
+
 /// Sorts by score (best first), then address.
 fn rank(list: &mut [(MemoryUri, f64)]) {
     list.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
@@ -575,12 +584,11 @@ fn load_state(log_path: &Path, embedder: Option<&dyn Embedder>) -> Result<State,
             good_len += n as u64;
             continue;
         }
-        let record: Record =
-            serde_json::from_slice(text).map_err(|e| MemoryError::CorruptLog {
-                path: log_path.to_owned(),
-                line: lineno,
-                reason: e.to_string(),
-            })?;
+        let record: Record = serde_json::from_slice(text).map_err(|e| MemoryError::CorruptLog {
+            path: log_path.to_owned(),
+            line: lineno,
+            reason: e.to_string(),
+        })?;
         state.apply(record);
         good_len += n as u64;
     }
@@ -607,162 +615,9 @@ fn embed_all(state: &mut State, e: &dyn Embedder) -> Result<(), MemoryError> {
     }
     Ok(())
 }
-
-fn truncate(path: &Path, len: u64) -> Result<(), MemoryError> {
-    let f = OpenOptions::new()
-        .write(true)
-        .open(path)
-        .map_err(MemoryError::io(path))?;
-    f.set_len(len)
-        .and_then(|()| f.sync_all())
-        .map_err(MemoryError::io(path))?;
-    let mut f = f;
-    f.seek(SeekFrom::End(0)).map_err(MemoryError::io(path))?;
-    Ok(())
-}
-
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), MemoryError> {
-    let mut f = File::create(path).map_err(MemoryError::io(path))?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .map_err(MemoryError::io(path))
-}
-
-fn sync_dir(dir: &Path) -> Result<(), MemoryError> {
-    #[cfg(unix)]
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(MemoryError::io(dir))?;
-    let _ = dir;
-    Ok(())
-}
-
-fn check_or_write_meta(dir: &Path, store_id: &str) -> Result<(), MemoryError> {
-    let path = dir.join("store.json");
-    match std::fs::read(&path) {
-        Ok(bytes) => {
-            let meta: StoreMeta =
-                serde_json::from_slice(&bytes).map_err(|e| MemoryError::NotAStore {
-                    path: dir.to_owned(),
-                    reason: format!("store.json: {e}"),
-                })?;
-            if meta.format != FORMAT || meta.version != VERSION {
-                return Err(MemoryError::NotAStore {
-                    path: dir.to_owned(),
-                    reason: format!("format {} version {}", meta.format, meta.version),
-                });
-            }
-            Ok(())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let meta = StoreMeta {
-                format: FORMAT.to_owned(),
-                version: VERSION,
-                store_id: store_id.to_owned(),
-            };
-            let mut bytes = serde_json::to_vec_pretty(&meta).map_err(|e| MemoryError::Io {
-                path: path.clone(),
-                source: std::io::Error::other(e),
-            })?;
-            bytes.push(b'\n');
-            let tmp = dir.join("store.json.tmp");
-            write_synced(&tmp, &bytes)?;
-            std::fs::rename(&tmp, &path).map_err(MemoryError::io(&path))?;
-            sync_dir(dir)
-        }
-        Err(e) => Err(MemoryError::Io { path, source: e }),
-    }
-}
-
-fn lock_dir(dir: &Path) -> Result<File, MemoryError> {
-    let path = dir.join("LOCK");
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(MemoryError::io(&path))?;
-    #[cfg(unix)]
-    {
-        use std::os::fd::AsRawFd;
-        // SAFETY: flock on a descriptor we own; no memory is touched.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            if err.kind() == std::io::ErrorKind::WouldBlock {
-                return Err(MemoryError::Locked {
-                    path: dir.to_owned(),
-                });
-            }
-            return Err(MemoryError::Io { path, source: err });
-        }
-    }
-    Ok(file)
-}
-
-fn crash_point(name: &str) -> bool {
-    std::env::var_os(CRASH_POINT_ENV).is_some_and(|v| v == name)
-}
-
-/// Ends the process the way a power cut or `kill -9` would: no destructors, no flushing.
-fn die() -> ! {
-    #[cfg(unix)]
-    // SAFETY: sending a signal to ourselves; SIGKILL cannot be caught.
-    unsafe {
-        libc::kill(libc::getpid(), libc::SIGKILL);
-    }
-    std::process::abort()
-}
-
-/// A short excerpt of `text` around the first query term it contains.
-fn snippet(text: &str, terms: &[String]) -> String {
-    const WINDOW: usize = 160;
-    if text.chars().count() <= WINDOW {
-        return text.to_owned();
-    }
-    let mut start_byte = 0;
-    let mut word_start: Option<usize> = None;
-    let mut found = None;
-    for (i, c) in text.char_indices().chain(std::iter::once((text.len(), ' '))) {
-        if c.is_alphanumeric() {
-            word_start.get_or_insert(i);
-        } else if let Some(ws) = word_start.take() {
-            let w = text[ws..i].to_lowercase();
-            if terms.iter().any(|t| *t == w) {
-                found = Some(ws);
-                break;
-            }
-        }
-    }
-    if let Some(pos) = found {
-        // Start a little before the match, on a char boundary.
-        let before: Vec<usize> = text[..pos].char_indices().map(|(i, _)| i).collect();
-        start_byte = before.len().checked_sub(40).map_or(0, |k| before[k]);
-    }
-    let excerpt: String = text[start_byte..].chars().take(WINDOW).collect();
-    let mut out = String::new();
-    if start_byte > 0 {
-        out.push('…');
-    }
-    out.push_str(&excerpt);
-    if start_byte + excerpt.len() < text.len() {
-        out.push('…');
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn snippets_center_on_the_first_match() {
-        let text = format!("{} needle {}", "hay ".repeat(100), "straw ".repeat(50));
-        let s = snippet(&text, &["needle".to_owned()]);
-        assert!(s.starts_with('…') && s.ends_with('…'), "{s}");
-        assert!(s.contains("needle"));
-        assert_eq!(snippet("short text", &[]), "short text");
-    }
 
     #[test]
     fn store_ids_are_checked() {

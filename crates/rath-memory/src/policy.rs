@@ -193,7 +193,10 @@ impl MemoryPolicy {
             return Ok(session.clone());
         }
         let (s, hits) = recall_into(session, memory, &query, p.scope, p.k, agent)?;
-        let shown: Vec<Hit> = hits.into_iter().filter(|h| h.score >= p.min_score).collect();
+        let shown: Vec<Hit> = hits
+            .into_iter()
+            .filter(|h| h.score >= p.min_score)
+            .collect();
         if shown.is_empty() {
             return Ok(s);
         }
@@ -269,7 +272,10 @@ pub fn select_items(
     if start > session.len() {
         return Err(MemoryError::BadSelection {
             session_id: session.id().to_string(),
-            reason: format!("start {start} is past the session's {} chunks", session.len()),
+            reason: format!(
+                "start {start} is past the session's {} chunks",
+                session.len()
+            ),
         });
     }
     let uri = |index: usize| {

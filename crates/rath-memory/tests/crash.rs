@@ -55,7 +55,6 @@ fn run_child(dir: &Path, point: &str) {
     );
 }
 
-
 #[test]
 fn killed_after_log_write_before_indexing_recovers_the_item() {
     let dir = tempfile::tempdir().unwrap();
@@ -70,7 +69,10 @@ fn killed_after_log_write_before_indexing_recovers_the_item() {
     assert_eq!(mem.recall("kettle", None, 3).unwrap()[0].uri, uri("kettle"));
     // An explicit rebuild agrees.
     mem.rebuild_index().unwrap();
-    assert_eq!(mem.recall("zebra", None, 3).unwrap()[0].uri, uri("crossing"));
+    assert_eq!(
+        mem.recall("zebra", None, 3).unwrap()[0].uri,
+        uri("crossing")
+    );
 }
 
 #[test]
@@ -80,10 +82,17 @@ fn killed_mid_log_write_drops_the_torn_line_and_keeps_working() {
     let log = dir.path().join("items.jsonl");
     let before = std::fs::metadata(&log).unwrap().len();
     run_child(dir.path(), "mid_log_write");
-    assert!(std::fs::metadata(&log).unwrap().len() > before, "torn bytes on disk");
+    assert!(
+        std::fs::metadata(&log).unwrap().len() > before,
+        "torn bytes on disk"
+    );
 
     let mem = LocalMemory::open_at(dir.path(), "crash", LocalOptions::default()).unwrap();
-    assert_eq!(std::fs::metadata(&log).unwrap().len(), before, "torn tail cut");
+    assert_eq!(
+        std::fs::metadata(&log).unwrap().len(),
+        before,
+        "torn tail cut"
+    );
     assert!(mem.recall("zebra", None, 3).unwrap().is_empty());
     assert_eq!(mem.list(None).unwrap(), [uri("kettle")]);
     mem.commit(

@@ -25,7 +25,10 @@ fn every_operation_leaves_an_event() {
         Some("a1"),
     )
     .unwrap();
-    assert_eq!(receipt.commit_id, "commit_000001-".to_owned() + &receipt.commit_id[14..]);
+    assert_eq!(
+        receipt.commit_id,
+        "commit_000001-".to_owned() + &receipt.commit_id[14..]
+    );
     let (s, hits) = recall_into(&s, &mem, "Ada", Some(Scope::User), 2, Some("a1")).unwrap();
     assert_eq!(hits.len(), 1);
     let (s, item) = read_into(&s, &mem, &uri, None).unwrap();
@@ -36,7 +39,10 @@ fn every_operation_leaves_an_event() {
     let (s, existed) = delete_into(&s, &mem, &other, None).unwrap();
     assert!(existed);
 
-    let ops: Vec<&str> = memory_events(&s).iter().map(|e| e.operation.as_str()).collect();
+    let ops: Vec<&str> = memory_events(&s)
+        .iter()
+        .map(|e| e.operation.as_str())
+        .collect();
     assert_eq!(ops, ["commit", "recall", "read", "write", "delete"]);
     let ev = memory_events(&s);
     assert_eq!(ev[0].uris, ["memory://user/name"]);
@@ -57,12 +63,16 @@ fn forward_and_recall(dir: &std::path::Path) -> (String, String) {
         commit: Some(CommitPolicy::new(Scope::Agent, "answers")),
     };
     let input = Session::user_with("Where is the spare key?", Stamper::counter());
-    let output = input.push(Chunk::assistant_text("Under the blue flowerpot by the door."));
+    let output = input.push(Chunk::assistant_text(
+        "Under the blue flowerpot by the door.",
+    ));
     let committed = policy
         .commit_on_forward(&input, &output, &mem, Some("helper"))
         .unwrap();
     let next = Session::user_with("spare key location?", Stamper::counter());
-    let ready = policy.recall_and_inject(&next, &mem, Some("helper")).unwrap();
+    let ready = policy
+        .recall_and_inject(&next, &mem, Some("helper"))
+        .unwrap();
     (
         serde_json::to_string(&committed.chunks()).unwrap(),
         serde_json::to_string(&ready.chunks()).unwrap(),
@@ -98,20 +108,33 @@ fn policy_selection_and_no_ops() {
             prefix: String::new(),
         }),
     };
-    let s = policy.commit_on_forward(&input, &output, &mem, None).unwrap();
-    assert_eq!(memory_events(&s)[0].uris.len(), 3, "only what the forward added");
+    let s = policy
+        .commit_on_forward(&input, &output, &mem, None)
+        .unwrap();
+    assert_eq!(
+        memory_events(&s)[0].uris.len(),
+        3,
+        "only what the forward added"
+    );
     policy.commit = Some(CommitPolicy {
         select: ChunkSelection::LastAssistant,
         scope: Scope::Session,
         prefix: "last".into(),
     });
-    let s = policy.commit_on_forward(&input, &output, &mem, None).unwrap();
+    let s = policy
+        .commit_on_forward(&input, &output, &mem, None)
+        .unwrap();
     let ev = memory_events(&s);
     assert_eq!(ev.len(), 1);
     let uri: MemoryUri = ev[0].uris[0].parse().unwrap();
-    assert_eq!(rath_memory::Memory::read(&mem, &uri).unwrap().text, "a1 final");
+    assert_eq!(
+        rath_memory::Memory::read(&mem, &uri).unwrap().text,
+        "a1 final"
+    );
     // Nothing new: no commit, no event.
-    let s = policy.commit_on_forward(&output, &output, &mem, None).unwrap();
+    let s = policy
+        .commit_on_forward(&output, &output, &mem, None)
+        .unwrap();
     assert!(memory_events(&s).is_empty());
     // No recall policy: unchanged. Recall with no hits: an event, but nothing injected.
     let same = policy.recall_and_inject(&input, &mem, None).unwrap();

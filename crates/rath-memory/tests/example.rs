@@ -20,7 +20,11 @@ fn second_run_recalls_the_first_runs_commit() {
     };
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let out = Command::new(&bin).arg("--store").arg(&store).output().unwrap();
+    let out = Command::new(&bin)
+        .arg("--store")
+        .arg(&store)
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -48,7 +52,14 @@ fn second_run_recalls_the_first_runs_commit() {
 
     // Deterministic: a second pair of runs on a fresh store prints the same bytes.
     let store2 = dir.path().join("store2");
-    let again = Command::new(&bin).arg("--store").arg(&store2).output().unwrap();
+    let again = Command::new(&bin)
+        .arg("--store")
+        .arg(&store2)
+        .output()
+        .unwrap();
     let again = String::from_utf8_lossy(&again.stdout);
-    assert_eq!(stdout.replace("store", ""), again.replace("store2", "").replace("store", ""));
+    assert_eq!(
+        stdout.replace("store", ""),
+        again.replace("store2", "").replace("store", "")
+    );
 }
