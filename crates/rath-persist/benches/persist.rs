@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use rath_persist::{Store, WriterOptions, export_sessions_to_file, load_file};
+use rath_persist::{Durability, Store, WriterOptions, export_sessions_to_file, load_file};
 use rath_session::{Chunk, Lineage, Session, Stamper, ToolCall};
 
 fn main() {
@@ -56,6 +56,22 @@ fn persist_10k_chunks_write(bencher: divan::Bencher) {
     let store = Store::at(tmp.path());
     bencher.bench_local(|| {
         let mut w = store.writer(&s, WriterOptions::default()).expect("open");
+        for c in s.chunks() {
+            w.append(c).expect("append");
+        }
+        w.close().expect("close")
+    });
+}
+
+/// The same write with `Durability::Batched { rows: 256 }` (one write(2) per 256 rows).
+#[divan::bench(sample_count = 30)]
+fn persist_10k_chunks_write_batched(bencher: divan::Bencher) {
+    let s = session_10k();
+    let tmp = Tmp::new();
+    let store = Store::at(tmp.path());
+    let opts = WriterOptions::default().durability(Durability::Batched { rows: 256 });
+    bencher.bench_local(|| {
+        let mut w = store.writer(&s, opts.clone()).expect("open");
         for c in s.chunks() {
             w.append(c).expect("append");
         }

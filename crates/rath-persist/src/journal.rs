@@ -194,6 +194,33 @@ pub fn export_jsonl_string(rows: &[LineageRow]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// [`LineageRow`] borrowed from a session, so exporting copies nothing.
+#[derive(Serialize)]
+struct RowRef<'a> {
+    id: &'a SessionId,
+    parent_session_ids: &'a [SessionId],
+    lineage_operator: &'a str,
+    lineage_kind: &'a LineageKind,
+    lineage_extras: &'a [(String, Value)],
+    chunk_count: u64,
+    cumulative_usage: Option<Usage>,
+}
+
+impl<'a> RowRef<'a> {
+    fn of(s: &'a Session) -> Self {
+        let l = s.lineage();
+        RowRef {
+            id: s.id(),
+            parent_session_ids: &l.parents,
+            lineage_operator: &l.operator,
+            lineage_kind: &l.kind,
+            lineage_extras: &l.extras,
+            chunk_count: s.conversation_len() as u64,
+            cumulative_usage: s.usage(),
+        }
+    }
+}
+
 /// Writes rows of `sessions`, in the given order, as JSONL to `w`.
 pub fn export_sessions<'a, W: Write>(
     sessions: impl IntoIterator<Item = &'a Session>,
@@ -201,7 +228,7 @@ pub fn export_sessions<'a, W: Write>(
 ) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(64 * 1024);
     for s in sessions {
-        write_line(&mut buf, &LineageRow::from_session(s)).map_err(std::io::Error::other)?;
+        write_line(&mut buf, &RowRef::of(s)).map_err(std::io::Error::other)?;
         if buf.len() >= 60 * 1024 {
             w.write_all(&buf)?;
             buf.clear();
@@ -348,4 +375,50 @@ pub fn to_mermaid(rows: &[LineageRow]) -> String {
         let _ = writeln!(out, "  style {d} stroke-dasharray: 5 5");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rath_session::Stamper;
+
+    #[test]
+    fn journal_keeps_every_session_in_stamp_order_and_updates_in_place() {
+        let j = LineageJournal::new();
+        let _guard = j.track();
+        let root = Session::user_with("q", Stamper::counter());
+        record_tracked(&root);
+        let f = root.fork();
+        record_tracked(&f);
+        record_tracked(&root.push(rath_session::Chunk::assistant_text("a")));
+        let rows = j.rows();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].chunk_count, 2);
+        assert_eq!(j.visit_order(), vec![root.id().clone(), f.id().clone()]);
+        drop(_guard);
+        record_tracked(&f.fork());
+        assert_eq!(j.len(), 2, "not tracking after the guard dropped");
+    }
+
+    #[test]
+    fn graphs_name_every_node_and_edge() {
+        let root = Session::user_with("q", Stamper::counter());
+        let a = root.fork();
+        let b = root.fork();
+        let m = a.merge(&b).expect("merge");
+        let rows: Vec<LineageRow> = [&a, &b, &m]
+            .iter()
+            .map(|s| LineageRow::from_session(s))
+            .collect();
+        let dot = to_dot(&rows);
+        assert_eq!(dot.matches(" -> ").count(), 4);
+        assert!(
+            dot.contains("style=dashed"),
+            "root is outside the rows: {dot}"
+        );
+        let mer = to_mermaid(&rows);
+        assert!(mer.starts_with("flowchart LR\n"));
+        assert_eq!(mer.matches(" --> ").count(), 4);
+        assert!(mer.contains("x0[\""), "{mer}");
+    }
 }

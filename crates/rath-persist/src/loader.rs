@@ -94,7 +94,7 @@ pub(crate) fn lines(bytes: &[u8]) -> impl Iterator<Item = (usize, Option<&[u8]>)
 }
 
 fn memchr_nl(b: &[u8]) -> Option<usize> {
-    b.iter().position(|&c| c == b'\n')
+    memchr::memchr(b'\n', b)
 }
 
 pub(crate) fn is_blank(line: &[u8]) -> bool {

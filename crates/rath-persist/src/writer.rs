@@ -407,3 +407,40 @@ fn lock_exclusive(file: &File, path: &Path) -> Result<(), PersistError> {
         Err(PersistError::io("lock", path, err))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rath_session::Stamper;
+
+    #[test]
+    fn batched_rows_reach_the_file_on_flush() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let s = Session::user_with("a", Stamper::counter())
+            .extend((0..4).map(|i| Chunk::user(format!("{i}"))));
+        let opts = WriterOptions::default().durability(Durability::Batched { rows: 100 });
+        let mut w = SessionWriter::create(tmp.path().join("x.jsonl"), &s, opts).expect("open");
+        w.sync_to(&s).expect("sync");
+        let lines = |p: &Path| std::fs::read_to_string(p).expect("read").lines().count();
+        assert_eq!(lines(w.partial_path()), 1, "only the header so far");
+        w.flush().expect("flush");
+        assert_eq!(lines(w.partial_path()), 6);
+        let p = w.close().expect("close");
+        assert_eq!(lines(&p), 7);
+    }
+
+    #[test]
+    fn fsync_mode_writes_the_same_bytes() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let write = |d: Durability, name: &str| {
+            let s = Session::user_with("a", Stamper::counter()).push(Chunk::assistant_text("b"));
+            let opts = WriterOptions::default().durability(d);
+            let w = SessionWriter::create(tmp.path().join(name), &s, opts).expect("open");
+            std::fs::read(w.close_with(&s).expect("close")).expect("read")
+        };
+        assert_eq!(
+            write(Durability::Fsync, "a.jsonl"),
+            write(Durability::Flush, "b.jsonl")
+        );
+    }
+}

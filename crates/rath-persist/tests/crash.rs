@@ -66,7 +66,7 @@ fn child_writer() {
     for i in 0..rows {
         w.append(&Chunk::user(row_text(i))).expect("append");
         // Reported only after the row's write(2) returned: it must survive the kill.
-        let _ = writeln!(out, "ROW {i}");
+        let _ = writeln!(out, "ROW {i} END");
         let _ = out.flush();
     }
     w.close().expect("close");
@@ -139,7 +139,11 @@ fn sigkill_at_random_points_never_corrupts() {
         let mut reported = 0usize;
         let mut closed_reported = false;
         for line in &lines {
-            if let Some(i) = line.strip_prefix("ROW ") {
+            // A kill can cut a progress line short: only complete lines count.
+            if let Some(i) = line
+                .strip_prefix("ROW ")
+                .and_then(|l| l.strip_suffix(" END"))
+            {
                 reported = i.parse::<usize>().expect("row number") + 1;
             } else if line == "CLOSED" {
                 closed_reported = true;
