@@ -17,30 +17,83 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 /// A session id. Any string is accepted (OpenRath writes UUIDs, we mint ULIDs by default).
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SessionId(Arc<str>);
+///
+/// Ids up to 38 bytes (ULIDs, UUIDs) are stored inline, so minting and cloning one never
+/// allocates; longer ids are shared behind an `Arc`.
+#[derive(Clone)]
+pub struct SessionId(Repr);
+
+const INLINE: usize = 38;
+
+#[derive(Clone)]
+enum Repr {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Shared(Arc<str>),
+}
 
 impl SessionId {
     /// Wraps a string.
-    pub fn new(id: impl Into<Arc<str>>) -> Self {
-        Self(id.into())
+    pub fn new(id: impl AsRef<str>) -> Self {
+        let id = id.as_ref();
+        if id.len() <= INLINE {
+            let mut bytes = [0u8; INLINE];
+            bytes[..id.len()].copy_from_slice(id.as_bytes());
+            Self(Repr::Inline {
+                len: id.len() as u8,
+                bytes,
+            })
+        } else {
+            Self(Repr::Shared(Arc::from(id)))
+        }
     }
 
     /// The id text.
     pub fn as_str(&self) -> &str {
-        &self.0
+        match &self.0 {
+            // The bytes were copied from a `str`, so they are valid UTF-8.
+            Repr::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            Repr::Shared(s) => s,
+        }
+    }
+}
+
+impl PartialEq for SessionId {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for SessionId {}
+
+impl PartialOrd for SessionId {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for SessionId {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl std::hash::Hash for SessionId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
     }
 }
 
 impl fmt::Debug for SessionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
+        fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
 impl fmt::Display for SessionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
@@ -58,13 +111,13 @@ impl From<String> for SessionId {
 
 impl AsRef<str> for SessionId {
     fn as_ref(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
 impl Serialize for SessionId {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
+        s.serialize_str(self.as_str())
     }
 }
 
