@@ -56,15 +56,17 @@ impl Bm25Index {
     /// Adds a document, returning its slot.
     pub(crate) fn add(&mut self, text: &str) -> u32 {
         let slot = u32::try_from(self.docs.len()).unwrap_or(u32::MAX);
-        let mut counts: HashMap<String, u32> = HashMap::new();
-        let mut len = 0u32;
-        for t in tokenize(text) {
-            *counts.entry(t).or_default() += 1;
-            len = len.saturating_add(1);
+        // Sorted, so postings are appended in a reproducible order; runs give term counts.
+        let mut tokens: Vec<String> = tokenize(text).collect();
+        let len = u32::try_from(tokens.len()).unwrap_or(u32::MAX);
+        tokens.sort_unstable();
+        let mut counts: Vec<(String, u32)> = Vec::new();
+        for t in tokens {
+            match counts.last_mut() {
+                Some((last, n)) if *last == t => *n += 1,
+                _ => counts.push((t, 1)),
+            }
         }
-        // Sorted so postings are appended in a reproducible order.
-        let mut counts: Vec<(String, u32)> = counts.into_iter().collect();
-        counts.sort_unstable();
         for (term, tf) in counts {
             let id = match self.terms.get(term.as_str()) {
                 Some(&id) => id,
