@@ -203,7 +203,8 @@ struct Inner {
     state: State,
 }
 
-/// A memory store on local disk. See the [module docs](self) for the layout.
+/// A memory store on local disk: `items.jsonl` (the source of truth, one record per line) plus
+/// an in-memory BM25 index rebuilt from it on open, under `<home>/memory/local/<store-id>/`.
 #[derive(Debug)]
 pub struct LocalMemory {
     dir: PathBuf,
