@@ -182,7 +182,7 @@ fn sigkill_at_random_points_never_corrupts() {
             );
             assert!(
                 got <= reported + 1,
-                "child {n}: {got} loaded, {reported} reported"
+                "child {n}: {got} loaded, {reported} reported; child said {lines:?}"
             );
             if got < rows && got == reported && loaded.torn_line_skipped {
                 lost_in_flight += 1;
