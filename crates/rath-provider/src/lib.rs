@@ -1,1 +1,49 @@
-//! Placeholder until its issue lands.
+//! Model providers for openrath: the [`Provider`] trait, an OpenAI-compatible provider on
+//! `async-openai`, a [`ScriptedProvider`] for tests and offline runs, and cassettes that record
+//! and replay provider traffic.
+//!
+//! ```
+//! use rath_provider::{Provider, ProviderRequest, ScriptedProvider, ScriptedResponse};
+//! use rath_session::{ChunkKind, Session, Stamper};
+//! use serde_json::json;
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let provider = ScriptedProvider::new(vec![
+//!     ScriptedResponse::tool_calls(vec![("call_1", "word_count", json!({"text": "a b c"}))])
+//!         .usage(40, 12),
+//! ]);
+//! let session = Session::user_with("How many words in 'a b c'?", Stamper::counter());
+//! let req = ProviderRequest::from_session(&session, vec![]);
+//! let resp = provider.complete(&req).await?;
+//! let next = resp.apply(&session, &req, 0.0);
+//! assert_eq!(next.last().unwrap().kind(), ChunkKind::ModelCall);
+//! assert_eq!(next.unanswered_tool_calls().len(), 1);
+//! provider.assert_complete()?;
+//! # Ok::<(), rath_provider::ProviderError>(())
+//! # }).unwrap();
+//! ```
+//!
+//! A provider never sees or changes a session: it takes a [`ProviderRequest`] (the
+//! conversation view, tool schemas and a request id from the session's stamper) and returns
+//! a [`ProviderResponse`]; [`ProviderResponse::apply`] puts the assistant chunk, the
+//! `model_call` evidence (carrying the request id) and the usage on a new session.
+
+#![warn(missing_docs)]
+
+mod error;
+mod openai;
+mod provider;
+mod scripted;
+mod types;
+mod wire;
+
+pub use error::ProviderError;
+pub use openai::{
+    DEFAULT_BASE_URL, DEFAULT_MODEL, OPENAI_PROVIDER_NAME, OpenAiConfig, OpenAiProvider,
+};
+pub use provider::{Provider, StreamSink};
+pub use scripted::{RequestAssertion, ScriptedProvider, ScriptedResponse};
+pub use types::{
+    ProviderManifest, ProviderRequest, ProviderResponse, REDACTED, StreamAssembler, StreamEvent,
+    ToolChoice, ToolSchema, is_secret_name,
+};
