@@ -486,10 +486,10 @@ async fn dispatch_on(
                     "cannot write the workspace root",
                 ));
             }
-            if let Some((parent, _)) = remote.rsplit_once('/') {
-                if !parent.is_empty() {
-                    lease.execd.make_dir(parent).await?;
-                }
+            if let Some((parent, _)) = remote.rsplit_once('/')
+                && !parent.is_empty()
+            {
+                lease.execd.make_dir(parent).await?;
             }
             lease
                 .execd

@@ -3,6 +3,8 @@
 //! stands in for the sandbox's file system (sandbox path `/x` is `<tmp>/<sandbox>/x`).
 
 #![allow(dead_code)]
+// Handlers return early with a ready `Response`; boxing it would only add noise to a mock.
+#![allow(clippy::result_large_err)]
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -32,12 +34,14 @@ pub struct Mock {
     root: tempfile::TempDir,
     addr: Mutex<String>,
     sandboxes: Mutex<BTreeMap<String, Sandbox>>,
-    commands: Mutex<BTreeMap<String, (Option<i32>, Option<String>)>>,
+    commands: Mutex<BTreeMap<String, CommandStatus>>,
     pub deletes: Mutex<Vec<String>>,
     counter: Mutex<u64>,
 }
 
 type Shared = Arc<Mock>;
+/// A finished command's exit code and error.
+type CommandStatus = (Option<i32>, Option<String>);
 
 fn err(status: StatusCode, code: &str, message: &str) -> Response {
     (
