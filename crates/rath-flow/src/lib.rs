@@ -1,1 +1,81 @@
-//! Placeholder until its issue lands.
+//! The openrath **flow layer**: tools, the session loop, agents, workflows, selectors,
+//! compressors and tool policy. Every component is `Session → Session`; none keeps a
+//! private transcript.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use rath_flow::{Agent, ToolContext, ToolError, ToolSet, Workflow, typed_tool};
+//! use rath_provider::{ScriptedProvider, ScriptedResponse};
+//! use rath_session::{Session, Stamper};
+//! use serde_json::json;
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct Args { text: String }
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let wc = typed_tool("word_count", "Count words.", |_cx: ToolContext, a: Args| async move {
+//!     Ok::<_, ToolError>(json!({"words": a.text.split_whitespace().count()}))
+//! });
+//! let provider = Arc::new(ScriptedProvider::new(vec![
+//!     ScriptedResponse::tool_calls(vec![("c1", "word_count", json!({"text": "a b c"}))]).usage(40, 12),
+//!     ScriptedResponse::text("3 words.").usage(70, 11),
+//! ]));
+//! let agent = Agent::new("counter", "Use tools.", provider).with_tools(ToolSet::new().with(wc)?);
+//! let out = agent.forward(Session::user_with("Count 'a b c'.", Stamper::counter())).await?;
+//! let texts: Vec<_> = out.conversation().filter_map(|c| c.text()).collect();
+//! assert_eq!(texts, ["Count 'a b c'.", r#"{"words": 3}"#, "3 words."]);
+//! assert_eq!(out.usage().unwrap().total_tokens, 133);
+//! # Ok::<(), rath_flow::FlowError>(())
+//! # }).unwrap();
+//! ```
+//!
+//! - [`Tool`], [`typed_tool`], [`RawTool`], [`ToolSet`] and the six [`builtin`] workspace
+//!   tools; arguments are validated against each tool's JSON Schema before the call.
+//! - [`SessionLoop`] / [`run_session_loop`]: the model ↔ tools loop, with evidence chunks,
+//!   per-tool timeouts, panic capture, truncation, cancellation and streaming to a
+//!   [`SessionSink`] such as [`StoreSink`].
+//! - [`Agent`] and the [`Workflow`] combinators [`Sequence`], [`Parallel`], [`LoopUntil`],
+//!   plus [`Selector`] (routing with recorded decisions) and the compressors [`KeepLastN`]
+//!   and [`SummaryCompressor`].
+//! - [`ToolPolicy`] with [`approve`] / [`reject`] and resumable approval stops.
+//!
+//! Tool result contents are JSON in Python's `json.dumps` layout (`", "` / `": "`); failures
+//! are `{"ok": false, "error_kind": ..., "message": ...}` in the same layout.
+//!
+//! This crate orchestrates; it owns no formats (rath-persist), no sandboxes (rath-backend),
+//! no model wire protocol (rath-provider) and no memory store (rath-memory).
+
+#![warn(missing_docs)]
+
+mod agent;
+pub mod builtin;
+mod compress;
+mod context;
+mod error;
+mod memory;
+mod policy;
+mod selector;
+mod session_loop;
+mod tool;
+mod workflow;
+
+pub use agent::Agent;
+pub use compress::{KeepLastN, SUMMARY_HEADER, SummaryCompressor};
+pub use context::{FlowContext, FlowEvent, Observer, SessionSink, StoreSink};
+pub use error::FlowError;
+pub use memory::{MemoryHook, PolicyMemory};
+pub use policy::{ToolPolicy, Verdict, approve, decision_for, reject};
+pub use selector::{Candidate, DecideFn, Decision, ROUTE_TOOL, Selector};
+pub use session_loop::{
+    LoopOptions, MAX_TOOL_ROUNDS_EXCEEDED, SessionLoop, pending_reason, run_session_loop,
+};
+pub use tool::{
+    RawTool, RawToolFn, Tool, ToolContext, ToolError, ToolOutput, ToolSet, TypedTool, error_kind,
+    parameters_for, py_json, typed_tool,
+};
+pub use workflow::{
+    EmptyWorkflow, FnWorkflow, LoopUntil, Parallel, Sequence, SessionFn, SessionPredicate,
+    SharedWorkflow, Workflow, final_text,
+};
+
+pub use tokio_util::sync::CancellationToken;

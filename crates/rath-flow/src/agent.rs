@@ -1,0 +1,189 @@
+//! [`Agent`]: a system prompt, a provider, tools, a policy and an optional memory hook —
+//! a [`Workflow`] whose forward is one session loop.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use rath_flow::{Agent, ToolSet, Workflow};
+//! use rath_provider::{ScriptedProvider, ScriptedResponse};
+//! use rath_session::{Session, Stamper};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let provider = Arc::new(ScriptedProvider::new(vec![ScriptedResponse::text("Paris.").usage(9, 2)]));
+//! let agent = Agent::new("geo", "Answer in one word.", provider)
+//!     .describe("Answers geography questions.")
+//!     .with_tools(ToolSet::new());
+//! let out = agent.forward(Session::user_with("Capital of France?", Stamper::counter())).await?;
+//! assert_eq!(rath_flow::final_text(&out), Some("Paris."));
+//! assert_eq!(out.agent_usage()["geo"].total_tokens, 11);
+//! # Ok::<(), rath_flow::FlowError>(())
+//! # }).unwrap();
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use rath_provider::Provider;
+use rath_session::Session;
+
+use crate::context::{FlowContext, SessionSink};
+use crate::memory::MemoryHook;
+use crate::policy::ToolPolicy;
+use crate::session_loop::{LoopOptions, SessionLoop};
+use crate::tool::ToolSet;
+use crate::workflow::Workflow;
+use crate::FlowError;
+
+struct Inner {
+    name: String,
+    description: String,
+    system_prompt: String,
+    looper: SessionLoop,
+    memory: Option<Arc<dyn MemoryHook>>,
+}
+
+/// A named agent. Cheap to clone (shared); the builder methods return a new agent.
+#[derive(Clone)]
+pub struct Agent(Arc<Inner>);
+
+impl fmt::Debug for Agent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Agent")
+            .field("name", &self.0.name)
+            .field("description", &self.0.description)
+            .field("looper", &self.0.looper)
+            .finish()
+    }
+}
+
+impl Agent {
+    /// An agent named `name` with `system_prompt`, answering through `provider`, no tools.
+    pub fn new(
+        name: impl Into<String>,
+        system_prompt: impl Into<String>,
+        provider: Arc<dyn Provider>,
+    ) -> Self {
+        let name = name.into();
+        Self(Arc::new(Inner {
+            looper: SessionLoop::new(provider, ToolSet::new()).with_agent_name(name.clone()),
+            name,
+            description: String::new(),
+            system_prompt: system_prompt.into(),
+            memory: None,
+        }))
+    }
+
+    fn edit(self, f: impl FnOnce(&mut Inner)) -> Self {
+        let mut inner = match Arc::try_unwrap(self.0) {
+            Ok(inner) => inner,
+            Err(shared) => Inner {
+                name: shared.name.clone(),
+                description: shared.description.clone(),
+                system_prompt: shared.system_prompt.clone(),
+                looper: shared.looper.clone(),
+                memory: shared.memory.clone(),
+            },
+        };
+        f(&mut inner);
+        Self(Arc::new(inner))
+    }
+
+    /// Sets the description a selector shows to its model.
+    pub fn describe(self, description: impl Into<String>) -> Self {
+        let d = description.into();
+        self.edit(|i| i.description = d)
+    }
+
+    /// Offers `tools` (replacing earlier ones). Build the set with [`ToolSet::builtins`] and
+    /// [`ToolSet::with`], which refuse name clashes.
+    pub fn with_tools(self, tools: ToolSet) -> Self {
+        self.edit(|i| i.looper = i.looper.clone().with_tools(tools))
+    }
+
+    /// Sets the tool policy.
+    pub fn with_policy(self, policy: ToolPolicy) -> Self {
+        self.edit(|i| i.looper = i.looper.clone().with_policy(policy))
+    }
+
+    /// Sets the loop options.
+    pub fn with_options(self, options: LoopOptions) -> Self {
+        self.edit(|i| i.looper = i.looper.clone().with_options(options))
+    }
+
+    /// Recalls before the first model call and commits after each forward.
+    pub fn with_memory(self, memory: Arc<dyn MemoryHook>) -> Self {
+        self.edit(|i| {
+            i.memory = Some(memory.clone());
+            i.looper = i.looper.clone().with_memory(memory);
+        })
+    }
+
+    /// Streams each loop output to `sink` as it grows (e.g. a [`crate::StoreSink`]).
+    pub fn with_sink(self, sink: Arc<dyn SessionSink>) -> Self {
+        self.edit(|i| i.looper = i.looper.clone().with_sink(sink))
+    }
+
+    /// The agent's name (usage attribution key).
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// The system prompt.
+    pub fn system_prompt(&self) -> &str {
+        &self.0.system_prompt
+    }
+
+    /// The configured loop.
+    pub fn session_loop(&self) -> &SessionLoop {
+        &self.0.looper
+    }
+
+    /// The agent's system session, stamped from `like`'s stamper (a `leaf_system`, made
+    /// fresh for every forward, and recorded in the context).
+    pub fn agent_session(&self, like: &Session, cx: &FlowContext) -> Session {
+        let s = Session::system_with(self.0.system_prompt.clone(), like.stamper().clone());
+        cx.record(&s);
+        s
+    }
+
+    /// Continues `stopped` after [`crate::approve`] / [`crate::reject`] decisions (see
+    /// [`SessionLoop::resume`]); commits memory when the loop finishes.
+    pub async fn resume(&self, stopped: &Session, cx: &FlowContext) -> Result<Session, FlowError> {
+        let agent = self.agent_session(stopped, cx);
+        let out = self.0.looper.resume(stopped, &agent, cx).await?;
+        self.commit(stopped, out)
+    }
+
+    fn commit(&self, input: &Session, out: Session) -> Result<Session, FlowError> {
+        match &self.0.memory {
+            Some(m) if out.pending().is_empty() => m.after_forward(input, &out, Some(&self.0.name)),
+            _ => Ok(out),
+        }
+    }
+}
+
+impl Workflow for Agent {
+    fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    fn description(&self) -> &str {
+        &self.0.description
+    }
+
+    fn forward_in<'a>(
+        &'a self,
+        session: Session,
+        cx: &'a FlowContext,
+    ) -> BoxFuture<'a, Result<Session, FlowError>> {
+        Box::pin(async move {
+            let agent = self.agent_session(&session, cx);
+            let out = self.0.looper.run(&session, &agent, cx).await?;
+            self.commit(&session, out)
+        })
+    }
+
+    fn named_agents(&self) -> Vec<(String, Agent)> {
+        vec![(self.0.name.clone(), self.clone())]
+    }
+}

@@ -1,0 +1,317 @@
+//! The run environment shared by a workflow tree: backends, observer, cancellation, sinks.
+//!
+//! ```
+//! use std::sync::{Arc, Mutex};
+//! use rath_flow::{FlowContext, FlowEvent};
+//!
+//! let seen = Arc::new(Mutex::new(Vec::new()));
+//! let log = seen.clone();
+//! let cx = FlowContext::new().with_observer(move |ev: &FlowEvent<'_>| {
+//!     if let FlowEvent::Session { session } = ev {
+//!         log.lock().unwrap().push(session.id().clone());
+//!     }
+//! });
+//! cx.record(&rath_session::Session::user("hi"));
+//! assert_eq!(seen.lock().unwrap().len(), 1);
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rath_backend::BackendRegistry;
+use rath_persist::{SessionWriter, Store, WriterOptions};
+use rath_provider::ProviderRequest;
+use rath_session::{
+    CounterSource, Session, SessionId, StampSource, Stamper, Timestamp, ToolCall, Usage,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::FlowError;
+
+/// Something that happened during a run, for progress display, logging and tests.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum FlowEvent<'a> {
+    /// A provider request is about to be sent.
+    Request {
+        /// The agent (or selector/compressor) making it.
+        agent: Option<&'a str>,
+        /// The request.
+        request: &'a ProviderRequest,
+    },
+    /// A piece of streamed reply text.
+    TextDelta {
+        /// The agent.
+        agent: Option<&'a str>,
+        /// The text.
+        text: &'a str,
+    },
+    /// A tool call is about to run.
+    ToolStart {
+        /// The agent.
+        agent: Option<&'a str>,
+        /// The call.
+        call: &'a ToolCall,
+    },
+    /// A tool call finished (successfully or not).
+    ToolEnd {
+        /// The agent.
+        agent: Option<&'a str>,
+        /// The call.
+        call: &'a ToolCall,
+        /// `ok` or the error kind.
+        outcome: &'a str,
+        /// The tool result content.
+        content: &'a str,
+    },
+    /// A model call reported usage.
+    Usage {
+        /// The agent it is attributed to.
+        agent: Option<&'a str>,
+        /// The figures.
+        usage: Usage,
+    },
+    /// The flow layer made (or finished) a session: agent leaves, loop outputs, forks,
+    /// merges, route annotations, compressions. Collect these to walk the lineage later.
+    Session {
+        /// The session.
+        session: &'a Session,
+    },
+}
+
+/// Receives [`FlowEvent`]s. Any `Fn(&FlowEvent)` closure is one.
+pub trait Observer: Send + Sync {
+    /// Called for every event, from whatever task produced it.
+    fn on_event(&self, event: &FlowEvent<'_>);
+}
+
+impl<F: Fn(&FlowEvent<'_>) + Send + Sync> Observer for F {
+    fn on_event(&self, event: &FlowEvent<'_>) {
+        self(event)
+    }
+}
+
+/// Receives a loop's output session as it grows, so chunks can be persisted as they are
+/// made. `begin` sees the session before its first model call, `append` after each step,
+/// `finish` once at the end (final answer, approval stop or cancellation).
+pub trait SessionSink: Send + Sync {
+    /// The loop started a new output session.
+    fn begin(&self, session: &Session) -> Result<(), FlowError>;
+    /// The output session grew.
+    fn append(&self, session: &Session) -> Result<(), FlowError>;
+    /// The loop stopped; the session is final (it may carry pending work).
+    fn finish(&self, session: &Session) -> Result<(), FlowError>;
+}
+
+/// A [`SessionSink`] that streams loop outputs into a [`rath_persist::Store`]: the file is
+/// `<id>.jsonl.__partial__` while the loop runs and is closed (renamed) when it stops.
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let sink = rath_flow::StoreSink::new(rath_persist::Store::at(dir.path()));
+/// # let _ = sink;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub struct StoreSink {
+    store: Store,
+    options: WriterOptions,
+    writers: Mutex<HashMap<SessionId, SessionWriter>>,
+}
+
+impl fmt::Debug for StoreSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreSink")
+            .field("dir", &self.store.dir())
+            .finish_non_exhaustive()
+    }
+}
+
+impl StoreSink {
+    /// Writes into `store` with default writer options.
+    pub fn new(store: Store) -> Self {
+        Self::with_options(store, WriterOptions::default())
+    }
+
+    /// Writes into `store` with `options`.
+    pub fn with_options(store: Store, options: WriterOptions) -> Self {
+        Self {
+            store,
+            options,
+            writers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn writers(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, SessionWriter>> {
+        self.writers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl SessionSink for StoreSink {
+    fn begin(&self, session: &Session) -> Result<(), FlowError> {
+        let w = self.store.writer(session, self.options.clone())?;
+        self.writers().insert(session.id().clone(), w);
+        Ok(())
+    }
+
+    fn append(&self, session: &Session) -> Result<(), FlowError> {
+        if let Some(w) = self.writers().get_mut(session.id()) {
+            w.sync_to(session)?;
+        }
+        Ok(())
+    }
+
+    fn finish(&self, session: &Session) -> Result<(), FlowError> {
+        let writer = self.writers().remove(session.id());
+        match writer {
+            Some(w) => {
+                w.close_with(session)?;
+            }
+            None => {
+                self.store.save(session)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The environment a workflow runs in: the backend registry that opens sandboxes, an
+/// optional observer, and a cancellation token. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct FlowContext {
+    backends: Arc<BackendRegistry>,
+    observer: Option<Arc<dyn Observer>>,
+    cancel: CancellationToken,
+}
+
+impl fmt::Debug for FlowContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FlowContext")
+            .field("backends", &self.backends)
+            .field("observer", &self.observer.is_some())
+            .field("cancelled", &self.cancel.is_cancelled())
+            .finish()
+    }
+}
+
+impl Default for FlowContext {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FlowContext {
+    /// `local` and `isolated` backends, no observer, a fresh cancellation token.
+    pub fn new() -> Self {
+        Self {
+            backends: Arc::new(BackendRegistry::with_defaults()),
+            observer: None,
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    /// Uses `backends` to open sandboxes.
+    pub fn with_backends(mut self, backends: BackendRegistry) -> Self {
+        self.backends = Arc::new(backends);
+        self
+    }
+
+    /// Sends events to `observer`.
+    pub fn with_observer(mut self, observer: impl Observer + 'static) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    /// Sends events to a shared observer.
+    pub fn with_shared_observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Uses `token` for cancellation (cancel it to stop every loop running in this context).
+    pub fn with_cancel(mut self, token: CancellationToken) -> Self {
+        self.cancel = token;
+        self
+    }
+
+    /// The backend registry.
+    pub fn backends(&self) -> &Arc<BackendRegistry> {
+        &self.backends
+    }
+
+    /// The observer, if any.
+    pub fn observer(&self) -> Option<&Arc<dyn Observer>> {
+        self.observer.as_ref()
+    }
+
+    /// The cancellation token.
+    pub fn cancel_token(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// True once cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Sends `event` to the observer.
+    pub fn emit(&self, event: &FlowEvent<'_>) {
+        if let Some(o) = &self.observer {
+            o.on_event(event);
+        }
+    }
+
+    /// Reports a session the flow layer made: to the observer and to every tracking
+    /// [`rath_persist::LineageJournal`].
+    pub fn record(&self, session: &Session) {
+        rath_persist::record_tracked(session);
+        self.emit(&FlowEvent::Session { session });
+    }
+}
+
+/// Ids, tokens and clock for one parallel branch in deterministic mode, so a branch's stamps
+/// do not depend on how the scheduler interleaves it with its siblings.
+#[derive(Debug)]
+struct BranchSource {
+    tag: String,
+    ids: AtomicU64,
+    tokens: AtomicU64,
+    clock: CounterSource,
+}
+
+impl StampSource for BranchSource {
+    fn next_id(&self) -> SessionId {
+        let n = self.ids.fetch_add(1, Ordering::Relaxed) + 1;
+        SessionId::new(format!("{}.{n:06}", self.tag))
+    }
+    fn next_token(&self, prefix: &str) -> String {
+        let n = self.tokens.fetch_add(1, Ordering::Relaxed) + 1;
+        format!("{prefix}_{}_{n:06}", self.tag)
+    }
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+    fn is_deterministic(&self) -> bool {
+        true
+    }
+}
+
+/// A stamper for a parallel branch: in deterministic mode a private source tagged from the
+/// parent (one parent token, read before the fan-out), else the parent itself.
+pub(crate) fn branch_stamper(parent: &Stamper) -> Stamper {
+    if !parent.is_deterministic() {
+        return parent.clone();
+    }
+    Stamper::new(BranchSource {
+        tag: parent.next_token("branch"),
+        ids: AtomicU64::new(0),
+        tokens: AtomicU64::new(0),
+        clock: CounterSource::new(parent.now(), 1_000_000),
+    })
+}

@@ -1,0 +1,902 @@
+//! The session loop: `(user session, agent session, provider, tools) → new session`.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use rath_flow::{LoopOptions, ToolSet, run_session_loop};
+//! use rath_provider::{ScriptedProvider, ScriptedResponse};
+//! use rath_session::{LineageKind, Session, Stamper};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let stamper = Stamper::counter();
+//! let agent = Session::system_with("Be brief.", stamper.clone());
+//! let user = Session::user_with("Say hi.", stamper);
+//! let provider = Arc::new(ScriptedProvider::new(vec![ScriptedResponse::text("hi").usage(5, 1)]));
+//! let out = run_session_loop(&user, &agent, provider, &ToolSet::new(), &LoopOptions::default()).await?;
+//! assert_eq!(out.lineage().kind, LineageKind::OpSessionLoop);
+//! assert_eq!(out.lineage().parents, vec![user.id().clone(), agent.id().clone()]);
+//! assert_eq!(out.conversation_len(), 2); // the agent's system row is not in the transcript
+//! # Ok::<(), rath_flow::FlowError>(())
+//! # }).unwrap();
+//! ```
+//!
+//! Each round: one model call (assistant chunk + `model_call` evidence), then the requested
+//! tool calls (parallel-safe ones concurrently, results always in call order), each answered
+//! by a `tool_result` chunk (+ `tool_evidence`). Every failure is a tool result with an
+//! `error_kind` and the loop goes on. The messages sent are the agent session's conversation
+//! rows followed by the loop session's; the loop output holds the user session's chunks plus
+//! the new ones, and names both sessions as parents, so nothing is kept privately.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use rath_provider::{Provider, ProviderRequest, ProviderResponse, StreamEvent, ToolChoice};
+use rath_session::{
+    ChatMessage, Chunk, ChunkBody, Lineage, LineageKind, PendingCall, PolicyDecision, Session,
+    ToolCall, ToolEvidence,
+};
+use serde_json::Value;
+
+use crate::context::{FlowContext, FlowEvent, SessionSink};
+use crate::memory::MemoryHook;
+use crate::policy::{ToolPolicy, Verdict, decision_for};
+use crate::tool::{Registered, ToolContext, ToolError, ToolOutput, ToolSet, error_kind};
+use crate::FlowError;
+
+/// The extra error kind for calls the model made after `max_tool_rounds` was reached.
+pub const MAX_TOOL_ROUNDS_EXCEEDED: &str = "max_tool_rounds_exceeded";
+
+/// Pending-call reasons.
+pub mod pending_reason {
+    /// The policy requires a reviewer's decision.
+    pub const REQUIRE_APPROVAL: &str = "require_approval";
+    /// A later call of the same round as an approval-gated call (kept in call order).
+    pub const QUEUED: &str = "queued_behind_approval";
+    /// The run was cancelled before the call finished.
+    pub const CANCELLED: &str = "cancelled";
+}
+
+/// How a loop runs.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct LoopOptions {
+    /// Tool rounds allowed before the loop is truncated (`loop.truncated = true`): calls the
+    /// model makes after that are answered with `max_tool_rounds_exceeded` and one last model
+    /// call with `tool_choice: none` asks for a final answer.
+    pub max_tool_rounds: usize,
+    /// Timeout for tools that declare none; `None` waits forever.
+    pub tool_timeout: Option<Duration>,
+    /// Append `model_call` / `tool_evidence` chunks (on by default).
+    pub evidence: bool,
+    /// Model override sent with every request.
+    pub model: Option<String>,
+    /// `tool_choice` sent while tools are offered.
+    pub tool_choice: ToolChoice,
+    /// Sampling temperature override.
+    pub temperature: Option<f32>,
+    /// Completion token limit override.
+    pub max_tokens: Option<u32>,
+    /// Use the provider's streaming call (text deltas reach the observer). Only used when the
+    /// context has an observer.
+    pub stream: bool,
+}
+
+impl Default for LoopOptions {
+    fn default() -> Self {
+        Self {
+            max_tool_rounds: 16,
+            tool_timeout: Some(Duration::from_secs(300)),
+            evidence: true,
+            model: None,
+            tool_choice: ToolChoice::Auto,
+            temperature: None,
+            max_tokens: None,
+            stream: true,
+        }
+    }
+}
+
+impl LoopOptions {
+    /// Sets `max_tool_rounds`.
+    pub fn max_tool_rounds(mut self, n: usize) -> Self {
+        self.max_tool_rounds = n;
+        self
+    }
+    /// Sets the default tool timeout.
+    pub fn tool_timeout(mut self, t: Option<Duration>) -> Self {
+        self.tool_timeout = t;
+        self
+    }
+    /// Turns evidence chunks on or off.
+    pub fn evidence(mut self, on: bool) -> Self {
+        self.evidence = on;
+        self
+    }
+    /// Sets the model.
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+    /// Sets `tool_choice`.
+    pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.tool_choice = choice;
+        self
+    }
+    /// Sets the temperature.
+    pub fn temperature(mut self, t: f32) -> Self {
+        self.temperature = Some(t);
+        self
+    }
+    /// Sets the completion token limit.
+    pub fn max_tokens(mut self, n: u32) -> Self {
+        self.max_tokens = Some(n);
+        self
+    }
+    /// Turns streaming on or off.
+    pub fn stream(mut self, on: bool) -> Self {
+        self.stream = on;
+        self
+    }
+}
+
+/// A configured loop: provider, tools, policy, options, agent name, memory hook and sink.
+/// Cheap to clone; [`crate::Agent`] wraps one.
+#[derive(Clone)]
+pub struct SessionLoop {
+    provider: Arc<dyn Provider>,
+    tools: ToolSet,
+    policy: ToolPolicy,
+    options: LoopOptions,
+    agent: Option<String>,
+    memory: Option<Arc<dyn MemoryHook>>,
+    sink: Option<Arc<dyn SessionSink>>,
+}
+
+impl std::fmt::Debug for SessionLoop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionLoop")
+            .field("provider", &self.provider.name())
+            .field("tools", &self.tools)
+            .field("policy", &self.policy)
+            .field("options", &self.options)
+            .field("agent", &self.agent)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `run_session_loop(user, agent, provider, tools, options)` with a default
+/// [`FlowContext`] (local backends, no observer): OpenRath's entry point.
+pub async fn run_session_loop(
+    user: &Session,
+    agent: &Session,
+    provider: Arc<dyn Provider>,
+    tools: &ToolSet,
+    options: &LoopOptions,
+) -> Result<Session, FlowError> {
+    SessionLoop::new(provider, tools.clone())
+        .with_options(options.clone())
+        .run(user, agent, &FlowContext::new())
+        .await
+}
+
+enum Gate {
+    Policy,
+    Approved,
+    Rejected(PolicyDecision),
+}
+
+enum Answer {
+    Done(ToolOutput),
+    Failed(ToolError),
+}
+
+struct Exec<'a> {
+    index: usize,
+    call: &'a ToolCall,
+    reg: &'a Registered,
+    args: Value,
+}
+
+impl SessionLoop {
+    /// A loop over `provider` offering `tools`, every call allowed, default options.
+    pub fn new(provider: Arc<dyn Provider>, tools: ToolSet) -> Self {
+        Self {
+            provider,
+            tools,
+            policy: ToolPolicy::allow_all(),
+            options: LoopOptions::default(),
+            agent: None,
+            memory: None,
+            sink: None,
+        }
+    }
+
+    /// Replaces the tools offered.
+    pub fn with_tools(mut self, tools: ToolSet) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// Sets the tool policy.
+    pub fn with_policy(mut self, policy: ToolPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Sets the options.
+    pub fn with_options(mut self, options: LoopOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Names the agent (usage attribution, evidence, pending work).
+    pub fn with_agent_name(mut self, name: impl Into<String>) -> Self {
+        self.agent = Some(name.into());
+        self
+    }
+
+    /// Applies a memory hook before the first model call.
+    pub fn with_memory(mut self, memory: Arc<dyn MemoryHook>) -> Self {
+        self.memory = Some(memory);
+        self
+    }
+
+    /// Streams the output session to `sink` as it grows.
+    pub fn with_sink(mut self, sink: Arc<dyn SessionSink>) -> Self {
+        self.sink = Some(sink);
+        self
+    }
+
+    /// The tools offered.
+    pub fn tools(&self) -> &ToolSet {
+        &self.tools
+    }
+
+    /// The options.
+    pub fn options(&self) -> &LoopOptions {
+        &self.options
+    }
+
+    /// The provider.
+    pub fn provider(&self) -> &Arc<dyn Provider> {
+        &self.provider
+    }
+
+    /// The agent name.
+    pub fn agent_name(&self) -> Option<&str> {
+        self.agent.as_deref()
+    }
+
+    /// Runs the loop: a new session with parents `[user, agent]`, operator
+    /// `run_session_loop`, kind `op_session_loop`, holding `user`'s chunks plus the new ones.
+    /// Usage carries `user`'s totals plus every model call's.
+    pub async fn run(
+        &self,
+        user: &Session,
+        agent: &Session,
+        cx: &FlowContext,
+    ) -> Result<Session, FlowError> {
+        let lineage = Lineage::new(
+            vec![user.id().clone(), agent.id().clone()],
+            "run_session_loop",
+            LineageKind::OpSessionLoop,
+        );
+        let mut out = carry_usage(user, user.derive(lineage));
+        if let Some(sink) = &self.sink {
+            sink.begin(&out)?;
+        }
+        if let Some(m) = &self.memory {
+            out = m.before_model_call(&out, self.agent.as_deref())?;
+        }
+        self.drive(out, agent, cx, Vec::new(), 0).await
+    }
+
+    /// Continues a session that stopped on pending work (approval, cancellation), also one
+    /// loaded from a store in another process: a new session with parents
+    /// `[stopped, agent]`, operator `resume_session_loop`, kind `op_resume`. Approved calls
+    /// run, rejected ones are answered with `denied_by_policy`, queued or cancelled ones go
+    /// through the policy again; then the rounds continue.
+    pub async fn resume(
+        &self,
+        stopped: &Session,
+        agent: &Session,
+        cx: &FlowContext,
+    ) -> Result<Session, FlowError> {
+        let rounds = stopped
+            .lineage()
+            .extra("loop.rounds")
+            .and_then(Value::as_u64)
+            .unwrap_or(0) as usize;
+        let lineage = Lineage::new(
+            vec![stopped.id().clone(), agent.id().clone()],
+            "resume_session_loop",
+            LineageKind::OpResume,
+        );
+        let mut out = carry_usage(stopped, stopped.derive(lineage));
+        let mut pending: Vec<PendingCall> = out.pending().to_vec();
+        for p in &pending {
+            out = out.take_pending(&p.call.id)?.1;
+        }
+        if pending.is_empty() {
+            // A session cut off between the assistant chunk and its results (a crash).
+            pending = out
+                .unanswered_tool_calls()
+                .into_iter()
+                .map(|call| PendingCall {
+                    call,
+                    agent: self.agent.clone(),
+                    reason: pending_reason::CANCELLED.to_owned(),
+                })
+                .collect();
+        }
+        let mut work = Vec::with_capacity(pending.len());
+        for p in pending {
+            let gate = match decision_for(&out, &p.call.id) {
+                Some(d) if d.decision == "approved" => Gate::Approved,
+                Some(d) => Gate::Rejected(d.clone()),
+                None if p.reason == pending_reason::REQUIRE_APPROVAL => {
+                    return Err(FlowError::AwaitingDecision {
+                        session_id: stopped.id().to_string(),
+                        call_id: p.call.id,
+                    });
+                }
+                None => Gate::Policy,
+            };
+            work.push((p.call, gate));
+        }
+        if let Some(sink) = &self.sink {
+            sink.begin(&out)?;
+        }
+        self.drive(out, agent, cx, work, rounds).await
+    }
+
+    async fn drive(
+        &self,
+        mut out: Session,
+        agent: &Session,
+        cx: &FlowContext,
+        resumed: Vec<(ToolCall, Gate)>,
+        mut rounds: usize,
+    ) -> Result<Session, FlowError> {
+        let agent_name = self.agent.as_deref();
+        let mut req = ProviderRequest::new(String::new(), agent.messages());
+        req.model = self.options.model.clone();
+        req.tools = self.tools.schemas();
+        req.tool_choice = self.options.tool_choice.clone();
+        req.temperature = self.options.temperature;
+        req.max_tokens = self.options.max_tokens;
+        req.agent = self.agent.clone();
+        let mut synced = 0usize;
+        sync_messages(&mut req.messages, &out, &mut synced);
+
+        if !resumed.is_empty() {
+            rounds += 1;
+            match self.answer_calls(out, resumed, cx).await {
+                Ok(Step::Continue(s)) => out = s,
+                Ok(Step::Stopped(s)) => return self.stop(s, rounds, cx),
+                Err(e) => return self.fail(e, cx),
+            }
+            self.append(&out)?;
+            sync_messages(&mut req.messages, &out, &mut synced);
+        }
+
+        let mut truncated = false;
+        loop {
+            if cx.is_cancelled() {
+                return self.fail(cancelled(out), cx);
+            }
+            req.request_id = out.stamper().next_token("req");
+            cx.emit(&FlowEvent::Request {
+                agent: agent_name,
+                request: &req,
+            });
+            let timer = out.stamper().start_timer();
+            let resp = tokio::select! {
+                biased;
+                () = cx.cancel_token().cancelled() => return self.fail(cancelled(out), cx),
+                r = self.call_model(&req, cx) => r,
+            };
+            let resp = match resp {
+                Ok(r) => r,
+                Err(e) => return self.fail(e.into(), cx),
+            };
+            out = self.apply(&out, &req, &resp, timer.elapsed_ms());
+            if let Some(u) = resp.usage {
+                cx.emit(&FlowEvent::Usage {
+                    agent: agent_name,
+                    usage: u,
+                });
+            }
+            let calls = resp.tool_calls();
+            if calls.is_empty() || truncated {
+                if truncated && !calls.is_empty() {
+                    out = self.refuse_all(out, calls);
+                }
+                break;
+            }
+            if rounds >= self.options.max_tool_rounds {
+                truncated = true;
+                out = self.refuse_all(out, calls).with_extra("loop.truncated", true);
+                req.tool_choice = ToolChoice::None;
+            } else {
+                rounds += 1;
+                let work = calls.iter().cloned().map(|c| (c, Gate::Policy)).collect();
+                match self.answer_calls(out, work, cx).await {
+                    Ok(Step::Continue(s)) => out = s,
+                    Ok(Step::Stopped(s)) => return self.stop(s, rounds, cx),
+                    Err(e) => return self.fail(e, cx),
+                }
+            }
+            self.append(&out)?;
+            sync_messages(&mut req.messages, &out, &mut synced);
+        }
+        if let Some(sink) = &self.sink {
+            sink.finish(&out)?;
+        }
+        cx.record(&out);
+        Ok(out)
+    }
+
+    fn append(&self, out: &Session) -> Result<(), FlowError> {
+        match &self.sink {
+            Some(sink) => sink.append(out),
+            None => Ok(()),
+        }
+    }
+
+    fn stop(&self, out: Session, rounds: usize, cx: &FlowContext) -> Result<Session, FlowError> {
+        let out = out
+            .with_extra("loop.rounds", rounds as u64)
+            .with_extra("loop.stopped", "pending_approval");
+        if let Some(sink) = &self.sink {
+            sink.finish(&out)?;
+        }
+        cx.record(&out);
+        Ok(out)
+    }
+
+    fn fail(&self, e: FlowError, cx: &FlowContext) -> Result<Session, FlowError> {
+        if let FlowError::Cancelled { session } = &e {
+            if let Some(sink) = &self.sink {
+                sink.finish(session)?;
+            }
+            cx.record(session);
+        }
+        Err(e)
+    }
+
+    async fn call_model(
+        &self,
+        req: &ProviderRequest,
+        cx: &FlowContext,
+    ) -> Result<ProviderResponse, rath_provider::ProviderError> {
+        match cx.observer() {
+            Some(obs) if self.options.stream => {
+                let obs = obs.clone();
+                let agent = self.agent.clone();
+                let mut sink = move |ev: StreamEvent| {
+                    if let StreamEvent::TextDelta { text } = &ev {
+                        obs.on_event(&FlowEvent::TextDelta {
+                            agent: agent.as_deref(),
+                            text,
+                        });
+                    }
+                };
+                self.provider.stream(req, &mut sink).await
+            }
+            _ => self.provider.complete(req).await,
+        }
+    }
+
+    fn apply(
+        &self,
+        out: &Session,
+        req: &ProviderRequest,
+        resp: &ProviderResponse,
+        elapsed_ms: f64,
+    ) -> Session {
+        if self.options.evidence {
+            return resp.apply(out, req, elapsed_ms);
+        }
+        let next = out.push(resp.chunk.clone());
+        match resp.usage {
+            Some(u) => next.with_usage(req.agent.as_deref(), u),
+            None => next,
+        }
+    }
+
+    fn refuse_all(&self, mut out: Session, calls: &[ToolCall]) -> Session {
+        for call in calls {
+            let err = ToolError::new(
+                MAX_TOOL_ROUNDS_EXCEEDED,
+                format!(
+                    "max_tool_rounds ({}) reached; answer without calling tools",
+                    self.options.max_tool_rounds
+                ),
+            );
+            out = self.push_result(out, call, &Answer::Failed(err), None, 0.0);
+        }
+        out
+    }
+
+    fn push_result(
+        &self,
+        mut out: Session,
+        call: &ToolCall,
+        answer: &Answer,
+        evidence: Option<ToolEvidence>,
+        elapsed_ms: f64,
+    ) -> Session {
+        let (content, outcome) = match answer {
+            Answer::Done(o) => (o.content.clone(), "ok".to_owned()),
+            Answer::Failed(e) => (e.to_content(), e.kind.clone()),
+        };
+        out.push_mut(Chunk::tool_result(
+            call.id.clone(),
+            call.function.name.clone(),
+            content,
+        ));
+        if self.options.evidence {
+            let mut ev = evidence.unwrap_or_else(|| ToolEvidence {
+                tool_call_id: call.id.clone(),
+                tool: call.function.name.clone(),
+                ..ToolEvidence::default()
+            });
+            ev.outcome = outcome;
+            ev.elapsed_ms = elapsed_ms;
+            out.push_mut(Chunk::new(ChunkBody::ToolEvidence(ev)));
+        }
+        out
+    }
+
+    fn policy_chunk(&self, call: &ToolCall, decision: &str, reason: &str) -> Chunk {
+        Chunk::new(ChunkBody::PolicyDecision(PolicyDecision {
+            agent: self.agent.clone(),
+            tool_call_id: call.id.clone(),
+            tool: call.function.name.clone(),
+            decision: decision.to_owned(),
+            reason: reason.to_owned(),
+            decided_by: "policy".to_owned(),
+        }))
+    }
+
+    /// Answers `work` in call order. Returns `Stopped` when a call needs approval: earlier
+    /// calls are answered, that call and the later ones become pending.
+    async fn answer_calls(
+        &self,
+        out: Session,
+        work: Vec<(ToolCall, Gate)>,
+        cx: &FlowContext,
+    ) -> Result<Step, FlowError> {
+        let n = work.len();
+        let mut answers: Vec<Option<(Answer, Option<ToolEvidence>, f64)>> =
+            (0..n).map(|_| None).collect();
+        let mut decisions: Vec<Option<Chunk>> = (0..n).map(|_| None).collect();
+        let mut execs: Vec<Exec<'_>> = Vec::with_capacity(n);
+        let mut stop_at = None;
+        for (i, (call, gate)) in work.iter().enumerate() {
+            match gate {
+                Gate::Rejected(d) => {
+                    let msg = format!("rejected by {}: {}", d.decided_by, d.reason);
+                    answers[i] = Some((
+                        Answer::Failed(ToolError::new(error_kind::DENIED_BY_POLICY, msg)),
+                        None,
+                        0.0,
+                    ));
+                    continue;
+                }
+                Gate::Policy if !self.policy.is_permissive() => {
+                    match self.policy.check(&call.function.name) {
+                        Verdict::Allow => {}
+                        Verdict::Deny(reason) => {
+                            decisions[i] = Some(self.policy_chunk(call, "deny", &reason));
+                            answers[i] = Some((
+                                Answer::Failed(ToolError::new(error_kind::DENIED_BY_POLICY, reason)),
+                                None,
+                                0.0,
+                            ));
+                            continue;
+                        }
+                        Verdict::RequireApproval => {
+                            stop_at = Some(i);
+                            break;
+                        }
+                    }
+                }
+                _ => {}
+            }
+            match self.prepare(call) {
+                Ok((reg, args)) => execs.push(Exec {
+                    index: i,
+                    call,
+                    reg,
+                    args,
+                }),
+                Err(e) => answers[i] = Some((Answer::Failed(e), None, 0.0)),
+            }
+        }
+
+        let run = self.execute_all(&out, execs, cx);
+        let results = tokio::select! {
+            biased;
+            () = cx.cancel_token().cancelled() => None,
+            r = run => Some(r),
+        };
+        let Some(results) = results else {
+            // Nothing of this round is recorded as answered: all of it becomes pending work.
+            let mut s = out;
+            for (call, _) in work {
+                s = s.with_pending(PendingCall {
+                    call,
+                    agent: self.agent.clone(),
+                    reason: pending_reason::CANCELLED.to_owned(),
+                });
+            }
+            return Err(cancelled(s));
+        };
+        for (i, r) in results {
+            answers[i] = Some(r);
+        }
+
+        let mut out = out;
+        let end = stop_at.unwrap_or(n);
+        for (i, (call, _)) in work.iter().enumerate().take(end) {
+            if let Some(d) = decisions[i].take() {
+                out.push_mut(d);
+            }
+            if let Some((answer, ev, elapsed)) = answers[i].take() {
+                out = self.push_result(out, call, &answer, ev, elapsed);
+            }
+        }
+        let Some(stop) = stop_at else {
+            return Ok(Step::Continue(out));
+        };
+        let gated = &work[stop].0;
+        out.push_mut(self.policy_chunk(
+            gated,
+            pending_reason::REQUIRE_APPROVAL,
+            &format!("tool {} requires approval", gated.function.name),
+        ));
+        for (k, (call, _)) in work.into_iter().enumerate().skip(stop) {
+            out = out.with_pending(PendingCall {
+                call,
+                agent: self.agent.clone(),
+                reason: if k == stop {
+                    pending_reason::REQUIRE_APPROVAL
+                } else {
+                    pending_reason::QUEUED
+                }
+                .to_owned(),
+            });
+        }
+        Ok(Step::Stopped(out))
+    }
+
+    /// Resolves the tool and parses and validates the arguments.
+    fn prepare<'t>(&'t self, call: &ToolCall) -> Result<(&'t Registered, Value), ToolError> {
+        let name = &call.function.name;
+        let Some(reg) = self.tools.registered(name) else {
+            return Err(ToolError::new(
+                error_kind::UNKNOWN_TOOL,
+                format!("unknown tool {name:?}; available: {}", self.tools.names().join(", ")),
+            ));
+        };
+        let raw = call.function.arguments.trim();
+        let args: Value = if raw.is_empty() {
+            Value::Object(Default::default())
+        } else {
+            serde_json::from_str(raw).map_err(|e| {
+                ToolError::invalid_arguments(format!("arguments are not valid JSON: {e}"))
+            })?
+        };
+        reg.validate(&args).map_err(|problems| {
+            ToolError::invalid_arguments(format!(
+                "arguments do not match the schema of {name}: {problems}"
+            ))
+        })?;
+        Ok((reg, args))
+    }
+
+    /// Runs the prepared calls: consecutive parallel-safe calls concurrently (calls sharing
+    /// a resource key one after another), every other call alone, in call order.
+    async fn execute_all(
+        &self,
+        out: &Session,
+        execs: Vec<Exec<'_>>,
+        cx: &FlowContext,
+    ) -> Vec<(usize, (Answer, Option<ToolEvidence>, f64))> {
+        let mut results = Vec::with_capacity(execs.len());
+        let mut batch: Vec<Exec<'_>> = Vec::new();
+        for e in execs {
+            if e.reg.tool.parallel_safe() {
+                batch.push(e);
+                continue;
+            }
+            if !batch.is_empty() {
+                results.extend(self.run_batch(out, std::mem::take(&mut batch), cx).await);
+            }
+            let i = e.index;
+            results.push((i, self.execute(out, e, cx).await));
+        }
+        if !batch.is_empty() {
+            results.extend(self.run_batch(out, batch, cx).await);
+        }
+        results
+    }
+
+    async fn run_batch(
+        &self,
+        out: &Session,
+        batch: Vec<Exec<'_>>,
+        cx: &FlowContext,
+    ) -> Vec<(usize, (Answer, Option<ToolEvidence>, f64))> {
+        if batch.len() == 1 {
+            let mut batch = batch;
+            let e = batch.remove(0);
+            let i = e.index;
+            return vec![(i, self.execute(out, e, cx).await)];
+        }
+        let mut groups: Vec<Vec<Exec<'_>>> = Vec::new();
+        let mut by_key: HashMap<String, usize> = HashMap::new();
+        for e in batch {
+            match e.reg.tool.resource_key(&e.args) {
+                Some(k) => match by_key.get(&k) {
+                    Some(&g) => groups[g].push(e),
+                    None => {
+                        by_key.insert(k, groups.len());
+                        groups.push(vec![e]);
+                    }
+                },
+                None => groups.push(vec![e]),
+            }
+        }
+        let futs = groups.into_iter().map(|g| async move {
+            let mut r = Vec::with_capacity(g.len());
+            for e in g {
+                let i = e.index;
+                r.push((i, self.execute(out, e, cx).await));
+            }
+            r
+        });
+        let mut all: Vec<_> = futures::future::join_all(futs)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        all.sort_by_key(|(i, _)| *i);
+        all
+    }
+
+    /// One call: timeout, panic capture, evidence.
+    async fn execute(
+        &self,
+        out: &Session,
+        e: Exec<'_>,
+        cx: &FlowContext,
+    ) -> (Answer, Option<ToolEvidence>, f64) {
+        let agent = self.agent.as_deref();
+        cx.emit(&FlowEvent::ToolStart {
+            agent,
+            call: e.call,
+        });
+        let tcx = ToolContext::new(
+            out.clone(),
+            cx.backends().clone(),
+            self.agent.clone(),
+            e.call.id.clone(),
+        );
+        let bytes_in = e.call.function.arguments.len() as u64;
+        let timer = out.stamper().start_timer();
+        let timeout = e.reg.tool.timeout().or(self.options.tool_timeout);
+        let fut = AssertUnwindSafe(e.reg.tool.call(&tcx, e.args)).catch_unwind();
+        let outcome = match timeout {
+            Some(d) => tokio::time::timeout(d, fut).await.ok(),
+            None => Some(fut.await),
+        };
+        let answer = match outcome {
+            None => Answer::Failed(ToolError::new(
+                error_kind::TOOL_TIMEOUT,
+                format!(
+                    "tool {} did not finish within {}",
+                    e.call.function.name,
+                    fmt_duration(timeout.unwrap_or_default())
+                ),
+            )),
+            Some(Err(panic)) => Answer::Failed(ToolError::exception(format!(
+                "tool {} panicked: {}",
+                e.call.function.name,
+                panic_message(panic.as_ref())
+            ))),
+            Some(Ok(Ok(o))) => Answer::Done(o),
+            Some(Ok(Err(err))) => Answer::Failed(err),
+        };
+        let elapsed = timer.elapsed_ms();
+        let evidence = if self.options.evidence {
+            let dispatched = tcx.dispatch_evidence();
+            Some(match dispatched.last() {
+                Some(d) => {
+                    let mut ev = d.to_tool_evidence(e.call.id.clone(), e.call.function.name.clone());
+                    if dispatched.len() > 1 {
+                        ev.detail
+                            .insert("dispatches".to_owned(), Value::from(dispatched.len() as u64));
+                    }
+                    ev
+                }
+                None => ToolEvidence {
+                    tool_call_id: e.call.id.clone(),
+                    tool: e.call.function.name.clone(),
+                    backend: Some("in-process".to_owned()),
+                    bytes_in,
+                    bytes_out: match &answer {
+                        Answer::Done(o) => o.content.len() as u64,
+                        Answer::Failed(_) => 0,
+                    },
+                    ..ToolEvidence::default()
+                },
+            })
+        } else {
+            None
+        };
+        if let Some(obs) = cx.observer() {
+            let (outcome, content) = match &answer {
+                Answer::Done(o) => ("ok".to_owned(), o.content.clone()),
+                Answer::Failed(err) => (err.kind.clone(), err.to_content()),
+            };
+            obs.on_event(&FlowEvent::ToolEnd {
+                agent,
+                call: e.call,
+                outcome: &outcome,
+                content: &content,
+            });
+        }
+        (answer, evidence, elapsed)
+    }
+}
+
+enum Step {
+    Continue(Session),
+    Stopped(Session),
+}
+
+fn cancelled(session: Session) -> FlowError {
+    FlowError::Cancelled {
+        session: Box::new(session),
+    }
+}
+
+/// `to` with `from`'s cumulative usage and per-agent attribution.
+pub(crate) fn carry_usage(from: &Session, to: Session) -> Session {
+    to.with_usage_totals(from.usage(), from.agent_usage().clone())
+}
+
+/// Appends the chat messages of `session`'s chunks past `synced`.
+fn sync_messages(messages: &mut Vec<ChatMessage>, session: &Session, synced: &mut usize) {
+    if *synced < session.len() {
+        for i in *synced..session.len() {
+            if let Some(m) = session.get(i).and_then(ChatMessage::from_chunk) {
+                messages.push(m);
+            }
+        }
+        *synced = session.len();
+    }
+}
+
+fn fmt_duration(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}

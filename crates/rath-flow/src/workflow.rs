@@ -1,0 +1,497 @@
+//! [`Workflow`]: `Session → Session`, and the combinators that nest workflows.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use rath_flow::{Agent, Parallel, Sequence, Workflow};
+//! use rath_provider::{ScriptedProvider, ScriptedResponse};
+//! use rath_session::{Session, Stamper};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let say = |name: &str, text: &str| {
+//!     Agent::new(name, "Be brief.", Arc::new(ScriptedProvider::new(vec![ScriptedResponse::text(text)])))
+//! };
+//! let team = Sequence::new("team")
+//!     .then(say("lead", "plan: a and b"))
+//!     .then(Parallel::new("workers").branch(say("a", "did a")).branch(say("b", "did b")))
+//!     .then(say("qa", "all good"));
+//! let out = team.forward(Session::user_with("Do a and b.", Stamper::counter())).await?;
+//! assert_eq!(rath_flow::final_text(&out), Some("all good"));
+//! let names: Vec<String> = team.named_agents().into_iter().map(|(n, _)| n).collect();
+//! assert_eq!(names, ["team.lead", "team.workers.a", "team.workers.b", "team.qa"]);
+//! # Ok::<(), rath_flow::FlowError>(())
+//! # }).unwrap();
+//! ```
+//!
+//! Like tower's `Service`, one contract composes: an [`crate::Agent`], a [`Sequence`], a
+//! [`Parallel`] fan-out, a [`LoopUntil`], a [`crate::Selector`] and the compressors are all
+//! workflows, and each nests inside the others.
+
+use std::fmt;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use rath_session::{Chunk, ChunkBody, ChunkList, Lineage, LineageKind, Session};
+
+use crate::agent::Agent;
+use crate::context::{FlowContext, branch_stamper};
+use crate::FlowError;
+
+/// A shared workflow.
+pub type SharedWorkflow = Arc<dyn Workflow>;
+
+/// A step of a program over sessions: takes a session, returns a new one.
+pub trait Workflow: Send + Sync {
+    /// A short name (used in agent paths and selector candidates).
+    fn name(&self) -> &str;
+
+    /// What it does, for a selector's model.
+    fn description(&self) -> &str;
+
+    /// Runs on `session` in the environment `cx`.
+    fn forward_in<'a>(
+        &'a self,
+        session: Session,
+        cx: &'a FlowContext,
+    ) -> BoxFuture<'a, Result<Session, FlowError>>;
+
+    /// Runs on `session` with a default [`FlowContext`] (local backends, no observer).
+    fn forward(&self, session: Session) -> BoxFuture<'_, Result<Session, FlowError>> {
+        Box::pin(async move {
+            let cx = FlowContext::new();
+            self.forward_in(session, &cx).await
+        })
+    }
+
+    /// Every agent inside, with dotted paths (`team.workers.a`).
+    fn named_agents(&self) -> Vec<(String, Agent)> {
+        Vec::new()
+    }
+}
+
+impl<W: Workflow + ?Sized> Workflow for Arc<W> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn description(&self) -> &str {
+        (**self).description()
+    }
+    fn forward_in<'a>(
+        &'a self,
+        session: Session,
+        cx: &'a FlowContext,
+    ) -> BoxFuture<'a, Result<Session, FlowError>> {
+        (**self).forward_in(session, cx)
+    }
+    fn named_agents(&self) -> Vec<(String, Agent)> {
+        (**self).named_agents()
+    }
+}
+
+/// The text of the last assistant chunk with text (the final answer), if any.
+pub fn final_text(session: &Session) -> Option<&str> {
+    session.chunks().iter().rev().find_map(|c| match c.body() {
+        ChunkBody::Assistant(p) => p.content.as_deref(),
+        _ => None,
+    })
+}
+
+fn prefixed(prefix: &str, children: Vec<(String, Agent)>) -> Vec<(String, Agent)> {
+    children
+        .into_iter()
+        .map(|(n, a)| (format!("{prefix}.{n}"), a))
+        .collect()
+}
+
+/// The workflow that returns its input unchanged: what a selector returns when it is done.
+#[derive(Clone, Debug, Default)]
+pub struct EmptyWorkflow;
+
+impl Workflow for EmptyWorkflow {
+    fn name(&self) -> &str {
+        "done"
+    }
+    fn description(&self) -> &str {
+        "Finish: nothing more to do."
+    }
+    fn forward_in<'a>(
+        &'a self,
+        session: Session,
+        _cx: &'a FlowContext,
+    ) -> BoxFuture<'a, Result<Session, FlowError>> {
+        Box::pin(async move { Ok(session) })
+    }
+}
+
+/// The boxed closure of a [`FnWorkflow`].
+pub type SessionFn = dyn Fn(Session) -> Result<Session, FlowError> + Send + Sync;
+
+/// A synchronous `Session → Session` function as a workflow.
+///
+/// ```
+/// use rath_flow::{FnWorkflow, Workflow};
+/// use rath_session::{Chunk, Session};
+///
+/// let note = FnWorkflow::new("note", "Adds a note.", |s: Session| Ok(s.push(Chunk::note("me", "seen"))));
+/// assert_eq!(note.name(), "note");
+/// ```
+pub struct FnWorkflow {
+    name: String,
+    description: String,
+    f: Box<SessionFn>,
+}
+
+impl fmt::Debug for FnWorkflow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FnWorkflow").field("name", &self.name).finish()
+    }
+}
+
+impl FnWorkflow {
+    /// A workflow named `name` that applies `f`.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        f: impl Fn(Session) -> Result<Session, FlowError> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            f: Box::new(f),
+        }
+    }
+}
+
+impl Workflow for FnWorkflow {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+    fn forward_in<'a>(
+        &'a self,
+        session: Session,
+        cx: &'a FlowContext,
+    ) -> BoxFuture<'a, Result<Session, FlowError>> {
+        Box::pin(async move {
+            let out = (self.f)(session)?;
+            cx.record(&out);
+            Ok(out)
+        })
+    }
+}
+
+/// Steps run one after another, each on the previous one's output. Stops early when a step
+/// leaves pending work (an approval stop), returning that session.
+#[derive(Clone)]
+pub struct Sequence {
+    name: String,
+    description: String,
+    steps: Vec<SharedWorkflow>,
+}
+
+impl fmt::Debug for Sequence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sequence")
+            .field("name", &self.name)
+            .field("steps", &self.steps.iter().map(|s| s.name().to_owned()).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Sequence {
+    /// An empty sequence named `name`.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            description: String::new(),
+            steps: Vec::new(),
+        }
+    }
+
+    /// Sets the description.
+    pub fn describe(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    /// Appends a step.
+    pub fn then(mut self, step: impl Workflow + 'static) -> Self {
+        self.steps.push(Arc::new(step));
+        self
+    }
+
+    /// Appends a shared step.
+    pub fn then_shared(mut self, step: SharedWorkflow) -> Self {
+        self.steps.push(step);
+        self
+    }
+}
+
+impl Workflow for Sequence {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+    fn forward_in<'a>(
+        &'a self,
+        session: Session,
+        cx: &'a FlowContext,
+    ) -> BoxFuture<'a, Result<Session, FlowError>> {
+        Box::pin(async move {
+            let mut s = session;
+            for step in &self.steps {
+                s = step.forward_in(s, cx).await?;
+                if !s.pending().is_empty() {
+                    break;
+                }
+            }
+            Ok(s)
+        })
+    }
+    fn named_agents(&self) -> Vec<(String, Agent)> {
+        self.steps
+            .iter()
+            .flat_map(|s| prefixed(&self.name, s.named_agents()))
+            .collect()
+    }
+}
+
+/// A fan-out: every branch runs on its own fork of the input, concurrently; the outputs are
+/// merged in declared order (whatever order they finish in), so runs are reproducible.
+///
+/// If the input is placed but its sandbox is not open yet, it is opened once before the
+/// fan-out: all branches then share one live sandbox (which the merge rule needs anyway),
+/// and its handle id does not depend on which branch reaches it first. In deterministic
+/// mode each branch gets its own stamper derived from the input's, so ids and tokens do not
+/// depend on scheduling either.
+///
+/// The result keeps the input's chunks once, then each branch's new chunks tagged with the
+/// branch session id (`branch` field); its usage is the input's plus every branch's.
+#[derive(Clone)]
+pub struct Parallel {
+    name: String,
+    description: String,
+    branches: Vec<SharedWorkflow>,
+}
+
+impl fmt::Debug for Parallel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Parallel")
+            .field("name", &self.name)
+            .field(
+                "branches",
+                &self.branches.iter().map(|s| s.name().to_owned()).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl Parallel {
+    /// An empty fan-out named `name`.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            description: String::new(),
+            branches: Vec::new(),
+        }
+    }
+
+    /// Sets the description.
+    pub fn describe(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    /// Adds a branch.
+    pub fn branch(mut self, branch: impl Workflow + 'static) -> Self {
+        self.branches.push(Arc::new(branch));
+        self
+    }
+
+    /// Adds a shared branch.
+    pub fn branch_shared(mut self, branch: SharedWorkflow) -> Self {
+        self.branches.push(branch);
+        self
+    }
+}
+
+fn shared_prefix(a: &ChunkList, b: &ChunkList) -> usize {
+    a.iter()
+        .zip(b.iter())
+        .take_while(|(x, y)| x.ptr_eq(y))
+        .count()
+}
+
+impl Workflow for Parallel {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+    fn forward_in<'a>(
+        &'a self,
+        session: Session,
+        cx: &'a FlowContext,
+    ) -> BoxFuture<'a, Result<Session, FlowError>> {
+        Box::pin(async move {
+            if self.branches.is_empty() {
+                return Ok(session);
+            }
+            let placement = session.placement();
+            if placement.backend().is_some() && placement.handle().is_none() {
+                cx.backends().sandbox_for(&session).await?;
+            }
+            let parent_stamper = session.stamper().clone();
+            let forks: Vec<Session> = self
+                .branches
+                .iter()
+                .map(|_| {
+                    let f = session.fork();
+                    cx.record(&f);
+                    f.with_stamper(branch_stamper(&parent_stamper))
+                })
+                .collect();
+            let runs = self
+                .branches
+                .iter()
+                .zip(forks)
+                .map(|(b, f)| b.forward_in(f, cx));
+            let outs: Vec<Session> = futures::future::try_join_all(runs)
+                .await?
+                .into_iter()
+                .map(|s| s.with_stamper(parent_stamper.clone()))
+                .collect();
+
+            // Lineage and the strict placement rule come from pairwise merges in order.
+            let mut merged = outs[0].clone();
+            for o in &outs[1..] {
+                merged = merged.merge(o)?;
+                cx.record(&merged);
+            }
+            if outs.len() == 1 {
+                merged = merged.derive(Lineage::new(
+                    vec![outs[0].id().clone()],
+                    "Parallel.merge",
+                    LineageKind::OpMerge,
+                ));
+            }
+            // Content: the shared prefix once, then each branch's suffix tagged.
+            let p = outs
+                .iter()
+                .map(|o| shared_prefix(session.chunks(), o.chunks()))
+                .min()
+                .unwrap_or(0);
+            let mut chunks: ChunkList = session.chunks().clone().slice(0..p);
+            for o in &outs {
+                let tag = o.id().to_string();
+                chunks.extend(
+                    o.chunks()
+                        .iter()
+                        .skip(p)
+                        .map(|c: &Chunk| c.with_branch(tag.as_str())),
+                );
+            }
+            let mut usage = session.usage();
+            let mut per_agent = session.agent_usage().clone();
+            for o in &outs {
+                usage = rath_session::sum_optional(usage, o.usage());
+                for (a, u) in o.agent_usage() {
+                    *per_agent.entry(a.clone()).or_default() += *u;
+                }
+            }
+            let merged = merged
+                .with_chunks(chunks)
+                .with_usage_totals(usage, per_agent)
+                .with_extra("parallel.name", self.name.clone())
+                .with_extra("parallel.branches", outs.len() as u64);
+            cx.record(&merged);
+            Ok(merged)
+        })
+    }
+    fn named_agents(&self) -> Vec<(String, Agent)> {
+        self.branches
+            .iter()
+            .flat_map(|s| prefixed(&self.name, s.named_agents()))
+            .collect()
+    }
+}
+
+/// The predicate of a [`LoopUntil`].
+pub type SessionPredicate = dyn Fn(&Session) -> bool + Send + Sync;
+
+/// Runs `body` repeatedly, each time on the previous output, until the predicate holds (it
+/// is checked after every iteration) or `max_iterations` ran. Stops on pending work too.
+pub struct LoopUntil {
+    name: String,
+    description: String,
+    body: SharedWorkflow,
+    until: Box<SessionPredicate>,
+    max_iterations: usize,
+}
+
+impl fmt::Debug for LoopUntil {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoopUntil")
+            .field("name", &self.name)
+            .field("body", &self.body.name())
+            .field("max_iterations", &self.max_iterations)
+            .finish()
+    }
+}
+
+impl LoopUntil {
+    /// Runs `body` at most `max_iterations` times (no predicate: always all of them).
+    pub fn new(name: impl Into<String>, body: impl Workflow + 'static, max_iterations: usize) -> Self {
+        Self {
+            name: name.into(),
+            description: String::new(),
+            body: Arc::new(body),
+            until: Box::new(|_| false),
+            max_iterations,
+        }
+    }
+
+    /// Stops once `predicate` holds for an iteration's output.
+    pub fn until(mut self, predicate: impl Fn(&Session) -> bool + Send + Sync + 'static) -> Self {
+        self.until = Box::new(predicate);
+        self
+    }
+
+    /// Sets the description.
+    pub fn describe(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+}
+
+impl Workflow for LoopUntil {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+    fn forward_in<'a>(
+        &'a self,
+        session: Session,
+        cx: &'a FlowContext,
+    ) -> BoxFuture<'a, Result<Session, FlowError>> {
+        Box::pin(async move {
+            let mut s = session;
+            for _ in 0..self.max_iterations {
+                s = self.body.forward_in(s, cx).await?;
+                if !s.pending().is_empty() || (self.until)(&s) {
+                    break;
+                }
+            }
+            Ok(s)
+        })
+    }
+    fn named_agents(&self) -> Vec<(String, Agent)> {
+        prefixed(&self.name, self.body.named_agents())
+    }
+}
