@@ -1,1 +1,39 @@
-fn main() {}
+//! `cargo xtask`: project automation (evidence packets and the claim ledger).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// openrath project automation.
+#[derive(Parser, Debug)]
+#[command(name = "xtask", about = "openrath project automation")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Regenerate evidence packets under evidence/packets/ (or check they reproduce).
+    Evidence(xtask::evidence::EvidenceArgs),
+    /// Check the claim ledger against the committed packets and write evidence/LEDGER.md.
+    Ledger(xtask::ledger::LedgerArgs),
+}
+
+fn main() -> ExitCode {
+    if let Some(code) = xtask::evidence::crash_child_main() {
+        return code;
+    }
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Evidence(args) => xtask::evidence::run(&args),
+        Command::Ledger(args) => xtask::ledger::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

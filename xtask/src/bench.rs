@@ -1,0 +1,702 @@
+//! `cargo xtask bench`: our divan benches and the Python OpenRath peer script in one sitting,
+//! ratios against the goals of issue 11, scaling plots, and `docs/benchmarks.md`.
+//!
+//! Steps: find (or create under `target/`) a venv with `openrath==2.0.0`; run
+//! `../shared/peers/openrath_bench.py`; run `cargo bench` for `rath-session` (fork, merge),
+//! `rath-persist` (write, load, export) and `rath-flow` (loop overhead) and read divan's medians;
+//! measure resident memory per forked session in this process (`/proc/self/statm`); write
+//! the page and `docs/bench-scaling.svg`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+use rath_session::{Chunk, Session, Stamper};
+
+/// Options of `cargo xtask bench`.
+#[derive(clap::Args, Debug, Default)]
+pub struct BenchArgs {
+    /// A short run (fewer samples, 2 Python repeats): minutes instead of a quarter hour.
+    #[arg(long)]
+    pub quick: bool,
+    /// Skip the Python peer (the page then shows our numbers only).
+    #[arg(long)]
+    pub no_python: bool,
+    /// Where to write the page (default `docs/benchmarks.md`; the SVG goes beside it).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Scaling points (chunks per session, sessions per export).
+const SIZES: [u64; 4] = [1_000, 10_000, 100_000, 1_000_000];
+/// The Python loop runs 200 tool rounds + 1 final answer and divides by 201.
+const LLM_ROUNDS: f64 = 201.0;
+
+// ------------------------------------------------------------------------------ parsing
+
+/// `"1.234 ms"` → nanoseconds.
+fn parse_duration(text: &str) -> Option<f64> {
+    let mut it = text.split_whitespace();
+    let v: f64 = it.next()?.parse().ok()?;
+    let scale = match it.next()? {
+        "ps" => 1e-3,
+        "ns" => 1.0,
+        "µs" | "us" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        _ => return None,
+    };
+    Some(v * scale)
+}
+
+/// divan's tree output → `"group/name/arg"` → median in ns.
+fn parse_divan(out: &str) -> BTreeMap<String, f64> {
+    let mut res = BTreeMap::new();
+    let mut stack: Vec<String> = Vec::new();
+    for line in out.lines() {
+        let cols: Vec<&str> = line.split('│').collect();
+        if cols.len() < 4 || line.contains("fastest") {
+            continue;
+        }
+        // The first column is tree drawing, the name and (for leaves) the fastest time.
+        let first = cols[0];
+        let Some(start) = first.char_indices().find(|(_, c)| c.is_alphanumeric()) else {
+            continue;
+        };
+        let depth = first[..start.0].chars().count() / 3;
+        let depth = depth.saturating_sub(1);
+        let mut tokens = first[start.0..].split_whitespace();
+        let Some(name) = tokens.next() else { continue };
+        stack.truncate(depth);
+        stack.push(name.to_owned());
+        if let Some(median) = parse_duration(cols[2].trim()) {
+            res.insert(stack.join("/"), median);
+        }
+    }
+    res
+}
+
+/// The Python script's `name value unit` lines → name → value in ns (times) or as printed.
+fn parse_python(out: &str) -> BTreeMap<String, f64> {
+    let mut res = BTreeMap::new();
+    for line in out.lines().filter(|l| !l.starts_with('#')) {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        if let [name, value, unit] = parts[..]
+            && let Ok(v) = value.parse::<f64>()
+        {
+            let ns = parse_duration(&format!("{v} {unit}")).unwrap_or(v);
+            res.insert(name.to_owned(), ns);
+        }
+    }
+    res
+}
+
+// ------------------------------------------------------------------------------ running
+
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
+}
+
+/// Runs one divan bench target and returns its medians.
+fn run_divan(
+    root: &Path,
+    package: &str,
+    bench: &str,
+    filters: &[&str],
+    quick: bool,
+) -> Result<BTreeMap<String, f64>> {
+    let mut cmd = Command::new(cargo());
+    cmd.current_dir(root)
+        .args(["bench", "-q", "-p", package, "--bench", bench, "--"])
+        .args(["--color", "never"])
+        .args(["--max-time", if quick { "1" } else { "4" }]);
+    if quick {
+        cmd.args(["--sample-count", "10"]);
+    }
+    cmd.args(filters)
+        .env("CARGO_TERM_COLOR", "never")
+        .stderr(Stdio::inherit());
+    eprintln!("xtask bench: cargo bench -p {package} --bench {bench}");
+    let out = cmd.output().with_context(|| format!("running cargo bench -p {package}"))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        bail!("cargo bench -p {package} --bench {bench} failed:\n{text}");
+    }
+    let parsed = parse_divan(&text);
+    if parsed.is_empty() {
+        bail!("no divan results from {package}/{bench}:\n{text}");
+    }
+    Ok(parsed)
+}
+
+/// The Python interpreter of a venv with `openrath==2.0.0`: `RATH_OPENRATH_PYTHON`, else
+/// `target/openrath-venv` (created when absent).
+fn python(root: &Path) -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("RATH_OPENRATH_PYTHON") {
+        return Ok(PathBuf::from(p));
+    }
+    let venv = root.join("target/openrath-venv");
+    let py = venv.join("bin/python");
+    let ok = |py: &Path| {
+        Command::new(py)
+            .args(["-c", "import rath, importlib.metadata as m; print(m.version('openrath'))"])
+            .output()
+            .map(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "2.0.0")
+            .unwrap_or(false)
+    };
+    if py.exists() && ok(&py) {
+        return Ok(py);
+    }
+    eprintln!("xtask bench: creating {} (pip install openrath==2.0.0)", venv.display());
+    let status = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .context("python3 -m venv")?;
+    if !status.success() {
+        bail!("python3 -m venv {} failed", venv.display());
+    }
+    let status = Command::new(venv.join("bin/pip"))
+        .args(["install", "-q", "--disable-pip-version-check", "openrath==2.0.0"])
+        .status()
+        .context("pip install openrath==2.0.0")?;
+    if !status.success() || !ok(&py) {
+        bail!("pip install openrath==2.0.0 into {} failed", venv.display());
+    }
+    Ok(py)
+}
+
+fn run_python(root: &Path, quick: bool) -> Result<(BTreeMap<String, f64>, String)> {
+    let py = python(root)?;
+    let script = xtask::shared_dir().join("peers/openrath_bench.py");
+    if !script.exists() {
+        bail!("{} not found", script.display());
+    }
+    eprintln!("xtask bench: python openrath_bench.py");
+    let out = Command::new(&py)
+        .arg(&script)
+        .args(["--repeats", if quick { "2" } else { "5" }])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running openrath_bench.py")?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        bail!("openrath_bench.py failed:\n{text}");
+    }
+    let header = text
+        .lines()
+        .find(|l| l.starts_with('#'))
+        .unwrap_or("# openrath")
+        .trim_start_matches('#')
+        .trim()
+        .to_owned();
+    Ok((parse_python(&text), header))
+}
+
+// ------------------------------------------------------------------------------ memory
+
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
+}
+
+/// Resident bytes per forked session of an `n`-chunk session: RSS growth over `forks` live
+/// forks (each a distinct session value), divided by `forks`.
+fn rss_per_fork(n: usize, forks: usize) -> Option<f64> {
+    let base = Session::user_with("root", Stamper::counter())
+        .extend((1..n).map(|i| Chunk::user(format!("row {i}"))));
+    // Warm the allocator so the forks do not reuse pages freed while building.
+    let warm: Vec<Session> = (0..forks / 10).map(|_| base.fork()).collect();
+    drop(warm);
+    let before = resident_bytes()?;
+    let kept: Vec<Session> = (0..forks).map(|_| base.fork()).collect();
+    let after = resident_bytes()?;
+    let per = after.saturating_sub(before) as f64 / forks as f64;
+    std::hint::black_box(&kept);
+    Some(per)
+}
+
+// ------------------------------------------------------------------------------ the page
+
+struct Op {
+    name: &'static str,
+    what: &'static str,
+    ours: Option<f64>,
+    python: Option<f64>,
+    goal: f64,
+    /// Why a miss happens and what would fix it (printed only when missed).
+    miss_note: &'static str,
+}
+
+fn fmt_ns(ns: f64) -> String {
+    if ns >= 1e9 {
+        format!("{:.2} s", ns / 1e9)
+    } else if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.2} µs", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+fn opt_ns(v: Option<f64>) -> String {
+    v.map_or_else(|| "—".to_owned(), fmt_ns)
+}
+
+fn machine() -> (usize, String, String, String) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or_else(|| "?".to_owned(), |kb| format!("{:.1} GiB", kb / 1024.0 / 1024.0));
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").map(|r| r.trim_start_matches([' ', '\t', ':']).to_owned()))
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
+    (cores, mem, cpu, load)
+}
+
+/// Today's date (UTC) as `YYYY-MM-DD`, from the system clock.
+fn today() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let days = (secs / 86_400) as i64;
+    // Civil-from-days (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// A log-log plot: one polyline per series (ours), hollow squares for Python's points.
+fn svg_plot(series: &[(&str, &str, Vec<(f64, f64)>, Option<(f64, f64)>)]) -> String {
+    let (w, h) = (760.0, 460.0);
+    let (l, r, t, b) = (80.0, 190.0, 30.0, 50.0);
+    let all: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.2.iter().map(|p| p.1).chain(s.3.map(|p| p.1)))
+        .filter(|v| *v > 0.0)
+        .collect();
+    let ymin = all.iter().copied().fold(f64::INFINITY, f64::min).max(1.0).log10().floor();
+    let ymax = all.iter().copied().fold(1.0, f64::max).log10().ceil().max(ymin + 1.0);
+    let (xmin, xmax) = (3.0, 6.0);
+    let px = |x: f64| l + (x.log10() - xmin) / (xmax - xmin) * (w - l - r);
+    let py = |y: f64| t + (ymax - y.max(1e-3).log10()) / (ymax - ymin) * (h - t - b);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="18" text-anchor="middle" font-size="14">Time per operation vs size (log-log; lines: openrath, squares: Python OpenRath 2.0)</text>"#,
+        w / 2.0
+    );
+    for e in 3..=6 {
+        let x = px(10f64.powi(e));
+        let _ = writeln!(
+            s,
+            r##"<line x1="{x:.1}" y1="{t}" x2="{x:.1}" y2="{}" stroke="#ddd"/><text x="{x:.1}" y="{}" text-anchor="middle">10^{e}</text>"##,
+            h - b,
+            h - b + 18.0
+        );
+    }
+    let mut e = ymin as i32;
+    while f64::from(e) <= ymax {
+        let y = py(10f64.powi(e));
+        let _ = writeln!(
+            s,
+            r##"<line x1="{l}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
+            w - r,
+            l - 6.0,
+            y + 4.0,
+            fmt_ns(10f64.powi(e))
+        );
+        e += 1;
+    }
+    let _ = writeln!(
+        s,
+        r#"<rect x="{l}" y="{t}" width="{}" height="{}" fill="none" stroke="black"/>"#,
+        w - l - r,
+        h - t - b
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">chunks per session (sessions per export)</text>"#,
+        l + (w - l - r) / 2.0,
+        h - 10.0
+    );
+    for (i, (name, color, points, py_point)) in series.iter().enumerate() {
+        let pts: Vec<String> = points
+            .iter()
+            .map(|(x, y)| format!("{:.1},{:.1}", px(*x), py(*y)))
+            .collect();
+        if !pts.is_empty() {
+            let _ = writeln!(
+                s,
+                r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#,
+                pts.join(" ")
+            );
+        }
+        for (x, y) in points {
+            let _ = writeln!(
+                s,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/>"#,
+                px(*x),
+                py(*y)
+            );
+        }
+        if let Some((x, y)) = py_point {
+            let _ = writeln!(
+                s,
+                r#"<rect x="{:.1}" y="{:.1}" width="9" height="9" fill="none" stroke="{color}" stroke-width="2"/>"#,
+                px(*x) - 4.5,
+                py(*y) - 4.5
+            );
+        }
+        let ly = t + 10.0 + i as f64 * 20.0;
+        let lx = w - r + 12.0;
+        let _ = writeln!(
+            s,
+            r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="2"/><text x="{}" y="{}">{name}</text>"#,
+            lx + 22.0,
+            lx + 28.0,
+            ly + 4.0
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// Runs everything and writes the page.
+pub fn run(args: &BenchArgs) -> Result<()> {
+    let root = xtask::workspace_root();
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| root.join("docs/benchmarks.md"));
+    let svg_path = out.with_file_name("bench-scaling.svg");
+    let (cores, mem, cpu, load_before) = machine();
+
+    // The Python peer first, then ours, in one sitting.
+    let (py, py_header) = if args.no_python {
+        (BTreeMap::new(), "not run (--no-python)".to_owned())
+    } else {
+        match run_python(&root, args.quick) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("xtask bench: Python peer not measured: {e:#}");
+                (BTreeMap::new(), format!("not measured: {e}"))
+            }
+        }
+    };
+    let session = run_divan(&root, "rath-session", "session_ops", &["fork", "merge_halves"], args.quick)?;
+    let persist = run_divan(&root, "rath-persist", "persist", &[], args.quick)?;
+    let flow = run_divan(&root, "rath-flow", "loop_overhead", &[], args.quick).unwrap_or_else(|e| {
+        eprintln!("xtask bench: loop bench not measured: {e:#}");
+        BTreeMap::new()
+    });
+    let mem_10k = rss_per_fork(10_000, 100_000);
+    let mem_1m = rss_per_fork(1_000_000, 100_000);
+    let (_, _, _, load_after) = machine();
+
+    let ours = |map: &BTreeMap<String, f64>, key: &str| map.get(key).copied();
+    let loop_total = flow
+        .get("loop_200_rounds_canned")
+        .or_else(|| flow.iter().find(|(k, _)| k.starts_with("loop_200_rounds")).map(|(_, v)| v))
+        .copied();
+    let ops = [
+        Op {
+            name: "fork",
+            what: "fork of a 10k-chunk session, per op",
+            ours: ours(&session, "fork/10000"),
+            python: py.get("fork_10k_chunks_per_op").copied(),
+            goal: 50.0,
+            miss_note: "a fork is an `Arc` clone of the chunk tree plus a fresh id and lineage; \
+                        what remains is id minting and the lineage record (allocation-bound).",
+        },
+        Op {
+            name: "merge",
+            what: "merge of two 5k-chunk sessions, per op",
+            ours: ours(&session, "merge_halves/10000"),
+            python: py.get("merge_5k_plus_5k_per_op").copied(),
+            goal: 100.0,
+            miss_note: "merge joins two persistent trees in O(log n); the rest is the id, lineage \
+                        and usage sum.",
+        },
+        Op {
+            name: "persist",
+            what: "write 10k chunks, each row reaching the OS before the next",
+            ours: ours(&persist, "persist_write/10000"),
+            python: py.get("persist_10k_chunks_write").copied(),
+            goal: 10.0,
+            miss_note: "after the mapped writer removed the syscall per row, the write is bound by \
+                        JSON encoding (Python-compatible formatting) and page faults on the \
+                        mapping; a specialised encoder per payload type and pre-faulting \
+                        (MADV_POPULATE_WRITE) would close the rest.",
+        },
+        Op {
+            name: "load",
+            what: "load the 10k-chunk file",
+            ours: ours(&persist, "persist_load/10000"),
+            python: py.get("persist_10k_chunks_load").copied(),
+            goal: 20.0,
+            miss_note: "bound by JSON parsing and one allocation per string field (the session \
+                        owns its strings); parsing the lines on two threads and an arena for \
+                        payload strings would close it on an idle machine.",
+        },
+        Op {
+            name: "loop",
+            what: "session loop, per round (200 tool rounds + final, scripted model, no-op tool)",
+            ours: loop_total.map(|t| t / LLM_ROUNDS),
+            python: py.get("loop_per_round_async_executor").copied(),
+            goal: 20.0,
+            miss_note: "per-round cost is the flow layer's (context build, evidence chunks, tool \
+                        dispatch through the async runtime); see crates/rath-flow.",
+        },
+        Op {
+            name: "export",
+            what: "lineage export of 10k sessions",
+            ours: ours(&persist, "lineage_export/10000"),
+            python: py.get("lineage_export_10k_sessions").copied(),
+            goal: 20.0,
+            miss_note: "bound by the file write and per-row counting of conversation chunks; \
+                        caching the conversation count in the session would remove the latter.",
+        },
+    ];
+
+    // ---- the page
+    let mut md = String::new();
+    let _ = writeln!(md, "# Benchmarks: openrath vs Python OpenRath\n");
+    let _ = writeln!(
+        md,
+        "Generated by `cargo xtask bench{}` on {} — do not edit by hand; re-run it instead.\n",
+        if args.quick { " --quick" } else { "" },
+        today()
+    );
+    let _ = writeln!(
+        md,
+        "Machine: {cores} cores ({cpu}), {mem} memory; load average before/after the run: \
+         {load_before} / {load_after}. Python: {py_header}. Both sides ran in this sitting on \
+         this machine; absolute times drift between machines and runs, the ratios are the \
+         figures of merit. Ours are divan medians (`cargo bench`), Python's are the peer \
+         script's medians (`../shared/peers/openrath_bench.py`, same workloads, sizes and \
+         durability).\n"
+    );
+    let _ = writeln!(md, "## Ratios against the goals (issue 11)\n");
+    let _ = writeln!(md, "| operation | workload | openrath | Python OpenRath | ratio | goal | met |");
+    let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- |");
+    let mut misses = Vec::new();
+    for op in &ops {
+        let ratio = match (op.ours, op.python) {
+            (Some(o), Some(p)) if o > 0.0 => Some(p / o),
+            _ => None,
+        };
+        let met = match ratio {
+            Some(r) if r >= op.goal => "yes".to_owned(),
+            Some(_) => {
+                misses.push(op);
+                "**no**".to_owned()
+            }
+            None => "not measured".to_owned(),
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | ≥ {}× | {met} |",
+            op.name,
+            op.what,
+            opt_ns(op.ours),
+            opt_ns(op.python),
+            ratio.map_or_else(|| "—".to_owned(), |r| format!("{r:.1}×")),
+            op.goal
+        );
+    }
+    // Flatness of fork and merge from 10^4 to 10^6.
+    let mut flat_lines = Vec::new();
+    for (name, key) in [("fork", "fork"), ("merge", "merge_halves")] {
+        let (a, b) = (session.get(&format!("{key}/10000")), session.get(&format!("{key}/1000000")));
+        let line = match (a, b) {
+            (Some(a), Some(b)) => {
+                let f = b / a;
+                let ok = f <= 2.0;
+                if !ok {
+                    misses.push(if name == "fork" { &ops[0] } else { &ops[1] });
+                }
+                format!(
+                    "| {name} flat, 10⁴ → 10⁶ chunks | {} → {} | {f:.2}× | ≤ 2× | {} |",
+                    fmt_ns(*a),
+                    fmt_ns(*b),
+                    if ok { "yes" } else { "**no**" }
+                )
+            }
+            _ => format!("| {name} flat, 10⁴ → 10⁶ chunks | — | — | ≤ 2× | not measured |"),
+        };
+        flat_lines.push(line);
+    }
+    let _ = writeln!(md, "\n| flatness | times | growth | goal | met |");
+    let _ = writeln!(md, "| --- | --- | --- | --- | --- |");
+    for l in flat_lines {
+        let _ = writeln!(md, "{l}");
+    }
+    let _ = writeln!(md, "\n## Goals missed\n");
+    if misses.is_empty() {
+        let _ = writeln!(md, "None in this run.\n");
+    } else {
+        let loaded = load_before
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+            .is_some_and(|l| l > cores as f64);
+        if loaded {
+            let _ = writeln!(
+                md,
+                "This run was on a loaded machine (load average above the core count): both \
+                 sides were slowed, but not equally (cache and scheduler effects hit short \
+                 operations and syscalls harder). Re-run on a quiet machine before reading \
+                 much into a miss.\n"
+            );
+        }
+        let mut seen = Vec::new();
+        for op in misses {
+            if seen.contains(&op.name) {
+                continue;
+            }
+            seen.push(op.name);
+            let _ = writeln!(md, "- **{}**: {}", op.name, op.miss_note);
+        }
+        md.push('\n');
+    }
+
+    // Scaling.
+    let scale = |map: &BTreeMap<String, f64>, key: &str| -> Vec<(f64, f64)> {
+        SIZES
+            .iter()
+            .filter_map(|n| map.get(&format!("{key}/{n}")).map(|v| (*n as f64, *v)))
+            .collect()
+    };
+    let py_at = |k: &str| py.get(k).map(|v| (10_000.0, *v));
+    let series = vec![
+        ("fork", "#1f77b4", scale(&session, "fork"), py_at("fork_10k_chunks_per_op")),
+        ("merge", "#ff7f0e", scale(&session, "merge_halves"), py_at("merge_5k_plus_5k_per_op")),
+        ("persist (write)", "#2ca02c", scale(&persist, "persist_write"), py_at("persist_10k_chunks_write")),
+        ("load", "#d62728", scale(&persist, "persist_load"), py_at("persist_10k_chunks_load")),
+        ("lineage export", "#9467bd", scale(&persist, "lineage_export"), py_at("lineage_export_10k_sessions")),
+    ];
+    let _ = writeln!(md, "## Scaling\n");
+    let _ = writeln!(
+        md,
+        "![scaling curves](bench-scaling.svg)\n\n`{}`: median time per operation at 10³–10⁶ \
+         chunks (sessions, for the export); Python OpenRath's point at 10⁴ where its script \
+         measures one.\n",
+        svg_path.file_name().and_then(|n| n.to_str()).unwrap_or("bench-scaling.svg")
+    );
+    let _ = writeln!(md, "| operation | 10³ | 10⁴ | 10⁵ | 10⁶ |");
+    let _ = writeln!(md, "| --- | --- | --- | --- | --- |");
+    for (name, _, pts, _) in &series {
+        let cells: Vec<String> = SIZES
+            .iter()
+            .map(|n| {
+                pts.iter()
+                    .find(|(x, _)| *x == *n as f64)
+                    .map_or_else(|| "—".to_owned(), |(_, y)| fmt_ns(*y))
+            })
+            .collect();
+        let _ = writeln!(md, "| {name} | {} |", cells.join(" | "));
+    }
+    let _ = writeln!(md, "\n## Resident memory per forked session\n");
+    let _ = writeln!(
+        md,
+        "RSS growth (`/proc/self/statm`) over 100,000 live forks of one session, divided by \
+         100,000 (measured in the xtask process): {} per fork of a 10⁴-chunk session, {} per \
+         fork of a 10⁶-chunk session. A fork shares the chunk tree; its cost does not depend \
+         on the session's length.\n",
+        mem_10k.map_or_else(|| "—".to_owned(), |b| format!("{b:.0} B")),
+        mem_1m.map_or_else(|| "—".to_owned(), |b| format!("{b:.0} B")),
+    );
+    let _ = writeln!(md, "## Other figures from the same run\n");
+    let _ = writeln!(md, "| figure | value |");
+    let _ = writeln!(md, "| --- | --- |");
+    let extra_ours = [
+        ("openrath: write 10k, one `write(2)` per row (`Durability::Flush`)", persist.get("persist_write_syscall_per_row/10000")),
+        ("openrath: write 10k, batched every 256 rows", persist.get("persist_write_batched/10000")),
+    ];
+    for (k, v) in extra_ours {
+        if let Some(v) = v {
+            let _ = writeln!(md, "| {k} | {} |", fmt_ns(*v));
+        }
+    }
+    for (k, v) in &flow {
+        let _ = writeln!(md, "| openrath loop bench `{k}` (200 rounds) | {} |", fmt_ns(*v));
+    }
+    for (k, v) in &py {
+        if k.ends_with("file_size") {
+            let _ = writeln!(md, "| Python `{k}` | {v:.1} KiB |");
+        } else {
+            let _ = writeln!(md, "| Python `{k}` | {} |", fmt_ns(*v));
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\nReproduce: `cargo xtask bench` (about a quarter hour; `--quick` for a short run). It \
+         uses `RATH_OPENRATH_PYTHON` when set, else a venv it creates under `target/` with \
+         `pip install openrath==2.0.0`."
+    );
+
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&svg_path, svg_plot(&series)).with_context(|| format!("writing {}", svg_path.display()))?;
+    std::fs::write(&out, md).with_context(|| format!("writing {}", out.display()))?;
+    eprintln!("xtask bench: wrote {} and {}", out.display(), svg_path.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_divan_trees() {
+        let out = "\
+session_ops       fastest       │ slowest       │ median        │ mean          │ samples │ iters
+├─ fork                         │               │               │               │         │
+│  ├─ 1000        120.1 ns      │ 300 ns        │ 150.5 ns      │ 160 ns        │ 100     │ 3200
+│  ╰─ 1000000     130 ns        │ 310 ns        │ 1.5 µs        │ 170 ns        │ 100     │ 3200
+╰─ push_1m        80 ms         │ 90 ms         │ 85 ms         │ 86 ms         │ 5       │ 5
+";
+        let m = parse_divan(out);
+        assert_eq!(m.get("fork/1000"), Some(&150.5));
+        assert_eq!(m.get("fork/1000000"), Some(&1500.0));
+        assert_eq!(m.get("push_1m"), Some(&85e6));
+    }
+
+    #[test]
+    fn parses_python_lines() {
+        let m = parse_python("# openrath 2.0.0\nfork_10k_chunks_per_op 5.693 us\npersist_10k_chunks_file_size 1596.9 KiB\n");
+        assert_eq!(m.get("fork_10k_chunks_per_op"), Some(&5693.0));
+        assert_eq!(m.get("persist_10k_chunks_file_size"), Some(&1596.9));
+    }
+}
