@@ -30,13 +30,20 @@
 
 #![warn(missing_docs)]
 
+mod cassette;
 mod error;
+#[cfg(feature = "mock-server")]
+pub mod mock;
 mod openai;
 mod provider;
 mod scripted;
 mod types;
 mod wire;
 
+pub use cassette::{
+    Interaction, REPLAY_PROVIDER_NAME, RecordedResponse, RecordingProvider, ReplayProvider,
+    json_diff,
+};
 pub use error::ProviderError;
 pub use openai::{
     DEFAULT_BASE_URL, DEFAULT_MODEL, OPENAI_PROVIDER_NAME, OpenAiConfig, OpenAiProvider,

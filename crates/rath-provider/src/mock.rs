@@ -1,0 +1,395 @@
+//! A scriptable OpenAI-compatible mock server (axum, on `127.0.0.1:0`) with fault injection.
+//!
+//! Enabled by the `mock-server` feature, so other crates' tests and examples can use it.
+//!
+//! ```
+//! use rath_provider::mock::{MockReply, MockServer};
+//! use rath_provider::{OpenAiConfig, OpenAiProvider, Provider, ProviderRequest};
+//! use rath_session::{Session, Stamper};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let server = MockServer::start().await.unwrap();
+//! server.push(MockReply::text("hello").usage(5, 1));
+//! let p = OpenAiProvider::new(OpenAiConfig::new(server.base_url(), "mock")).unwrap();
+//! let s = Session::user_with("hi", Stamper::counter());
+//! let resp = p.complete(&ProviderRequest::from_session(&s, vec![])).await.unwrap();
+//! assert_eq!(resp.text(), Some("hello"));
+//! assert_eq!(server.requests().len(), 1);
+//! # });
+//! ```
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use rath_session::Usage;
+use serde_json::{Value, json};
+
+/// A well-formed answer the mock serves (as one JSON body or as SSE, as the request asks).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MockReply {
+    /// Reply text.
+    pub content: Option<String>,
+    /// Tool calls `(id, name, arguments JSON text)`.
+    pub tool_calls: Vec<(String, String, String)>,
+    /// Usage to report; `None` omits the field (the "missing usage" fault).
+    pub usage: Option<Usage>,
+    /// Finish reason.
+    pub finish_reason: String,
+    /// Model name reported.
+    pub model: String,
+    /// Streamed text and arguments are cut into pieces of this many characters (default 3,
+    /// so fragments split inside keys, strings and escapes).
+    pub fragment: usize,
+}
+
+impl MockReply {
+    /// A text answer (`stop`).
+    pub fn text(content: impl Into<String>) -> Self {
+        Self {
+            content: Some(content.into()),
+            tool_calls: Vec::new(),
+            usage: None,
+            finish_reason: "stop".to_owned(),
+            model: "mock-model".to_owned(),
+            fragment: 3,
+        }
+    }
+
+    /// A tool-call answer (`tool_calls`); arguments are JSON values serialised compactly.
+    pub fn tool_calls<S1: Into<String>, S2: Into<String>>(calls: Vec<(S1, S2, Value)>) -> Self {
+        Self {
+            content: None,
+            tool_calls: calls
+                .into_iter()
+                .map(|(id, name, args)| (id.into(), name.into(), args.to_string()))
+                .collect(),
+            usage: None,
+            finish_reason: "tool_calls".to_owned(),
+            model: "mock-model".to_owned(),
+            fragment: 3,
+        }
+    }
+
+    /// Sets usage.
+    pub fn usage(mut self, prompt: u64, completion: u64) -> Self {
+        self.usage = Some(Usage::new(prompt, completion));
+        self
+    }
+
+    /// Sets the streamed fragment size (at least 1).
+    pub fn fragment(mut self, chars: usize) -> Self {
+        self.fragment = chars.max(1);
+        self
+    }
+
+    /// The non-streamed chat completion body.
+    pub fn completion_json(&self) -> Value {
+        let calls: Vec<Value> = self
+            .tool_calls
+            .iter()
+            .map(|(id, name, args)| {
+                json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}})
+            })
+            .collect();
+        let mut body = json!({
+            "id": "chatcmpl-mock",
+            "object": "chat.completion",
+            "created": 0,
+            "model": self.model,
+            "choices": [{
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": self.content,
+                    "tool_calls": if calls.is_empty() { Value::Null } else { Value::Array(calls) },
+                },
+                "finish_reason": self.finish_reason,
+            }],
+        });
+        if let Some(u) = self.usage {
+            body["usage"] = json!(u);
+        }
+        body
+    }
+
+    /// The SSE `data:` payloads of the streamed answer, `[DONE]` excluded.
+    pub fn stream_chunks(&self) -> Vec<Value> {
+        let frame = |delta: Value, finish: Value| {
+            json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0,
+                   "model": self.model,
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        };
+        let mut out = vec![frame(json!({"role": "assistant"}), Value::Null)];
+        if let Some(text) = &self.content {
+            for piece in split_chars(text, self.fragment) {
+                out.push(frame(json!({"content": piece}), Value::Null));
+            }
+        }
+        for (i, (id, name, args)) in self.tool_calls.iter().enumerate() {
+            out.push(frame(
+                json!({"tool_calls": [{"index": i, "id": id, "type": "function",
+                                       "function": {"name": name, "arguments": ""}}]}),
+                Value::Null,
+            ));
+            for piece in split_chars(args, self.fragment) {
+                out.push(frame(
+                    json!({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}),
+                    Value::Null,
+                ));
+            }
+        }
+        out.push(frame(json!({}), json!(self.finish_reason)));
+        if let Some(u) = self.usage {
+            out.push(json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk",
+                            "created": 0, "model": self.model, "choices": [], "usage": u}));
+        }
+        out
+    }
+}
+
+fn split_chars(text: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars
+        .chunks(n.max(1))
+        .map(|c| c.iter().collect())
+        .collect()
+}
+
+/// A fault the mock injects instead of (or in the middle of) an answer.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum MockFault {
+    /// 429 with `Retry-After: <secs>`.
+    RateLimited {
+        /// Seconds in the `Retry-After` header.
+        retry_after_secs: u64,
+    },
+    /// 500 with a text body.
+    ServerError,
+    /// Accept the request and never answer (for this long).
+    Hang(Duration),
+    /// Start the answer, then cut the connection (streamed: after a few SSE events;
+    /// non-streamed: halfway through the JSON body).
+    CutMidStream,
+    /// 200 with a body (or SSE event) that is not JSON.
+    InvalidJson,
+}
+
+/// One step of the mock's script.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MockStep {
+    /// Serve a well-formed answer.
+    Reply(MockReply),
+    /// Inject a fault.
+    Fault(MockFault),
+}
+
+impl From<MockReply> for MockStep {
+    fn from(r: MockReply) -> Self {
+        MockStep::Reply(r)
+    }
+}
+
+impl From<MockFault> for MockStep {
+    fn from(f: MockFault) -> Self {
+        MockStep::Fault(f)
+    }
+}
+
+#[derive(Default)]
+struct MockState {
+    script: VecDeque<MockStep>,
+    fallback: Option<MockReply>,
+    requests: Vec<Value>,
+    headers: Vec<HeaderMap>,
+}
+
+type Shared = Arc<Mutex<MockState>>;
+
+/// The running mock server. Dropping it stops the server.
+pub struct MockServer {
+    addr: SocketAddr,
+    state: Shared,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for MockServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockServer")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MockServer {
+    /// Starts a server on `127.0.0.1:0` (a free port) in the current tokio runtime.
+    pub async fn start() -> std::io::Result<Self> {
+        let state: Shared = Arc::default();
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/v1/models", get(models))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self { addr, state, task })
+    }
+
+    /// `http://127.0.0.1:<port>/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Appends a step to the script.
+    pub fn push(&self, step: impl Into<MockStep>) {
+        self.lock().script.push_back(step.into());
+    }
+
+    /// The answer served whenever the script is empty (otherwise: 500 "script exhausted").
+    pub fn set_fallback(&self, reply: Option<MockReply>) {
+        self.lock().fallback = reply;
+    }
+
+    /// Every request body received, in order.
+    pub fn requests(&self) -> Vec<Value> {
+        self.lock().requests.clone()
+    }
+
+    /// Every request's headers, in order.
+    pub fn request_headers(&self) -> Vec<HeaderMap> {
+        self.lock().headers.clone()
+    }
+
+    /// Steps not yet served.
+    pub fn remaining(&self) -> usize {
+        self.lock().script.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, MockState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn models() -> impl IntoResponse {
+    axum::Json(json!({"object": "list", "data": [{"id": "mock-model", "object": "model"}]}))
+}
+
+async fn chat(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let streamed = request.get("stream").and_then(Value::as_bool) == Some(true);
+    let step = {
+        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+        st.requests.push(request);
+        st.headers.push(headers);
+        match st.script.pop_front() {
+            Some(step) => Some(step),
+            None => st.fallback.clone().map(MockStep::Reply),
+        }
+    };
+    match step {
+        None => (StatusCode::INTERNAL_SERVER_ERROR, "mock script exhausted").into_response(),
+        Some(MockStep::Reply(reply)) if streamed => sse(reply.stream_chunks(), false),
+        Some(MockStep::Reply(reply)) => axum::Json(reply.completion_json()).into_response(),
+        Some(MockStep::Fault(fault)) => fault_response(fault, streamed).await,
+    }
+}
+
+fn sse_bytes(chunks: &[Value]) -> Vec<Bytes> {
+    chunks
+        .iter()
+        .map(|c| Bytes::from(format!("data: {c}\n\n")))
+        .collect()
+}
+
+fn sse(chunks: Vec<Value>, cut: bool) -> Response {
+    let mut parts: Vec<Result<Bytes, std::io::Error>> =
+        sse_bytes(&chunks).into_iter().map(Ok).collect();
+    if cut {
+        parts.truncate(3);
+        parts.push(Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "mock: connection cut mid-stream",
+        )));
+    } else {
+        parts.push(Ok(Bytes::from_static(b"data: [DONE]\n\n")));
+    }
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .body(Body::from_stream(futures::stream::iter(parts)))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+async fn fault_response(fault: MockFault, streamed: bool) -> Response {
+    let reply = MockReply::text("partial answer that never completes").usage(1, 1);
+    match fault {
+        MockFault::RateLimited { retry_after_secs } => Response::builder()
+            .status(StatusCode::TOO_MANY_REQUESTS)
+            .header(header::RETRY_AFTER, retry_after_secs.to_string())
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(
+                json!({"error": {"message": "rate limited", "type": "rate_limit", "code": null}})
+                    .to_string(),
+            ))
+            .unwrap_or_else(|_| StatusCode::TOO_MANY_REQUESTS.into_response()),
+        MockFault::ServerError => {
+            (StatusCode::INTERNAL_SERVER_ERROR, "mock: internal error").into_response()
+        }
+        MockFault::Hang(d) => {
+            tokio::time::sleep(d).await;
+            (StatusCode::GATEWAY_TIMEOUT, "mock: hung").into_response()
+        }
+        MockFault::CutMidStream if streamed => sse(reply.stream_chunks(), true),
+        MockFault::CutMidStream => {
+            let full = reply.completion_json().to_string();
+            let half = full.as_bytes()[..full.len() / 2].to_vec();
+            let parts: Vec<Result<Bytes, std::io::Error>> = vec![
+                Ok(Bytes::from(half)),
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "mock: connection cut",
+                )),
+            ];
+            Response::builder()
+                .header(header::CONTENT_TYPE, "application/json")
+                .header(header::CONTENT_LENGTH, full.len().to_string())
+                .body(Body::from_stream(futures::stream::iter(parts)))
+                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+        }
+        MockFault::InvalidJson if streamed => {
+            let parts: Vec<Result<Bytes, Infallible>> = vec![
+                Ok(Bytes::from_static(b"data: {\"choices\": [oops\n\n")),
+                Ok(Bytes::from_static(b"data: [DONE]\n\n")),
+            ];
+            Response::builder()
+                .header(header::CONTENT_TYPE, "text/event-stream")
+                .body(Body::from_stream(futures::stream::iter(parts)))
+                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+        }
+        MockFault::InvalidJson => Response::builder()
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from("{\"choices\": [ this is not json"))
+            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()),
+    }
+}

@@ -1,0 +1,50 @@
+//! Helpers shared by the contract tests.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use rath_provider::mock::MockServer;
+use rath_provider::{OpenAiConfig, OpenAiProvider, ProviderRequest, ToolSchema};
+use rath_session::{Session, Stamper};
+use serde_json::json;
+
+pub async fn server() -> MockServer {
+    MockServer::start().await.expect("mock server starts")
+}
+
+/// Fast retries so fault tests stay quick.
+pub fn config(server: &MockServer) -> OpenAiConfig {
+    OpenAiConfig::new(server.base_url(), "mock-model")
+        .with_timeout(Duration::from_millis(1500))
+        .with_max_retries(2)
+        .with_backoff(Duration::from_millis(10), Duration::from_millis(1500))
+}
+
+pub fn provider(server: &MockServer) -> OpenAiProvider {
+    OpenAiProvider::new(config(server)).expect("valid config")
+}
+
+pub fn session() -> Session {
+    Session::system_with("You count words.", Stamper::counter())
+        .push(rath_session::Chunk::user("How many words in 'the quick brown fox'?"))
+}
+
+pub fn word_count() -> ToolSchema {
+    ToolSchema::new(
+        "word_count",
+        "Count the words in a text",
+        json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+    )
+}
+
+pub fn request(s: &Session) -> ProviderRequest {
+    ProviderRequest::from_session(s, vec![word_count()])
+}
+
+pub fn session_json(s: &Session) -> String {
+    serde_json::to_string(s).expect("session serialises")
+}
+
+pub fn secs(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
