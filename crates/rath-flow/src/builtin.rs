@@ -13,7 +13,8 @@
 //! Every one dispatches through the session's sandbox ([`ToolContext::dispatch`]), opened
 //! lazily from the session's placement. Results are the backend output's JSON (`"ok": true`
 //! plus fields) in Python's layout; failures keep the backend's error kind (`path_escape`,
-//! `not_found`, `tool_timeout`, ...).
+//! `not_found`, `tool_timeout`, ...). Reads, existence checks and writes are parallel-safe with
+//! the path as resource key, so calls on one path in one round keep their call order.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -120,6 +121,9 @@ impl Tool for ReadWorkspaceFile {
     }
     fn parallel_safe(&self) -> bool {
         true
+    }
+    fn resource_key(&self, args: &Value) -> Option<String> {
+        args.get("path").and_then(Value::as_str).map(str::to_owned)
     }
     async fn call(&self, cx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let path = str_arg(&args, "path")?;
@@ -241,6 +245,9 @@ impl Tool for WorkspacePathExists {
     }
     fn parallel_safe(&self) -> bool {
         true
+    }
+    fn resource_key(&self, args: &Value) -> Option<String> {
+        args.get("path").and_then(Value::as_str).map(str::to_owned)
     }
     async fn call(&self, cx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let path = str_arg(&args, "path")?;

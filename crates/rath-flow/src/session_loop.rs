@@ -815,8 +815,13 @@ impl SessionLoop {
         let elapsed = timer.elapsed_ms();
         let evidence = if self.options.evidence {
             let dispatched = tcx.dispatch_evidence();
-            Some(match dispatched.last() {
-                Some(d) => {
+            Some(match (tcx.recorded_evidence(), dispatched.last()) {
+                (Some(mut ev), _) => {
+                    ev.tool_call_id = e.call.id.clone();
+                    ev.tool = e.call.function.name.clone();
+                    ev
+                }
+                (None, Some(d)) => {
                     let mut ev = d.to_tool_evidence(e.call.id.clone(), e.call.function.name.clone());
                     if dispatched.len() > 1 {
                         ev.detail
@@ -824,7 +829,7 @@ impl SessionLoop {
                     }
                     ev
                 }
-                None => ToolEvidence {
+                (None, None) => ToolEvidence {
                     tool_call_id: e.call.id.clone(),
                     tool: e.call.function.name.clone(),
                     backend: Some("in-process".to_owned()),

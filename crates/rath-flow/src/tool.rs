@@ -45,7 +45,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rath_backend::{BackendRegistry, DispatchEvidence, Output, Payload, ToolExecutionFailure};
 use rath_provider::ToolSchema;
-use rath_session::{SandboxHandle, Session};
+use rath_session::{SandboxHandle, Session, ToolEvidence};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -186,6 +186,7 @@ struct ContextInner {
     agent: Option<String>,
     call_id: String,
     evidence: Mutex<Vec<DispatchEvidence>>,
+    recorded: Mutex<Option<ToolEvidence>>,
 }
 
 /// What a running tool call can see: the session it runs in (as of the round that requested
@@ -207,6 +208,7 @@ impl ToolContext {
             agent,
             call_id: call_id.into(),
             evidence: Mutex::new(Vec::new()),
+            recorded: Mutex::new(None),
         }))
     }
 
@@ -262,6 +264,21 @@ impl ToolContext {
             .lock()
             .map(|e| e.clone())
             .unwrap_or_default()
+    }
+
+    /// Records the call's own evidence (for tools that do not go through a sandbox, such as
+    /// MCP servers: server, transport, protocol version, timing). The loop prefers it over
+    /// dispatch evidence for the call's `tool_evidence` chunk and fills in `tool_call_id`,
+    /// `tool`, `outcome` and `elapsed_ms`. A later record replaces an earlier one.
+    pub fn record_evidence(&self, evidence: ToolEvidence) {
+        if let Ok(mut slot) = self.0.recorded.lock() {
+            *slot = Some(evidence);
+        }
+    }
+
+    /// The evidence recorded with [`ToolContext::record_evidence`], if any.
+    pub fn recorded_evidence(&self) -> Option<ToolEvidence> {
+        self.0.recorded.lock().ok().and_then(|e| e.clone())
     }
 }
 
