@@ -17,12 +17,16 @@
 
 #![warn(missing_docs)]
 
+pub mod inspect;
+pub mod view;
+
+pub use rath_persist as persist;
 pub use rath_session as session;
 
 /// The names most programs need.
 pub mod prelude {
     pub use rath_session::{
-        Chunk, ChunkBody, ChunkKind, Lineage, LineageGraph, LineageKind, MergeStrategy, SandboxSpec,
-        Session, SessionId, Stamper, ToolCall, Usage,
+        Chunk, ChunkBody, ChunkKind, Lineage, LineageGraph, LineageKind, MergeStrategy,
+        SandboxSpec, Session, SessionId, Stamper, ToolCall, Usage,
     };
 }

@@ -1,1 +1,280 @@
-fn main() {}
+//! `rath`: inspect, compare, replay and view openrath session stores.
+//!
+//! A thin shell over [`openrath::inspect`], and [`openrath::view`]: it
+//! parses arguments, picks the store, prints what the library returns (human text, or JSON
+//! with `--json`) and turns every error into one line on stderr with exit code 2.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use openrath::inspect::{InspectError, StoreView, lineage_tree};
+use openrath::persist::{export_jsonl_string, to_dot, to_mermaid};
+
+/// Inspect, compare, replay and view openrath session stores.
+#[derive(Debug, Parser)]
+#[command(name = "rath", version, about, long_about = None)]
+struct Cli {
+    /// The store: an OpenRath home (holding `sessions/`) or a sessions directory. Default:
+    /// $OPENRATH_HOME, else ./.openrath, else ~/.openrath.
+    #[arg(long, global = true, value_name = "DIR")]
+    store: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List sessions: id, created, operator, kind, chunks, status, usage.
+    Sessions,
+    /// Show one session's transcript with evidence, route decisions, memory events, usage.
+    Show {
+        /// Session id (or a unique prefix or suffix of one).
+        id: String,
+    },
+    /// Print the lineage of every session in the store.
+    Lineage {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = LineageFormat::Tree)]
+        format: LineageFormat,
+    },
+    /// Compare two sessions: common prefix and where they diverge.
+    Diff {
+        /// First session id.
+        a: String,
+        /// Second session id.
+        b: String,
+    },
+    /// Load every file; report torn, partial and unreadable files. Modifies nothing.
+    Verify,
+    /// Write one self-contained HTML page: session list, lineage graph, transcripts.
+    View {
+        /// Where to write the page.
+        #[arg(long, value_name = "FILE", default_value = "rath-view.html")]
+        out: PathBuf,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LineageFormat {
+    Tree,
+    Jsonl,
+    Dot,
+    Mermaid,
+}
+
+/// Bad input: one line on stderr, exit code 2.
+struct Failure(String);
+
+impl From<InspectError> for Failure {
+    fn from(e: InspectError) -> Self {
+        Failure(e.to_string())
+    }
+}
+
+/// What a command produced: text for stdout, an optional line for stderr and the exit code.
+struct Output {
+    stdout: String,
+    stderr: Option<String>,
+    code: u8,
+}
+
+impl Output {
+    fn ok(stdout: String) -> Self {
+        Output {
+            stdout,
+            stderr: None,
+            code: 0,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_owned());
+        eprintln!("rath: internal error: {}", one_line(&msg));
+        std::process::exit(2);
+    }));
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return clap_failure(&e),
+    };
+    let out = match run(&cli) {
+        Ok(out) => out,
+        Err(Failure(msg)) => {
+            eprintln!("rath: {}", one_line(&msg));
+            return ExitCode::from(2);
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout
+        .write_all(out.stdout.as_bytes())
+        .and_then(|()| stdout.flush())
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        eprintln!("rath: cannot write output: {e}");
+        return ExitCode::from(2);
+    }
+    if let Some(line) = out.stderr {
+        eprintln!("rath: {}", one_line(&line));
+    }
+    ExitCode::from(out.code)
+}
+
+fn clap_failure(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        _ => {
+            let text = e.render().to_string();
+            let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+            let mut first = lines
+                .next()
+                .unwrap_or("invalid arguments")
+                .trim_start_matches("error: ")
+                .to_owned();
+            // "the following required arguments were not provided:" names them next.
+            if first.ends_with(':')
+                && let Some(next) = lines.next()
+            {
+                first = format!("{first} {next}");
+            }
+            eprintln!("rath: {first} (see `rath --help`)");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn open_store(cli: &Cli) -> Result<StoreView, Failure> {
+    Ok(match &cli.store {
+        Some(dir) => StoreView::open(dir)?,
+        None => StoreView::default_location()?,
+    })
+}
+
+fn json<T: serde::Serialize>(value: &T) -> Result<String, Failure> {
+    serde_json::to_string_pretty(value)
+        .map(|s| s + "\n")
+        .map_err(|e| Failure(format!("cannot render JSON: {e}")))
+}
+
+fn run(cli: &Cli) -> Result<Output, Failure> {
+    let store = open_store(cli)?;
+    match &cli.command {
+        Command::Sessions => {
+            let listing = store.sessions()?;
+            let mut out = Output::ok(if cli.json {
+                json(&listing)?
+            } else {
+                listing.render()
+            });
+            if !listing.unreadable.is_empty() && cli.json {
+                out.stderr = Some(format!(
+                    "warning: {} unreadable file(s) skipped (run `rath verify`)",
+                    listing.unreadable.len()
+                ));
+            }
+            Ok(out)
+        }
+        Command::Show { id } => {
+            let t = store.transcript(&store.resolve(id)?)?;
+            Ok(Output::ok(if cli.json { json(&t)? } else { t.render() }))
+        }
+        Command::Lineage { format } => {
+            let rows = store.lineage_rows()?;
+            let text = match (cli.json, format) {
+                (true, _) => json(&rows)?,
+                (false, LineageFormat::Tree) => lineage_tree(&rows),
+                (false, LineageFormat::Jsonl) => export_jsonl_string(&rows),
+                (false, LineageFormat::Dot) => to_dot(&rows),
+                (false, LineageFormat::Mermaid) => to_mermaid(&rows),
+            };
+            Ok(Output::ok(text))
+        }
+        Command::Diff { a, b } => {
+            let d = store.diff(&store.resolve(a)?, &store.resolve(b)?)?;
+            Ok(Output::ok(if cli.json { json(&d)? } else { d.render() }))
+        }
+        Command::Verify => {
+            let report = store.verify()?;
+            let mut out = Output::ok(if cli.json {
+                json(&report)?
+            } else {
+                report.render()
+            });
+            if !report.is_clean() {
+                out.stderr = Some(format!(
+                    "verify: {} of {} file(s) failed to load consistently",
+                    report.errors(),
+                    report.files.len()
+                ));
+                out.code = 2;
+            }
+            Ok(out)
+        }
+        Command::View { out } => view(cli, &store, out),
+    }
+}
+
+fn view(cli: &Cli, store: &StoreView, out: &Path) -> Result<Output, Failure> {
+    let source = cli
+        .store
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "the default store".to_owned());
+    let options = openrath::view::ViewOptions::default().source(source);
+    let page = openrath::view::render_store(store, options)?;
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty())
+        && !parent.is_dir()
+    {
+        return Err(Failure(format!(
+            "cannot write {}: directory {} does not exist",
+            out.display(),
+            parent.display()
+        )));
+    }
+    std::fs::write(out, &page)
+        .map_err(|e| Failure(format!("cannot write {}: {e}", out.display())))?;
+    let nodes = page.matches("<g class=\"node").count();
+    let edges = page.matches("<line class=\"edge\"").count();
+    Ok(Output::ok(if cli.json {
+        json(&serde_json::json!({
+            "out": out.display().to_string(),
+            "sessions": nodes,
+            "edges": edges,
+            "bytes": page.len(),
+        }))?
+    } else {
+        format!(
+            "wrote {} ({nodes} sessions, {edges} parent links, {} bytes)\n",
+            out.display(),
+            page.len()
+        )
+    }))
+}

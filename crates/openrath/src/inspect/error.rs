@@ -1,0 +1,47 @@
+//! The inspect module's one error type.
+
+use std::path::PathBuf;
+
+use rath_persist::PersistError;
+
+/// What can go wrong looking at a store. Every variant names what to fix.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InspectError {
+    /// The store directory does not exist. Pass `--store DIR` or set `OPENRATH_HOME`.
+    #[error("no session store at {dir} (pass --store DIR or set OPENRATH_HOME)")]
+    NoStore {
+        /// The directory looked at.
+        dir: PathBuf,
+    },
+    /// No session with this id (or id prefix/suffix) is in the store. `rath sessions` lists
+    /// the ids.
+    #[error("no session {id:?} in {dir} (`rath sessions` lists the ids)")]
+    UnknownSession {
+        /// The id asked for.
+        id: String,
+        /// The store directory.
+        dir: PathBuf,
+    },
+    /// An abbreviated id matches more than one session. Give more characters.
+    #[error("session id {id:?} is ambiguous: it matches {matches} sessions; give more of it")]
+    AmbiguousId {
+        /// The abbreviation.
+        id: String,
+        /// How many ids it matches.
+        matches: usize,
+    },
+    /// A session file could not be read or parsed.
+    #[error(transparent)]
+    Persist(#[from] PersistError),
+    /// A filesystem call outside the store format failed (listing a directory, writing a
+    /// report). Check the path and permissions.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path concerned.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,424 @@
+//! A self-contained HTML session viewer: one file, inline CSS and JS, no network.
+//!
+//! ```
+//! use openrath::prelude::*;
+//! use openrath::view::{ViewOptions, render_sessions};
+//!
+//! let root = Session::user_with("q", Stamper::counter());
+//! let fork = root.fork().push(Chunk::assistant_text("a"));
+//! let html = render_sessions(&[root, fork], &ViewOptions::default());
+//! assert_eq!(html.matches(r#"<g class="node""#).count(), 2);
+//! assert_eq!(html.matches(r#"class="edge""#).count(), 1);
+//! assert!(!html.contains("<script src") && !html.contains("<link"));
+//! ```
+//!
+//! The page has three parts: the session list, the lineage graph as inline SVG (one
+//! `<g class="node" data-session-id=...>` per session, one `<line class="edge">` per parent
+//! link whose both ends are on the page, laid out in layers by depth so the same store always
+//! draws the same picture), and one transcript panel per session (`<article class="transcript"
+//! data-session-id=...>`, evidence included). Clicking a node, a list row or a parent link
+//! shows that session's panel. Parents that are not on the page are named in the panel, not
+//! drawn.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+
+use rath_persist::LoadedSession;
+use rath_session::{Session, SessionId};
+
+use crate::inspect::{InspectError, StoreView, Transcript, usage_text};
+
+/// What to put on the page besides the sessions.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ViewOptions {
+    /// The page title.
+    pub title: String,
+    /// Where the sessions came from (shown under the title).
+    pub source: Option<String>,
+    /// Messages about files that could not be read (shown as a warning list).
+    pub unreadable: Vec<String>,
+}
+
+impl Default for ViewOptions {
+    fn default() -> Self {
+        ViewOptions {
+            title: "openrath sessions".to_owned(),
+            source: None,
+            unreadable: Vec::new(),
+        }
+    }
+}
+
+impl ViewOptions {
+    /// Sets the title.
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.title = title.into();
+        self
+    }
+
+    /// Sets the source line.
+    pub fn source(mut self, source: impl Into<String>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+}
+
+/// Renders every readable session of a store; unreadable files are listed on the page.
+pub fn render_store(view: &StoreView, options: ViewOptions) -> Result<String, InspectError> {
+    let (loaded, unreadable) = view.load_all()?;
+    let mut options = options;
+    options.unreadable.extend(unreadable);
+    Ok(render_loaded(&loaded, &options))
+}
+
+/// Renders in-memory sessions (they get no file name or timestamps beyond their own).
+pub fn render_sessions(sessions: &[Session], options: &ViewOptions) -> String {
+    let transcripts: Vec<Transcript> = sessions.iter().map(Transcript::from_session).collect();
+    render_transcripts(&transcripts, options)
+}
+
+/// Renders loaded sessions. A repeated id (a closed file next to its `__partial__`) is shown
+/// once, the first time.
+pub fn render_loaded(sessions: &[LoadedSession], options: &ViewOptions) -> String {
+    let transcripts: Vec<Transcript> = sessions.iter().map(Transcript::new).collect();
+    render_transcripts(&transcripts, options)
+}
+
+fn render_transcripts(all: &[Transcript], options: &ViewOptions) -> String {
+    let mut seen = HashSet::new();
+    let ts: Vec<&Transcript> = all.iter().filter(|t| seen.insert(t.id.clone())).collect();
+    let mut o = String::with_capacity(64 * 1024);
+    o.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
+    let _ = writeln!(o, "<title>{}</title>", esc(&options.title));
+    let _ = writeln!(o, "<style>{CSS}</style>\n</head>\n<body>");
+    let _ = writeln!(o, "<header><h1>{}</h1>", esc(&options.title));
+    let links = ts
+        .iter()
+        .flat_map(|t| t.parents.iter())
+        .filter(|p| ts.iter().any(|t| &t.id == *p))
+        .count();
+    let _ = write!(
+        o,
+        "<p class=\"meta\">{} sessions, {links} parent links",
+        ts.len()
+    );
+    if let Some(src) = &options.source {
+        let _ = write!(o, " &middot; {}", esc(src));
+    }
+    o.push_str("</p>\n");
+    if !options.unreadable.is_empty() {
+        o.push_str("<ul class=\"unreadable\">\n");
+        for m in &options.unreadable {
+            let _ = writeln!(o, "<li>unreadable: {}</li>", esc(m));
+        }
+        o.push_str("</ul>\n");
+    }
+    o.push_str("</header>\n<main>\n");
+    session_list(&mut o, &ts);
+    graph(&mut o, &ts);
+    o.push_str("<section id=\"panels\">\n<p id=\"hint\">Click a session in the list or the graph to see its transcript.</p>\n");
+    for (i, t) in ts.iter().enumerate() {
+        panel(&mut o, i, t, &ts);
+    }
+    o.push_str("</section>\n</main>\n");
+    let _ = writeln!(o, "<script>{JS}</script>\n</body>\n</html>");
+    o
+}
+
+fn session_list(o: &mut String, ts: &[&Transcript]) {
+    o.push_str("<section id=\"list\"><h2>Sessions</h2>\n<table>\n<thead><tr><th>id</th><th>created</th><th>operator</th><th>kind</th><th>chunks</th><th>status</th><th>usage</th></tr></thead>\n<tbody>\n");
+    for t in ts {
+        let conv = t.chunks.iter().filter(|c| c.conversation).count();
+        let status = if t.closed { "closed" } else { "not closed" };
+        let _ = writeln!(
+            o,
+            "<tr class=\"row\" data-session-id=\"{}\"><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{conv} + {} evidence</td><td>{status}</td><td>{}</td></tr>",
+            esc(t.id.as_str()),
+            esc(t.id.as_str()),
+            esc(&t.created_at),
+            esc(&t.operator),
+            esc(&t.kind),
+            t.chunks.len() - conv,
+            esc(&usage_text(t.usage)),
+        );
+    }
+    o.push_str("</tbody>\n</table>\n</section>\n");
+}
+
+const NODE_W: usize = 190;
+const NODE_H: usize = 44;
+const GAP_X: usize = 70;
+const GAP_Y: usize = 18;
+const MARGIN: usize = 12;
+
+/// Layer of each session: 0 for roots, else one more than its deepest parent on the page.
+fn layers(ts: &[&Transcript]) -> Vec<usize> {
+    let index: HashMap<&SessionId, usize> =
+        ts.iter().enumerate().map(|(i, t)| (&t.id, i)).collect();
+    let mut depth = vec![0usize; ts.len()];
+    // Longest-path relaxation; at most n rounds, so a (hand-made) cycle cannot loop forever.
+    for _ in 0..ts.len() {
+        let mut changed = false;
+        for (i, t) in ts.iter().enumerate() {
+            for p in &t.parents {
+                if let Some(&j) = index.get(p)
+                    && j != i
+                    && depth[j] + 1 > depth[i]
+                    && depth[j] < ts.len()
+                {
+                    depth[i] = depth[j] + 1;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    depth
+}
+
+fn graph(o: &mut String, ts: &[&Transcript]) {
+    let depth = layers(ts);
+    let mut row_in_layer = vec![0usize; ts.len()];
+    let mut count: HashMap<usize, usize> = HashMap::new();
+    for (i, d) in depth.iter().enumerate() {
+        let c = count.entry(*d).or_default();
+        row_in_layer[i] = *c;
+        *c += 1;
+    }
+    let cols = depth.iter().max().map_or(0, |m| m + 1);
+    let rows = count.values().max().copied().unwrap_or(0);
+    let width = MARGIN * 2 + cols * NODE_W + cols.saturating_sub(1) * GAP_X;
+    let height = MARGIN * 2 + rows * NODE_H + rows.saturating_sub(1) * GAP_Y;
+    let pos = |i: usize| {
+        (
+            MARGIN + depth[i] * (NODE_W + GAP_X),
+            MARGIN + row_in_layer[i] * (NODE_H + GAP_Y),
+        )
+    };
+    let index: HashMap<&SessionId, usize> =
+        ts.iter().enumerate().map(|(i, t)| (&t.id, i)).collect();
+    let _ = writeln!(
+        o,
+        "<section id=\"graph\"><h2>Lineage</h2>\n<svg id=\"lineage\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" role=\"img\" aria-label=\"lineage graph\">"
+    );
+    o.push_str("<g id=\"edges\">\n");
+    for (i, t) in ts.iter().enumerate() {
+        for p in &t.parents {
+            let Some(&j) = index.get(p) else { continue };
+            let (px, py) = pos(j);
+            let (cx, cy) = pos(i);
+            let _ = writeln!(
+                o,
+                "<line class=\"edge\" data-from=\"{}\" data-to=\"{}\" x1=\"{}\" y1=\"{}\" x2=\"{cx}\" y2=\"{}\"/>",
+                esc(p.as_str()),
+                esc(t.id.as_str()),
+                px + NODE_W,
+                py + NODE_H / 2,
+                cy + NODE_H / 2
+            );
+        }
+    }
+    o.push_str("</g>\n<g id=\"nodes\">\n");
+    for (i, t) in ts.iter().enumerate() {
+        let (x, y) = pos(i);
+        let crashed = if t.closed { "" } else { " open" };
+        let _ = writeln!(
+            o,
+            "<g class=\"node{crashed}\" data-session-id=\"{}\" tabindex=\"0\"><title>{}</title><rect x=\"{x}\" y=\"{y}\" width=\"{NODE_W}\" height=\"{NODE_H}\" rx=\"6\"/><text x=\"{}\" y=\"{}\">{}</text><text class=\"sub\" x=\"{}\" y=\"{}\">{} &middot; {} chunks</text></g>",
+            esc(t.id.as_str()),
+            esc(t.id.as_str()),
+            x + 8,
+            y + 18,
+            esc(&short(t.id.as_str())),
+            x + 8,
+            y + 35,
+            esc(&clip(&t.operator, 18)),
+            t.chunks.len()
+        );
+    }
+    o.push_str("</g>\n</svg>\n</section>\n");
+}
+
+fn panel(o: &mut String, i: usize, t: &Transcript, ts: &[&Transcript]) {
+    let _ = writeln!(
+        o,
+        "<article class=\"transcript\" id=\"t{i}\" data-session-id=\"{}\" hidden>",
+        esc(t.id.as_str())
+    );
+    let _ = writeln!(
+        o,
+        "<h2>Session <code>{}</code></h2>\n<dl>",
+        esc(t.id.as_str())
+    );
+    let mut fact = |k: &str, v: String| {
+        let _ = writeln!(o, "<dt>{k}</dt><dd>{v}</dd>");
+    };
+    if !t.file.is_empty() {
+        fact("file", esc(&t.file));
+    }
+    let status = match &t.closed_at {
+        Some(c) => format!("closed at {}", esc(c)),
+        None if t.closed => "closed".to_owned(),
+        None => "<strong>not closed</strong> (crashed, or still being written)".to_owned(),
+    };
+    fact("created", format!("{}; {status}", esc(&t.created_at)));
+    fact(
+        "lineage",
+        format!("{} / {}", esc(&t.operator), esc(&t.kind)),
+    );
+    let parents: Vec<String> = t
+        .parents
+        .iter()
+        .map(|p| {
+            if ts.iter().any(|x| &x.id == p) {
+                format!(
+                    "<a href=\"#\" class=\"goto\" data-session-id=\"{0}\"><code>{0}</code></a>",
+                    esc(p.as_str())
+                )
+            } else {
+                format!("<code>{}</code> (not on this page)", esc(p.as_str()))
+            }
+        })
+        .collect();
+    fact(
+        "parents",
+        if parents.is_empty() {
+            "(root)".to_owned()
+        } else {
+            parents.join(", ")
+        },
+    );
+    if !t.extras.is_empty() {
+        let ex: Vec<String> = t
+            .extras
+            .iter()
+            .map(|(k, v)| esc(&format!("{k}={v}")))
+            .collect();
+        fact("extras", ex.join(", "));
+    }
+    fact("placement", esc(&t.placement));
+    let mut usage = esc(&usage_text(t.usage));
+    for (agent, u) in &t.agent_usage {
+        let _ = write!(usage, "<br>{}: {}", esc(agent), esc(&usage_text(Some(*u))));
+    }
+    fact("usage", usage);
+    for p in &t.pending {
+        fact("pending", esc(p));
+    }
+    o.push_str("</dl>\n<ol class=\"chunks\">\n");
+    for c in &t.chunks {
+        let class = if c.conversation { "conv" } else { "evidence" };
+        let branch = c
+            .branch
+            .as_deref()
+            .map(|b| format!(" <span class=\"branch\">branch {}</span>", esc(b)))
+            .unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "<li class=\"chunk {class} kind-{}\" value=\"{}\"><div class=\"label\">{}{branch}</div><pre>{}</pre></li>",
+            esc(&c.kind),
+            c.index,
+            esc(&c.label),
+            esc(&c.text)
+        );
+    }
+    o.push_str("</ol>\n</article>\n");
+}
+
+fn short(id: &str) -> String {
+    let n = id.chars().count();
+    if n <= 22 {
+        id.to_owned()
+    } else {
+        let tail: String = id.chars().skip(n - 12).collect();
+        format!("…{tail}")
+    }
+}
+
+fn clip(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_owned()
+    } else {
+        s.chars().take(n - 1).collect::<String>() + "…"
+    }
+}
+
+/// Escapes text for HTML element content and quoted attribute values.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for ch in s.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const CSS: &str = r#"
+body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2330;background:#f7f8fa}
+header{padding:12px 20px;background:#1d2330;color:#fff}
+header h1{margin:0;font-size:20px}.meta{margin:4px 0 0;opacity:.8}
+.unreadable{color:#ffb4a8}
+main{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:16px;padding:16px 20px}
+#list,#graph{grid-column:1/3;overflow:auto}
+#panels{grid-column:1/3}
+h2{font-size:16px;margin:8px 0}
+table{border-collapse:collapse;width:100%;background:#fff}
+th,td{text-align:left;padding:4px 8px;border-bottom:1px solid #e3e6eb;white-space:nowrap}
+tr.row{cursor:pointer}tr.row:hover,tr.row.selected{background:#e8f0ff}
+svg{background:#fff;border:1px solid #e3e6eb}
+.edge{stroke:#8a94a6;stroke-width:1.5}
+.node{cursor:pointer}.node rect{fill:#fff;stroke:#3d6fd9;stroke-width:1.5}
+.node.open rect{stroke:#d9822b;stroke-dasharray:4 3}
+.node text{font:12px monospace;fill:#1d2330}.node text.sub{font:11px system-ui;fill:#5b6475}
+.node.selected rect{fill:#e8f0ff;stroke-width:3}
+.transcript{background:#fff;border:1px solid #e3e6eb;padding:12px 16px}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px}dt{font-weight:600}dd{margin:0}
+ol.chunks{padding-left:36px}
+.chunk{margin:6px 0;padding:6px 8px;border-left:3px solid #3d6fd9;background:#fbfcfe}
+.chunk.evidence{border-left-color:#b0b7c3;background:#f3f4f6;color:#444c5a}
+.chunk .label{font-weight:600;font-size:12px}
+.kind-user{border-left-color:#2f9e44}.kind-system{border-left-color:#7048e8}.kind-tool_result{border-left-color:#e8590c}
+.branch{font-weight:400;color:#7048e8}
+pre{margin:4px 0 0;white-space:pre-wrap;word-break:break-word;font:12px/1.35 monospace}
+"#;
+
+const JS: &str = r#"
+(function () {
+  "use strict";
+  function show(id) {
+    var found = false;
+    document.querySelectorAll("article.transcript").forEach(function (p) {
+      var on = p.getAttribute("data-session-id") === id;
+      p.hidden = !on;
+      if (on) { found = true; }
+    });
+    document.querySelectorAll(".node, tr.row").forEach(function (n) {
+      n.classList.toggle("selected", n.getAttribute("data-session-id") === id);
+    });
+    var hint = document.getElementById("hint");
+    if (hint) { hint.hidden = found; }
+    return found;
+  }
+  document.addEventListener("click", function (ev) {
+    var el = ev.target && ev.target.closest ? ev.target.closest("[data-session-id]") : null;
+    if (!el || el.tagName.toLowerCase() === "article") { return; }
+    ev.preventDefault();
+    show(el.getAttribute("data-session-id"));
+  });
+  document.addEventListener("keydown", function (ev) {
+    if (ev.key !== "Enter") { return; }
+    var el = document.activeElement;
+    if (el && el.classList && el.classList.contains("node")) { show(el.getAttribute("data-session-id")); }
+  });
+  window.rathShow = show;
+})();
+"#;
