@@ -119,7 +119,9 @@ fn run_divan(
         .env("CARGO_TERM_COLOR", "never")
         .stderr(Stdio::inherit());
     eprintln!("xtask bench: cargo bench -p {package} --bench {bench}");
-    let out = cmd.output().with_context(|| format!("running cargo bench -p {package}"))?;
+    let out = cmd
+        .output()
+        .with_context(|| format!("running cargo bench -p {package}"))?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     if !out.status.success() {
         bail!("cargo bench -p {package} --bench {bench} failed:\n{text}");
@@ -141,7 +143,10 @@ fn python(root: &Path) -> Result<PathBuf> {
     let py = venv.join("bin/python");
     let ok = |py: &Path| {
         Command::new(py)
-            .args(["-c", "import rath, importlib.metadata as m; print(m.version('openrath'))"])
+            .args([
+                "-c",
+                "import rath, importlib.metadata as m; print(m.version('openrath'))",
+            ])
             .output()
             .map(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "2.0.0")
             .unwrap_or(false)
@@ -149,7 +154,10 @@ fn python(root: &Path) -> Result<PathBuf> {
     if py.exists() && ok(&py) {
         return Ok(py);
     }
-    eprintln!("xtask bench: creating {} (pip install openrath==2.0.0)", venv.display());
+    eprintln!(
+        "xtask bench: creating {} (pip install openrath==2.0.0)",
+        venv.display()
+    );
     let status = Command::new("python3")
         .args(["-m", "venv"])
         .arg(&venv)
@@ -159,7 +167,12 @@ fn python(root: &Path) -> Result<PathBuf> {
         bail!("python3 -m venv {} failed", venv.display());
     }
     let status = Command::new(venv.join("bin/pip"))
-        .args(["install", "-q", "--disable-pip-version-check", "openrath==2.0.0"])
+        .args([
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "openrath==2.0.0",
+        ])
         .status()
         .context("pip install openrath==2.0.0")?;
     if !status.success() || !ok(&py) {
@@ -256,11 +269,17 @@ fn machine() -> (usize, String, String, String) {
         .lines()
         .find_map(|l| l.strip_prefix("MemTotal:"))
         .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        .map_or_else(|| "?".to_owned(), |kb| format!("{:.1} GiB", kb / 1024.0 / 1024.0));
+        .map_or_else(
+            || "?".to_owned(),
+            |kb| format!("{:.1} GiB", kb / 1024.0 / 1024.0),
+        );
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("model name").map(|r| r.trim_start_matches([' ', '\t', ':']).to_owned()))
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|r| r.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
         .unwrap_or_else(|| "unknown CPU".to_owned());
     let load = std::fs::read_to_string("/proc/loadavg")
         .unwrap_or_default()
@@ -299,8 +318,20 @@ fn svg_plot(series: &[(&str, &str, Vec<(f64, f64)>, Option<(f64, f64)>)]) -> Str
         .flat_map(|s| s.2.iter().map(|p| p.1).chain(s.3.map(|p| p.1)))
         .filter(|v| *v > 0.0)
         .collect();
-    let ymin = all.iter().copied().fold(f64::INFINITY, f64::min).max(1.0).log10().floor();
-    let ymax = all.iter().copied().fold(1.0, f64::max).log10().ceil().max(ymin + 1.0);
+    let ymin = all
+        .iter()
+        .copied()
+        .fold(f64::INFINITY, f64::min)
+        .max(1.0)
+        .log10()
+        .floor();
+    let ymax = all
+        .iter()
+        .copied()
+        .fold(1.0, f64::max)
+        .log10()
+        .ceil()
+        .max(ymin + 1.0);
     let (xmin, xmax) = (3.0, 6.0);
     let px = |x: f64| l + (x.log10() - xmin) / (xmax - xmin) * (w - l - r);
     let py = |y: f64| t + (ymax - y.max(1e-3).log10()) / (ymax - ymin) * (h - t - b);
@@ -413,12 +444,19 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             }
         }
     };
-    let session = run_divan(&root, "rath-session", "session_ops", &["fork", "merge_halves"], args.quick)?;
+    let session = run_divan(
+        &root,
+        "rath-session",
+        "session_ops",
+        &["fork", "merge_halves"],
+        args.quick,
+    )?;
     let persist = run_divan(&root, "rath-persist", "persist", &[], args.quick)?;
-    let flow = run_divan(&root, "rath-flow", "loop_overhead", &[], args.quick).unwrap_or_else(|e| {
-        eprintln!("xtask bench: loop bench not measured: {e:#}");
-        BTreeMap::new()
-    });
+    let flow =
+        run_divan(&root, "rath-flow", "loop_overhead", &[], args.quick).unwrap_or_else(|e| {
+            eprintln!("xtask bench: loop bench not measured: {e:#}");
+            BTreeMap::new()
+        });
     let mem_10k = rss_per_fork(10_000, 100_000);
     let mem_1m = rss_per_fork(1_000_000, 100_000);
     let (_, _, _, load_after) = machine();
@@ -426,7 +464,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let ours = |map: &BTreeMap<String, f64>, key: &str| map.get(key).copied();
     let loop_total = flow
         .get("loop_200_rounds_canned")
-        .or_else(|| flow.iter().find(|(k, _)| k.starts_with("loop_200_rounds")).map(|(_, v)| v))
+        .or_else(|| {
+            flow.iter()
+                .find(|(k, _)| k.starts_with("loop_200_rounds"))
+                .map(|(_, v)| v)
+        })
         .copied();
     let ops = [
         Op {
@@ -507,7 +549,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
          durability).\n"
     );
     let _ = writeln!(md, "## Ratios against the goals (issue 11)\n");
-    let _ = writeln!(md, "| operation | workload | openrath | Python OpenRath | ratio | goal | met |");
+    let _ = writeln!(
+        md,
+        "| operation | workload | openrath | Python OpenRath | ratio | goal | met |"
+    );
     let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- |");
     let mut misses = Vec::new();
     for op in &ops {
@@ -537,7 +582,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     // Flatness of fork and merge from 10^4 to 10^6.
     let mut flat_lines = Vec::new();
     for (name, key) in [("fork", "fork"), ("merge", "merge_halves")] {
-        let (a, b) = (session.get(&format!("{key}/10000")), session.get(&format!("{key}/1000000")));
+        let (a, b) = (
+            session.get(&format!("{key}/10000")),
+            session.get(&format!("{key}/1000000")),
+        );
         let line = match (a, b) {
             (Some(a), Some(b)) => {
                 let f = b / a;
@@ -599,11 +647,36 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     };
     let py_at = |k: &str| py.get(k).map(|v| (10_000.0, *v));
     let series = vec![
-        ("fork", "#1f77b4", scale(&session, "fork"), py_at("fork_10k_chunks_per_op")),
-        ("merge", "#ff7f0e", scale(&session, "merge_halves"), py_at("merge_5k_plus_5k_per_op")),
-        ("persist (write)", "#2ca02c", scale(&persist, "persist_write"), py_at("persist_10k_chunks_write")),
-        ("load", "#d62728", scale(&persist, "persist_load"), py_at("persist_10k_chunks_load")),
-        ("lineage export", "#9467bd", scale(&persist, "lineage_export"), py_at("lineage_export_10k_sessions")),
+        (
+            "fork",
+            "#1f77b4",
+            scale(&session, "fork"),
+            py_at("fork_10k_chunks_per_op"),
+        ),
+        (
+            "merge",
+            "#ff7f0e",
+            scale(&session, "merge_halves"),
+            py_at("merge_5k_plus_5k_per_op"),
+        ),
+        (
+            "persist (write)",
+            "#2ca02c",
+            scale(&persist, "persist_write"),
+            py_at("persist_10k_chunks_write"),
+        ),
+        (
+            "load",
+            "#d62728",
+            scale(&persist, "persist_load"),
+            py_at("persist_10k_chunks_load"),
+        ),
+        (
+            "lineage export",
+            "#9467bd",
+            scale(&persist, "lineage_export"),
+            py_at("lineage_export_10k_sessions"),
+        ),
     ];
     let _ = writeln!(md, "## Scaling\n");
     let _ = writeln!(
@@ -611,7 +684,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         "![scaling curves](bench-scaling.svg)\n\n`{}`: median time per operation at 10³–10⁶ \
          chunks (sessions, for the export); Python OpenRath's point at 10⁴ where its script \
          measures one.\n",
-        svg_path.file_name().and_then(|n| n.to_str()).unwrap_or("bench-scaling.svg")
+        svg_path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("bench-scaling.svg")
     );
     let _ = writeln!(md, "| operation | 10³ | 10⁴ | 10⁵ | 10⁶ |");
     let _ = writeln!(md, "| --- | --- | --- | --- | --- |");
@@ -640,8 +716,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let _ = writeln!(md, "| figure | value |");
     let _ = writeln!(md, "| --- | --- |");
     let extra_ours = [
-        ("openrath: write 10k, one `write(2)` per row (`Durability::Flush`)", persist.get("persist_write_syscall_per_row/10000")),
-        ("openrath: write 10k, batched every 256 rows", persist.get("persist_write_batched/10000")),
+        (
+            "openrath: write 10k, one `write(2)` per row (`Durability::Flush`)",
+            persist.get("persist_write_syscall_per_row/10000"),
+        ),
+        (
+            "openrath: write 10k, batched every 256 rows",
+            persist.get("persist_write_batched/10000"),
+        ),
     ];
     for (k, v) in extra_ours {
         if let Some(v) = v {
@@ -649,7 +731,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
     }
     for (k, v) in &flow {
-        let _ = writeln!(md, "| openrath loop bench `{k}` (200 rounds) | {} |", fmt_ns(*v));
+        let _ = writeln!(
+            md,
+            "| openrath loop bench `{k}` (200 rounds) | {} |",
+            fmt_ns(*v)
+        );
     }
     for (k, v) in &py {
         if k.ends_with("file_size") {
@@ -668,9 +754,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(&svg_path, svg_plot(&series)).with_context(|| format!("writing {}", svg_path.display()))?;
+    std::fs::write(&svg_path, svg_plot(&series))
+        .with_context(|| format!("writing {}", svg_path.display()))?;
     std::fs::write(&out, md).with_context(|| format!("writing {}", out.display()))?;
-    eprintln!("xtask bench: wrote {} and {}", out.display(), svg_path.display());
+    eprintln!(
+        "xtask bench: wrote {} and {}",
+        out.display(),
+        svg_path.display()
+    );
     Ok(())
 }
 
@@ -695,7 +786,9 @@ session_ops       fastest       │ slowest       │ median        │ mean    
 
     #[test]
     fn parses_python_lines() {
-        let m = parse_python("# openrath 2.0.0\nfork_10k_chunks_per_op 5.693 us\npersist_10k_chunks_file_size 1596.9 KiB\n");
+        let m = parse_python(
+            "# openrath 2.0.0\nfork_10k_chunks_per_op 5.693 us\npersist_10k_chunks_file_size 1596.9 KiB\n",
+        );
         assert_eq!(m.get("fork_10k_chunks_per_op"), Some(&5693.0));
         assert_eq!(m.get("persist_10k_chunks_file_size"), Some(&1596.9));
     }

@@ -4,6 +4,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
+
 /// openrath project automation.
 #[derive(Parser, Debug)]
 #[command(name = "xtask", about = "openrath project automation")]
@@ -18,6 +20,8 @@ enum Command {
     Evidence(xtask::evidence::EvidenceArgs),
     /// Check the claim ledger against the committed packets and write evidence/LEDGER.md.
     Ledger(xtask::ledger::LedgerArgs),
+    /// Run our benches and Python OpenRath's in one sitting; write docs/benchmarks.md.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -28,6 +32,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Evidence(args) => xtask::evidence::run(&args),
         Command::Ledger(args) => xtask::ledger::run(&args),
+        Command::Bench(args) => bench::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
