@@ -1,6 +1,7 @@
 //! Persistence benchmarks, same shapes as Python OpenRath's `openrath_bench.py` (c) and (e):
 //! a 10k-chunk session (user / assistant tool call / tool_result / assistant text) written
-//! with a flush per row and loaded back, and the lineage export of a 10k-session fork tree.
+//! with a flush per row and loaded back, and the lineage export of a 10k-session fork tree;
+//! plus the scaling points 10³–10⁶ that `cargo xtask bench` plots.
 
 use std::path::PathBuf;
 
@@ -33,10 +34,6 @@ fn rows(n: usize) -> Vec<Chunk> {
         .collect()
 }
 
-fn session_10k() -> Session {
-    Session::from_chunks(rows(10_000), Lineage::implicit(), Stamper::system())
-}
-
 struct Tmp(tempfile::TempDir);
 
 impl Tmp {
@@ -48,56 +45,71 @@ impl Tmp {
     }
 }
 
-/// Python: `SessionWriter` + `write_chunk` per row (flush per row): 82 ms.
-#[divan::bench(sample_count = 30)]
-fn persist_10k_chunks_write(bencher: divan::Bencher) {
-    let s = session_10k();
+/// The scaling points (chunks per session, sessions per export).
+const SIZES: [usize; 4] = [1_000, 10_000, 100_000, 1_000_000];
+
+fn session_of(n: usize) -> Session {
+    Session::from_chunks(rows(n), Lineage::implicit(), Stamper::system())
+}
+
+fn write_all(store: &Store, s: &Session, opts: &WriterOptions) -> PathBuf {
+    let mut w = store.writer(s, opts.clone()).expect("open");
+    for c in s.chunks() {
+        w.append(c).expect("append");
+    }
+    w.close().expect("close")
+}
+
+/// Python: `SessionWriter` + `write_chunk` per row (flush per row): 82 ms at 10⁴. Default
+/// durability ([`Durability::Mapped`]: each row reaches the OS before the next).
+#[divan::bench(args = SIZES, max_time = 5)]
+fn persist_write(bencher: divan::Bencher, n: usize) {
+    let s = session_of(n);
     let tmp = Tmp::new();
     let store = Store::at(tmp.path());
-    bencher.bench_local(|| {
-        let mut w = store.writer(&s, WriterOptions::default()).expect("open");
-        for c in s.chunks() {
-            w.append(c).expect("append");
-        }
-        w.close().expect("close")
-    });
+    let opts = WriterOptions::default();
+    bencher.bench_local(|| write_all(&store, &s, &opts));
+}
+
+/// The same write with [`Durability::Flush`]: one `write(2)` per row, like Python.
+#[divan::bench(args = [10_000], max_time = 5)]
+fn persist_write_syscall_per_row(bencher: divan::Bencher, n: usize) {
+    let s = session_of(n);
+    let tmp = Tmp::new();
+    let store = Store::at(tmp.path());
+    let opts = WriterOptions::default().durability(Durability::Flush);
+    bencher.bench_local(|| write_all(&store, &s, &opts));
 }
 
 /// The same write with `Durability::Batched { rows: 256 }` (one write(2) per 256 rows).
-#[divan::bench(sample_count = 30)]
-fn persist_10k_chunks_write_batched(bencher: divan::Bencher) {
-    let s = session_10k();
+#[divan::bench(args = [10_000], max_time = 5)]
+fn persist_write_batched(bencher: divan::Bencher, n: usize) {
+    let s = session_of(n);
     let tmp = Tmp::new();
     let store = Store::at(tmp.path());
     let opts = WriterOptions::default().durability(Durability::Batched { rows: 256 });
-    bencher.bench_local(|| {
-        let mut w = store.writer(&s, opts.clone()).expect("open");
-        for c in s.chunks() {
-            w.append(c).expect("append");
-        }
-        w.close().expect("close")
-    });
+    bencher.bench_local(|| write_all(&store, &s, &opts));
 }
 
-/// Python: `load_session` of the same file: 63 ms.
-#[divan::bench(sample_count = 30)]
-fn persist_10k_chunks_load(bencher: divan::Bencher) {
-    let s = session_10k();
+/// Python: `load_session` of the same file: 63 ms at 10⁴.
+#[divan::bench(args = SIZES, max_time = 5)]
+fn persist_load(bencher: divan::Bencher, n: usize) {
+    let s = session_of(n);
     let tmp = Tmp::new();
     let path = Store::at(tmp.path()).save(&s).expect("save");
     bencher.bench_local(|| {
         let l = load_file(&path).expect("load");
-        assert!(l.closed && l.session.len() == 10_000);
+        assert!(l.closed && l.session.len() == n);
         l
     });
 }
 
-/// Python: `export_jsonl` of a 10k-session fork/detach tree: 80 ms.
-#[divan::bench(sample_count = 30)]
-fn lineage_export_10k_sessions(bencher: divan::Bencher) {
+/// Python's fork/detach tree of `n` sessions: each forks (or, every third, detaches) an
+/// earlier one.
+fn fork_tree(n: usize) -> Vec<Session> {
     let root = Session::user_with("root", Stamper::system());
     let mut sessions = vec![root];
-    for i in 1..10_000usize {
+    for i in 1..n {
         let parent = &sessions[(i * 7919) % sessions.len()];
         let next = if i % 3 != 0 {
             parent.fork()
@@ -106,6 +118,13 @@ fn lineage_export_10k_sessions(bencher: divan::Bencher) {
         };
         sessions.push(next);
     }
+    sessions
+}
+
+/// Python: `export_jsonl` of a 10⁴-session fork/detach tree: 80 ms.
+#[divan::bench(args = SIZES, max_time = 5)]
+fn lineage_export(bencher: divan::Bencher, n: usize) {
+    let sessions = fork_tree(n);
     let tmp = Tmp::new();
     let path = tmp.path().join("lineage.jsonl");
     bencher.bench_local(|| export_sessions_to_file(&sessions, &path).expect("export"));

@@ -30,7 +30,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::PersistError;
-use crate::json::write_line;
+use crate::json::{PyFormatter, write_line};
+use serde_json::ser::Formatter as _;
 
 /// One exported session: exactly Python OpenRath's `session_to_jsonl_row` fields, in order.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -221,6 +222,59 @@ impl<'a> RowRef<'a> {
     }
 }
 
+/// Appends `s` as a JSON string, escaped exactly as the serde path escapes it.
+fn put_str(out: &mut Vec<u8>, s: &str) -> std::io::Result<()> {
+    let mut ser = serde_json::Serializer::with_formatter(&mut *out, PyFormatter);
+    s.serialize(&mut ser).map_err(std::io::Error::other)
+}
+
+impl RowRef<'_> {
+    /// Appends this row as one Python-formatted JSON line: the seven fields written by hand
+    /// (the same bytes as the serde path, tested), strings through serde_json's escaper.
+    fn write_line(&self, out: &mut Vec<u8>) -> std::io::Result<()> {
+        let mut f = PyFormatter;
+        out.extend_from_slice(b"{\"id\": ");
+        put_str(out, self.id.as_str())?;
+        out.extend_from_slice(b", \"parent_session_ids\": [");
+        for (i, p) in self.parent_session_ids.iter().enumerate() {
+            if i > 0 {
+                out.extend_from_slice(b", ");
+            }
+            put_str(out, p.as_str())?;
+        }
+        out.extend_from_slice(b"], \"lineage_operator\": ");
+        put_str(out, self.lineage_operator)?;
+        out.extend_from_slice(b", \"lineage_kind\": ");
+        put_str(out, self.lineage_kind.as_str())?;
+        out.extend_from_slice(b", \"lineage_extras\": ");
+        if self.lineage_extras.is_empty() {
+            out.extend_from_slice(b"[]");
+        } else {
+            let mut ser = serde_json::Serializer::with_formatter(&mut *out, PyFormatter);
+            self.lineage_extras
+                .serialize(&mut ser)
+                .map_err(std::io::Error::other)?;
+        }
+        out.extend_from_slice(b", \"chunk_count\": ");
+        f.write_u64(out, self.chunk_count)?;
+        out.extend_from_slice(b", \"cumulative_usage\": ");
+        match self.cumulative_usage {
+            None => out.extend_from_slice(b"null"),
+            Some(u) => {
+                out.extend_from_slice(b"{\"prompt_tokens\": ");
+                f.write_u64(out, u.prompt_tokens)?;
+                out.extend_from_slice(b", \"completion_tokens\": ");
+                f.write_u64(out, u.completion_tokens)?;
+                out.extend_from_slice(b", \"total_tokens\": ");
+                f.write_u64(out, u.total_tokens)?;
+                out.push(b'}');
+            }
+        }
+        out.extend_from_slice(b"}\n");
+        Ok(())
+    }
+}
+
 /// Writes rows of `sessions`, in the given order, as JSONL to `w`.
 pub fn export_sessions<'a, W: Write>(
     sessions: impl IntoIterator<Item = &'a Session>,
@@ -228,7 +282,7 @@ pub fn export_sessions<'a, W: Write>(
 ) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(64 * 1024);
     for s in sessions {
-        write_line(&mut buf, &RowRef::of(s)).map_err(std::io::Error::other)?;
+        RowRef::of(s).write_line(&mut buf)?;
         if buf.len() >= 60 * 1024 {
             w.write_all(&buf)?;
             buf.clear();
@@ -381,6 +435,40 @@ pub fn to_mermaid(rows: &[LineageRow]) -> String {
 mod tests {
     use super::*;
     use rath_session::Stamper;
+
+    #[test]
+    fn hand_written_export_rows_match_the_serde_path() {
+        use rath_session::{Chunk, Lineage};
+        let lineage = Lineage {
+            parents: vec![SessionId::from("p\"1\u{2028}"), SessionId::from("p2")],
+            operator: "op\\é\n\u{1}".to_owned(),
+            kind: LineageKind::parse("merge"),
+            extras: vec![
+                (
+                    "k".to_owned(),
+                    serde_json::json!({"f": 1.5, "a": [1, null]}),
+                ),
+                ("\u{85}".to_owned(), Value::Null),
+            ],
+        };
+        let a = Session::from_chunks(
+            [Chunk::user("x"), Chunk::assistant_text("y")],
+            lineage,
+            Stamper::counter(),
+        )
+        .with_usage(Some("m"), Usage::new(10, 2));
+        let b = Session::user_with("plain", Stamper::counter());
+        for s in [&a, &b, &a.fork(), &b.detach()] {
+            let mut hand = Vec::new();
+            RowRef::of(s).write_line(&mut hand).expect("hand");
+            let mut serde = Vec::new();
+            write_line(&mut serde, &RowRef::of(s)).expect("serde");
+            assert_eq!(
+                String::from_utf8_lossy(&hand),
+                String::from_utf8_lossy(&serde)
+            );
+        }
+    }
 
     #[test]
     fn journal_keeps_every_session_in_stamp_order_and_updates_in_place() {

@@ -37,6 +37,7 @@ mod error;
 pub mod journal;
 pub mod json;
 pub mod loader;
+mod mapped;
 mod record;
 pub mod store;
 pub mod writer;

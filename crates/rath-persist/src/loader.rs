@@ -58,21 +58,84 @@ pub fn load_file(path: &Path) -> Result<LoadedSession, PersistError> {
 /// Parses the bytes of a session file; `path` is only used in errors and the result.
 /// Never panics, whatever the bytes.
 pub fn load_bytes(path: &Path, bytes: &[u8]) -> Result<LoadedSession, PersistError> {
+    let bytes = trim_nul_tail(bytes);
     let mut st = LoadState::default();
+    // One record per line: size the chunk list once (a vectorised count).
+    st.conv.reserve(memchr::memchr_iter(b'\n', bytes).count());
     let mut torn = false;
-    for (lineno, line) in lines(bytes) {
-        let Some(line) = line else {
-            torn = true;
-            continue;
-        };
-        st.feed(path, lineno, line)?;
+    let split = parallel_split(bytes);
+    let (first, second) = bytes.split_at(split);
+    if second.is_empty() {
+        for (lineno, line) in lines(first) {
+            let Some(line) = line else {
+                torn = true;
+                continue;
+            };
+            st.feed(path, lineno, line)?;
+        }
+        return st.finish(path, torn);
     }
+    // A large file: a second thread parses the second half of the lines while this one
+    // parses and applies the first; the second half's records are then applied in order,
+    // so errors surface exactly as in a sequential read.
+    let first_lines = memchr::memchr_iter(b'\n', first).count();
+    std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            lines(second)
+                .map(|(n, line)| (first_lines + n, line.map(parse_line)))
+                .collect::<Vec<_>>()
+        });
+        for (lineno, line) in lines(first) {
+            // `first` ends at a line break: every line in it is complete.
+            if let Some(line) = line {
+                st.feed(path, lineno, line)?;
+            }
+        }
+        let parsed = worker.join().map_err(|_| PersistError::Corrupt {
+            path: path.to_path_buf(),
+            line: first_lines + 1,
+            message: "the parsing thread panicked".to_owned(),
+        })?;
+        for (lineno, line) in parsed {
+            match line {
+                None => torn = true,
+                Some(Ok(None)) => {}
+                Some(Ok(Some(raw))) => st.dispatch(path, lineno, raw)?,
+                Some(Err(e)) => return Err(corrupt(path, lineno, format!("invalid record: {e}"))),
+            }
+        }
+        Ok(())
+    })?;
     st.finish(path, torn)
 }
 
+/// Files at least this large are parsed on two threads.
+const PARALLEL_MIN_BYTES: usize = 256 * 1024;
+
+/// Where to split `bytes` for a two-thread parse: just after the first line break past the
+/// middle, or `bytes.len()` (no split) for small files or a single core.
+fn parallel_split(bytes: &[u8]) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if bytes.len() < PARALLEL_MIN_BYTES || cores < 2 {
+        return bytes.len();
+    }
+    let mid = bytes.len() / 2;
+    memchr::memchr(b'\n', &bytes[mid..]).map_or(bytes.len(), |i| mid + i + 1)
+}
+
+/// One line parsed: `None` for a blank line.
+fn parse_line(line: &[u8]) -> Result<Option<RawLine<'_>>, serde_json::Error> {
+    if is_blank(line) {
+        return Ok(None);
+    }
+    serde_json::from_slice(line).map(Some)
+}
+
 /// Splits into `(line number, Some(complete line) | None for an unterminated last line)`.
+/// A tail of NUL bytes is unwritten space of a preallocated file whose writer was killed
+/// ([`crate::Durability::Mapped`]): it is not a line (no JSON line can hold a raw NUL).
 pub(crate) fn lines(bytes: &[u8]) -> impl Iterator<Item = (usize, Option<&[u8]>)> {
-    let mut rest = bytes;
+    let mut rest = trim_nul_tail(bytes);
     let mut n = 0usize;
     std::iter::from_fn(move || {
         if rest.is_empty() {
@@ -91,6 +154,12 @@ pub(crate) fn lines(bytes: &[u8]) -> impl Iterator<Item = (usize, Option<&[u8]>)
             }
         }
     })
+}
+
+/// `bytes` without its trailing NUL bytes.
+pub(crate) fn trim_nul_tail(bytes: &[u8]) -> &[u8] {
+    let end = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    &bytes[..end]
 }
 
 fn memchr_nl(b: &[u8]) -> Option<usize> {
@@ -139,11 +208,19 @@ fn structure(path: &Path, line: usize, message: impl Into<String>) -> PersistErr
 
 impl LoadState {
     fn feed(&mut self, path: &Path, lineno: usize, line: &[u8]) -> Result<(), PersistError> {
-        if is_blank(line) {
-            return Ok(());
+        match parse_line(line) {
+            Ok(None) => Ok(()),
+            Ok(Some(raw)) => self.dispatch(path, lineno, raw),
+            Err(e) => Err(corrupt(path, lineno, format!("invalid record: {e}"))),
         }
-        let raw: RawLine = serde_json::from_slice(line)
-            .map_err(|e| corrupt(path, lineno, format!("invalid record: {e}")))?;
+    }
+
+    fn dispatch(
+        &mut self,
+        path: &Path,
+        lineno: usize,
+        raw: RawLine<'_>,
+    ) -> Result<(), PersistError> {
         match raw.record_type.as_deref() {
             Some("header") => self.header(path, lineno, raw),
             Some("chunk") => self.chunk(path, lineno, raw),
@@ -156,7 +233,7 @@ impl LoadState {
         }
     }
 
-    fn header(&mut self, path: &Path, lineno: usize, raw: RawLine) -> Result<(), PersistError> {
+    fn header(&mut self, path: &Path, lineno: usize, raw: RawLine<'_>) -> Result<(), PersistError> {
         if self.header.is_some() {
             return Err(structure(path, lineno, "duplicate header record"));
         }
@@ -212,7 +289,7 @@ impl LoadState {
         self.apply_ext(path, lineno, raw.rath_ext)
     }
 
-    fn chunk(&mut self, path: &Path, lineno: usize, raw: RawLine) -> Result<(), PersistError> {
+    fn chunk(&mut self, path: &Path, lineno: usize, raw: RawLine<'_>) -> Result<(), PersistError> {
         if self.header.is_none() {
             return Err(structure(path, lineno, "chunk record before header"));
         }
@@ -239,7 +316,12 @@ impl LoadState {
         self.apply_ext(path, lineno, Some(ext))
     }
 
-    fn trailer(&mut self, path: &Path, lineno: usize, raw: RawLine) -> Result<(), PersistError> {
+    fn trailer(
+        &mut self,
+        path: &Path,
+        lineno: usize,
+        raw: RawLine<'_>,
+    ) -> Result<(), PersistError> {
         // Like Python: the last trailer wins, and records after it are still read.
         self.closed = true;
         self.closed_at = match raw.closed_at {
@@ -349,4 +431,38 @@ fn interleave(conv: Vec<Chunk>, mut evidence: Vec<(u64, Chunk)>) -> rath_session
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str = r#"{"record_type": "header", "schema_version": 1, "id": "s1", "created_at": "2026-01-01T00:00:00+00:00", "parent_session_ids": [], "lineage_operator": "implicit", "lineage_kind": "unknown", "lineage_extras": [], "sandbox_backend": null, "sandbox_spec": null, "sandbox_handle_id": null}"#;
+    const ROW: &str =
+        r#"{"record_type": "chunk", "index": 0, "kind": "user", "payload": {"content": "hi"}}"#;
+
+    #[test]
+    fn a_nul_tail_is_unwritten_space() {
+        let p = Path::new("s1.jsonl.__partial__");
+        let mut bytes = format!("{HEADER}\n{ROW}\n").into_bytes();
+        bytes.resize(bytes.len() + 5000, 0);
+        let l = load_bytes(p, &bytes).expect("loads");
+        assert_eq!(l.session.len(), 1);
+        assert!(!l.torn_line_skipped);
+
+        // A row cut short with holes (memcpy may store a row's end first), then NULs.
+        let mut bytes = format!("{HEADER}\n{ROW}\n").into_bytes();
+        bytes.extend_from_slice(&[0; 40]);
+        bytes.extend_from_slice(br#"load": {"content": "x"}}"#);
+        bytes.resize(bytes.len() + 100, 0);
+        let l = load_bytes(p, &bytes).expect("loads");
+        assert_eq!(l.session.len(), 1);
+        assert!(l.torn_line_skipped);
+
+        // All NULs: no header.
+        assert!(matches!(
+            load_bytes(p, &[0; 64]),
+            Err(PersistError::MissingHeader { .. })
+        ));
+    }
 }

@@ -5,6 +5,7 @@
 //! once it has seen `kind` (Python writes `kind` before `payload`), so loading 10k rows does
 //! not build 10k `serde_json::Value` trees.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -212,11 +213,37 @@ pub(crate) struct ExtIn {
     pub pending: Option<Vec<PendingCall>>,
 }
 
+/// A string borrowed from the line when it has no escapes (no allocation), owned otherwise.
+pub(crate) struct StrIn<'de>(pub Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for StrIn<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = StrIn<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<StrIn<'de>, E> {
+                Ok(StrIn(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<StrIn<'de>, E> {
+                Ok(StrIn(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<StrIn<'de>, E> {
+                Ok(StrIn(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
 /// Every field any record may carry; which ones matter depends on `record_type`.
+/// `record_type` and `kind` borrow from the line (read for every row, kept by none).
 #[derive(Default)]
-pub(crate) struct RawLine {
-    pub record_type: Option<String>,
-    pub kind: Option<String>,
+pub(crate) struct RawLine<'de> {
+    pub record_type: Option<Cow<'de, str>>,
+    pub kind: Option<Cow<'de, str>>,
     pub payload: Option<PayloadIn>,
     pub schema_version: Option<Value>,
     pub id: Option<String>,
@@ -279,18 +306,20 @@ fn typed_payload<'de, A: MapAccess<'de>>(kind: &str, map: &mut A) -> Result<Payl
 struct LineVisitor;
 
 impl<'de> Visitor<'de> for LineVisitor {
-    type Value = RawLine;
+    type Value = RawLine<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object (a header, chunk or trailer record)")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawLine, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawLine<'de>, A::Error> {
         let mut r = RawLine::default();
         while let Some(field) = map.next_key::<Field>()? {
             match field {
-                Field::RecordType => r.record_type = map.next_value()?,
-                Field::Kind => r.kind = map.next_value()?,
+                Field::RecordType => {
+                    r.record_type = map.next_value::<Option<StrIn<'de>>>()?.map(|s| s.0)
+                }
+                Field::Kind => r.kind = map.next_value::<Option<StrIn<'de>>>()?.map(|s| s.0),
                 Field::Payload => {
                     r.payload = Some(match r.kind.as_deref() {
                         Some(kind) => typed_payload(kind, &mut map)?,
@@ -320,7 +349,7 @@ impl<'de> Visitor<'de> for LineVisitor {
     }
 }
 
-impl<'de> Deserialize<'de> for RawLine {
+impl<'de> Deserialize<'de> for RawLine<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_map(LineVisitor)
     }
