@@ -16,11 +16,15 @@
 //! (`evidence/ledger.toml`, `[[packet]]`); see `evidence/README.md`.
 
 mod crash;
+mod flow;
 mod layout;
 mod lineage;
 mod memory;
+mod opensandbox;
+mod provider;
 mod sandbox;
 mod testreport;
+mod visual;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -200,8 +204,17 @@ pub fn packets() -> Vec<Packet> {
         sandbox::isolated_sandbox(),
         memory::memory_local(),
         crash::crash_recovery(),
+        provider::replay(),
+        provider::live_provider_manifest(),
+        provider::live_provider_run(),
+        opensandbox::opensandbox_optional(),
+        flow::workflow_transcript(),
+        flow::selector_decisions(),
+        flow::compression(),
+        flow::approval_round_trip(),
         lineage::interop_openrath(),
         testreport::test_report(),
+        visual::visual_qa(),
         layout::layout_audit(),
         crate::ledger::claim_ledger_packet(),
     ]

@@ -22,11 +22,11 @@ pub fn test_report() -> Packet {
 }
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
-struct Counts {
-    binaries: u64,
-    passed: u64,
-    failed: u64,
-    ignored: u64,
+pub(super) struct Counts {
+    pub(super) binaries: u64,
+    pub(super) passed: u64,
+    pub(super) failed: u64,
+    pub(super) ignored: u64,
 }
 
 impl Counts {
@@ -39,7 +39,7 @@ impl Counts {
 }
 
 /// `test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; ...`
-fn parse_result(line: &str) -> Option<Counts> {
+pub(super) fn parse_result(line: &str) -> Option<Counts> {
     let rest = line.trim().strip_prefix("test result: ")?;
     let mut c = Counts {
         binaries: 1,
