@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
-use rath_flow::{FlowContext, LoopOptions, SessionLoop, ToolContext, ToolError, ToolSet, typed_tool};
+use rath_flow::{
+    FlowContext, LoopOptions, SessionLoop, ToolContext, ToolError, ToolSet, typed_tool,
+};
 use rath_provider::{
     Provider, ProviderError, ProviderManifest, ProviderRequest, ProviderResponse, ScriptedProvider,
     ScriptedResponse,
@@ -47,7 +49,10 @@ impl Canned {
         let mut responses: Vec<(Chunk, Option<String>)> = (0..ROUNDS)
             .map(|i| {
                 (
-                    Chunk::assistant(None, Some(vec![ToolCall::function(format!("call_{i}"), "noop", "{}")])),
+                    Chunk::assistant(
+                        None,
+                        Some(vec![ToolCall::function(format!("call_{i}"), "noop", "{}")]),
+                    ),
                     Some("tool_calls".to_owned()),
                 )
             })
@@ -88,7 +93,10 @@ impl Provider for Canned {
 
 fn scripted() -> ScriptedProvider {
     let mut r: Vec<ScriptedResponse> = (0..ROUNDS)
-        .map(|i| ScriptedResponse::tool_calls(vec![(format!("call_{i}"), "noop", json!({}))]).usage(10, 1))
+        .map(|i| {
+            ScriptedResponse::tool_calls(vec![(format!("call_{i}"), "noop", json!({}))])
+                .usage(10, 1)
+        })
         .collect();
     r.push(ScriptedResponse::text("done").usage(10, 1));
     ScriptedProvider::new(r)
@@ -140,7 +148,9 @@ fn loop_200_rounds_canned_no_evidence(bencher: divan::Bencher) {
         .expect("runtime");
     let tools = noop_tools();
     let cx = FlowContext::new();
-    let options = LoopOptions::default().max_tool_rounds(ROUNDS + 1).evidence(false);
+    let options = LoopOptions::default()
+        .max_tool_rounds(ROUNDS + 1)
+        .evidence(false);
     bencher
         .with_inputs(|| {
             let stamper = Stamper::counter();

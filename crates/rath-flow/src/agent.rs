@@ -26,13 +26,13 @@ use futures::future::BoxFuture;
 use rath_provider::Provider;
 use rath_session::Session;
 
+use crate::FlowError;
 use crate::context::{FlowContext, SessionSink};
 use crate::memory::MemoryHook;
 use crate::policy::ToolPolicy;
 use crate::session_loop::{LoopOptions, SessionLoop};
 use crate::tool::ToolSet;
 use crate::workflow::Workflow;
-use crate::FlowError;
 
 struct Inner {
     name: String,

@@ -131,7 +131,11 @@ impl Tool for ReadWorkspaceFile {
             None => Some("utf-8".to_owned()),
             Some(Value::Null) => None,
             Some(Value::String(s)) => Some(s.to_ascii_lowercase().replace('_', "-")),
-            Some(_) => return Err(ToolError::invalid_arguments("encoding must be a string or null")),
+            Some(_) => {
+                return Err(ToolError::invalid_arguments(
+                    "encoding must be a string or null",
+                ));
+            }
         };
         if let Some(e) = &encoding
             && !matches!(e.as_str(), "utf-8" | "utf8" | "ascii" | "us-ascii")
@@ -285,7 +289,10 @@ impl Tool for RunCode {
             .get("language")
             .and_then(Value::as_str)
             .unwrap_or("python");
-        if !matches!(language.to_ascii_lowercase().as_str(), "python" | "python3" | "py") {
+        if !matches!(
+            language.to_ascii_lowercase().as_str(),
+            "python" | "python3" | "py"
+        ) {
             return Err(ToolError::invalid_arguments(format!(
                 "unsupported language {language:?}; only python is available"
             )));
@@ -293,7 +300,9 @@ impl Tool for RunCode {
         let mut payload = CodePayload::python(code);
         if let Some(secs) = args.get("timeout").and_then(Value::as_f64) {
             if !(secs.is_finite() && secs > 0.0) {
-                return Err(ToolError::invalid_arguments("timeout must be a positive number"));
+                return Err(ToolError::invalid_arguments(
+                    "timeout must be a positive number",
+                ));
             }
             payload = payload.timeout(Duration::from_secs_f64(secs.min(86_400.0)));
         }

@@ -34,16 +34,18 @@ use rath_session::{
     Session,
 };
 
+use crate::FlowError;
 use crate::context::{FlowContext, FlowEvent};
 use crate::session_loop::carry_usage;
 use crate::workflow::Workflow;
-use crate::FlowError;
 
 /// The index where the last `keep` conversation chunks begin, moved back so that it never
 /// starts on a tool result.
 fn cut_index(session: &Session, keep: usize) -> usize {
     let chunks = session.chunks();
-    let conv: Vec<usize> = (0..chunks.len()).filter(|&i| chunks[i].is_conversation()).collect();
+    let conv: Vec<usize> = (0..chunks.len())
+        .filter(|&i| chunks[i].is_conversation())
+        .collect();
     if conv.len() <= keep {
         return 0;
     }

@@ -32,7 +32,11 @@ use crate::FlowError;
 /// commit after the forward ends. Both steps leave `memory_event` chunks on the session.
 pub trait MemoryHook: Send + Sync {
     /// Before the first model call of a loop run.
-    fn before_model_call(&self, session: &Session, agent: Option<&str>) -> Result<Session, FlowError>;
+    fn before_model_call(
+        &self,
+        session: &Session,
+        agent: Option<&str>,
+    ) -> Result<Session, FlowError>;
     /// After a forward from `input` produced `output` (not called when the loop stopped on
     /// pending approval).
     fn after_forward(
@@ -67,7 +71,11 @@ impl PolicyMemory {
 }
 
 impl MemoryHook for PolicyMemory {
-    fn before_model_call(&self, session: &Session, agent: Option<&str>) -> Result<Session, FlowError> {
+    fn before_model_call(
+        &self,
+        session: &Session,
+        agent: Option<&str>,
+    ) -> Result<Session, FlowError> {
         Ok(self
             .policy
             .recall_and_inject(session, self.memory.as_ref(), agent)?)

@@ -98,12 +98,23 @@ impl ToolPolicy {
 /// Records that `by` approved pending call `call_id` (a `policy_decision` chunk with
 /// decision `approved`). The call runs when the loop resumes.
 pub fn approve(session: &Session, call_id: &str, by: &str) -> Result<Session, FlowError> {
-    decide(session, call_id, "approved", format!("approved by {by}"), by)
+    decide(
+        session,
+        call_id,
+        "approved",
+        format!("approved by {by}"),
+        by,
+    )
 }
 
 /// Records that `by` rejected pending call `call_id`; on resume the call is answered with a
 /// `denied_by_policy` tool result carrying `reason`, and the loop goes on.
-pub fn reject(session: &Session, call_id: &str, by: &str, reason: &str) -> Result<Session, FlowError> {
+pub fn reject(
+    session: &Session,
+    call_id: &str,
+    by: &str,
+    reason: &str,
+) -> Result<Session, FlowError> {
     decide(session, call_id, "rejected", reason.to_owned(), by)
 }
 
@@ -122,21 +133,24 @@ fn decide(
             session_id: session.id().to_string(),
             call_id: call_id.to_owned(),
         })?;
-    Ok(session.push(Chunk::new(ChunkBody::PolicyDecision(PolicyDecision {
-        agent: pending.agent.clone(),
-        tool_call_id: call_id.to_owned(),
-        tool: pending.call.function.name.clone(),
-        decision: decision.to_owned(),
-        reason,
-        decided_by: by.to_owned(),
-    }))))
+    Ok(
+        session.push(Chunk::new(ChunkBody::PolicyDecision(PolicyDecision {
+            agent: pending.agent.clone(),
+            tool_call_id: call_id.to_owned(),
+            tool: pending.call.function.name.clone(),
+            decision: decision.to_owned(),
+            reason,
+            decided_by: by.to_owned(),
+        }))),
+    )
 }
 
 /// The latest `approved` / `rejected` decision recorded for `call_id`, if any.
 pub fn decision_for<'a>(session: &'a Session, call_id: &str) -> Option<&'a PolicyDecision> {
     session.chunks().iter().rev().find_map(|c| match c.body() {
         ChunkBody::PolicyDecision(d)
-            if d.tool_call_id == call_id && (d.decision == "approved" || d.decision == "rejected") =>
+            if d.tool_call_id == call_id
+                && (d.decision == "approved" || d.decision == "rejected") =>
         {
             Some(d)
         }

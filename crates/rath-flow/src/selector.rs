@@ -38,11 +38,11 @@ use rath_session::{
 };
 use serde_json::{Value, json};
 
+use crate::FlowError;
 use crate::agent::Agent;
 use crate::context::{FlowContext, FlowEvent};
 use crate::session_loop::carry_usage;
 use crate::workflow::{EmptyWorkflow, SharedWorkflow, Workflow};
-use crate::FlowError;
 
 /// A candidate as a decider sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -207,7 +207,11 @@ impl Selector {
         cx: &FlowContext,
     ) -> Result<(Session, SharedWorkflow), FlowError> {
         let infos = self.candidate_infos();
-        let lineage = Lineage::new(vec![session.id().clone()], "Selector.route", LineageKind::OpAnnotate);
+        let lineage = Lineage::new(
+            vec![session.id().clone()],
+            "Selector.route",
+            LineageKind::OpAnnotate,
+        );
         let mut out = carry_usage(session, session.derive(lineage));
         let (decision, decided_by) = match &self.decider {
             Decider::Function(f) => (f(session, &infos), "function".to_owned()),
@@ -217,7 +221,14 @@ impl Selector {
                 instructions,
             } => {
                 let (s, d) = self
-                    .ask_model(&out, provider.as_ref(), model.as_deref(), instructions, &infos, cx)
+                    .ask_model(
+                        &out,
+                        provider.as_ref(),
+                        model.as_deref(),
+                        instructions,
+                        &infos,
+                        cx,
+                    )
                     .await?;
                 out = s;
                 let who = model.clone().unwrap_or_else(|| provider.name().to_owned());
@@ -328,7 +339,10 @@ fn parse_decision(chunk: &Chunk, infos: &[Candidate]) -> Decision {
         };
     }
     let text = chunk.text().unwrap_or("").trim();
-    match infos.iter().find(|c| text == c.name || text.starts_with(&format!("{} ", c.name))) {
+    match infos
+        .iter()
+        .find(|c| text == c.name || text.starts_with(&format!("{} ", c.name)))
+    {
         Some(c) => Decision::to(c.name.clone(), text.to_owned()),
         None => Decision::done(if text.is_empty() {
             "the model named no candidate".to_owned()
@@ -355,9 +369,9 @@ impl Workflow for Selector {
             for _ in 0..self.max_steps {
                 let (annotated, next) = self.select(&s, cx).await?;
                 s = annotated;
-                let done = s.chunks().last().is_some_and(|c| {
-                    matches!(c.body(), ChunkBody::RouteDecision(d) if d.choice.is_none())
-                });
+                let done = s.chunks().last().is_some_and(
+                    |c| matches!(c.body(), ChunkBody::RouteDecision(d) if d.choice.is_none()),
+                );
                 if done {
                     break;
                 }

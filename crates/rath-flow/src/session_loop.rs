@@ -39,11 +39,11 @@ use rath_session::{
 };
 use serde_json::Value;
 
+use crate::FlowError;
 use crate::context::{FlowContext, FlowEvent, SessionSink};
 use crate::memory::MemoryHook;
 use crate::policy::{ToolPolicy, Verdict, decision_for};
 use crate::tool::{Registered, ToolContext, ToolError, ToolOutput, ToolSet, error_kind};
-use crate::FlowError;
 
 /// The extra error kind for calls the model made after `max_tool_rounds` was reached.
 pub const MAX_TOOL_ROUNDS_EXCEEDED: &str = "max_tool_rounds_exceeded";
@@ -418,7 +418,9 @@ impl SessionLoop {
             }
             if rounds >= self.options.max_tool_rounds {
                 truncated = true;
-                out = self.refuse_all(out, calls).with_extra("loop.truncated", true);
+                out = self
+                    .refuse_all(out, calls)
+                    .with_extra("loop.truncated", true);
                 req.tool_choice = ToolChoice::None;
             } else {
                 rounds += 1;
@@ -593,7 +595,10 @@ impl SessionLoop {
                         Verdict::Deny(reason) => {
                             decisions[i] = Some(self.policy_chunk(call, "deny", &reason));
                             answers[i] = Some((
-                                Answer::Failed(ToolError::new(error_kind::DENIED_BY_POLICY, reason)),
+                                Answer::Failed(ToolError::new(
+                                    error_kind::DENIED_BY_POLICY,
+                                    reason,
+                                )),
                                 None,
                                 0.0,
                             ));
@@ -680,7 +685,10 @@ impl SessionLoop {
         let Some(reg) = self.tools.registered(name) else {
             return Err(ToolError::new(
                 error_kind::UNKNOWN_TOOL,
-                format!("unknown tool {name:?}; available: {}", self.tools.names().join(", ")),
+                format!(
+                    "unknown tool {name:?}; available: {}",
+                    self.tools.names().join(", ")
+                ),
             ));
         };
         let raw = call.function.arguments.trim();
@@ -822,10 +830,13 @@ impl SessionLoop {
                     ev
                 }
                 (None, Some(d)) => {
-                    let mut ev = d.to_tool_evidence(e.call.id.clone(), e.call.function.name.clone());
+                    let mut ev =
+                        d.to_tool_evidence(e.call.id.clone(), e.call.function.name.clone());
                     if dispatched.len() > 1 {
-                        ev.detail
-                            .insert("dispatches".to_owned(), Value::from(dispatched.len() as u64));
+                        ev.detail.insert(
+                            "dispatches".to_owned(),
+                            Value::from(dispatched.len() as u64),
+                        );
                     }
                     ev
                 }

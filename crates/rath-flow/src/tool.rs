@@ -482,7 +482,10 @@ impl RawTool {
         name: impl Into<String>,
         description: impl Into<String>,
         parameters: Value,
-        f: impl Fn(ToolContext, Value) -> futures::future::BoxFuture<'static, Result<ToolOutput, ToolError>>
+        f: impl Fn(
+            ToolContext,
+            Value,
+        ) -> futures::future::BoxFuture<'static, Result<ToolOutput, ToolError>>
         + Send
         + Sync
         + 'static,
@@ -703,8 +706,7 @@ impl Registered {
 fn is_trivial_schema(schema: &Value) -> bool {
     match schema {
         Value::Object(m) => {
-            m.len() == 1 && m.get("type").and_then(Value::as_str) == Some("object")
-                || m.is_empty()
+            m.len() == 1 && m.get("type").and_then(Value::as_str) == Some("object") || m.is_empty()
         }
         Value::Bool(true) => true,
         _ => false,

@@ -32,9 +32,9 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use rath_session::{Chunk, ChunkBody, ChunkList, Lineage, LineageKind, Session};
 
+use crate::FlowError;
 use crate::agent::Agent;
 use crate::context::{FlowContext, branch_stamper};
-use crate::FlowError;
 
 /// A shared workflow.
 pub type SharedWorkflow = Arc<dyn Workflow>;
@@ -142,7 +142,9 @@ pub struct FnWorkflow {
 
 impl fmt::Debug for FnWorkflow {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FnWorkflow").field("name", &self.name).finish()
+        f.debug_struct("FnWorkflow")
+            .field("name", &self.name)
+            .finish()
     }
 }
 
@@ -194,7 +196,14 @@ impl fmt::Debug for Sequence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Sequence")
             .field("name", &self.name)
-            .field("steps", &self.steps.iter().map(|s| s.name().to_owned()).collect::<Vec<_>>())
+            .field(
+                "steps",
+                &self
+                    .steps
+                    .iter()
+                    .map(|s| s.name().to_owned())
+                    .collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -283,7 +292,11 @@ impl fmt::Debug for Parallel {
             .field("name", &self.name)
             .field(
                 "branches",
-                &self.branches.iter().map(|s| s.name().to_owned()).collect::<Vec<_>>(),
+                &self
+                    .branches
+                    .iter()
+                    .map(|s| s.name().to_owned())
+                    .collect::<Vec<_>>(),
             )
             .finish()
     }
@@ -445,7 +458,11 @@ impl fmt::Debug for LoopUntil {
 
 impl LoopUntil {
     /// Runs `body` at most `max_iterations` times (no predicate: always all of them).
-    pub fn new(name: impl Into<String>, body: impl Workflow + 'static, max_iterations: usize) -> Self {
+    pub fn new(
+        name: impl Into<String>,
+        body: impl Workflow + 'static,
+        max_iterations: usize,
+    ) -> Self {
         Self {
             name: name.into(),
             description: String::new(),

@@ -29,7 +29,9 @@ fn result_for(s: &Session, call_id: &str) -> Value {
     s.chunks()
         .iter()
         .find_map(|c| match c.body() {
-            ChunkBody::ToolResult(r) if r.tool_call_id == call_id => serde_json::from_str(&r.content).ok(),
+            ChunkBody::ToolResult(r) if r.tool_call_id == call_id => {
+                serde_json::from_str(&r.content).ok()
+            }
             _ => None,
         })
         .expect("tool result")
@@ -37,27 +39,49 @@ fn result_for(s: &Session, call_id: &str) -> Value {
 
 /// Phase 1: run until the approval stop, persisting through a `StoreSink`.
 async fn interrupt(store_dir: &Path, workdir: &Path) -> Session {
-    let provider = Arc::new(ScriptedProvider::new(vec![ScriptedResponse::tool_calls(vec![
-        ("call_ls", "list_workspace_files", json!({"path": "."})),
-        ("call_write", "write_workspace_file", json!({"path": "note.txt", "content": "approved text"})),
-        ("call_exists", "workspace_path_exists", json!({"path": "note.txt"})),
-    ])
-    .usage(30, 20)]));
+    let provider = Arc::new(ScriptedProvider::new(vec![
+        ScriptedResponse::tool_calls(vec![
+            ("call_ls", "list_workspace_files", json!({"path": "."})),
+            (
+                "call_write",
+                "write_workspace_file",
+                json!({"path": "note.txt", "content": "approved text"}),
+            ),
+            (
+                "call_exists",
+                "workspace_path_exists",
+                json!({"path": "note.txt"}),
+            ),
+        ])
+        .usage(30, 20),
+    ]));
     let agent = editor(provider.clone()).with_sink(Arc::new(StoreSink::new(Store::at(store_dir))));
     let user = Session::user_with("Write note.txt.", Stamper::counter())
         .to_with("local", SandboxSpec::working_dir(workdir.to_string_lossy()));
-    let stopped = agent.forward_in(user, &FlowContext::new()).await.expect("forward");
+    let stopped = agent
+        .forward_in(user, &FlowContext::new())
+        .await
+        .expect("forward");
     provider.assert_complete().expect("script used");
 
     // Stopped exactly at the gated call: the earlier call answered, the gated one and the
     // later one pending, in call order.
-    assert_eq!(stopped.lineage().extra("loop.stopped"), Some(&json!("pending_approval")));
+    assert_eq!(
+        stopped.lineage().extra("loop.stopped"),
+        Some(&json!("pending_approval"))
+    );
     let pending: Vec<(&str, &str)> = stopped
         .pending()
         .iter()
         .map(|p| (p.call.id.as_str(), p.reason.as_str()))
         .collect();
-    assert_eq!(pending, [("call_write", "require_approval"), ("call_exists", "queued_behind_approval")]);
+    assert_eq!(
+        pending,
+        [
+            ("call_write", "require_approval"),
+            ("call_exists", "queued_behind_approval")
+        ]
+    );
     assert_eq!(result_for(&stopped, "call_ls")["ok"], json!(true));
     assert!(!workdir.join("note.txt").exists());
     stopped
@@ -66,7 +90,12 @@ async fn interrupt(store_dir: &Path, workdir: &Path) -> Session {
 fn spawn_child(store_dir: &Path, id: &SessionId, decision: &str) {
     let exe = std::env::current_exe().expect("test binary");
     let out = std::process::Command::new(exe)
-        .args(["--exact", "approval_child", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "approval_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(ENV_STORE, store_dir)
         .env(ENV_ID, id.as_str())
         .env(ENV_DECISION, decision)
@@ -78,7 +107,10 @@ fn spawn_child(store_dir: &Path, id: &SessionId, decision: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"), "child test did not run");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+        "child test did not run"
+    );
 }
 
 fn resumed_from(store_dir: &Path, stopped: &SessionId) -> Session {
@@ -87,8 +119,10 @@ fn resumed_from(store_dir: &Path, stopped: &SessionId) -> Session {
         .list()
         .expect("list")
         .into_iter()
-        .find(|s| s.lineage_row().parent_session_ids.first() == Some(stopped)
-            && s.lineage_row().lineage_kind == LineageKind::OpResume)
+        .find(|s| {
+            s.lineage_row().parent_session_ids.first() == Some(stopped)
+                && s.lineage_row().lineage_kind == LineageKind::OpResume
+        })
         .expect("resumed session in the store");
     store.load(&summary.lineage_row().id).expect("load").session
 }
@@ -100,7 +134,10 @@ async fn approval_round_trip_across_processes() {
     let stopped = interrupt(store_dir.path(), work.path()).await;
     spawn_child(store_dir.path(), stopped.id(), "approve");
 
-    assert_eq!(std::fs::read_to_string(work.path().join("note.txt")).expect("written"), "approved text");
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("note.txt")).expect("written"),
+        "approved text"
+    );
     let done = resumed_from(store_dir.path(), stopped.id());
     assert!(done.pending().is_empty());
     let w = result_for(&done, "call_write");
@@ -136,31 +173,52 @@ async fn resume_without_decision_is_refused() {
     let work = tempfile::tempdir().expect("work");
     let stopped = interrupt(store_dir.path(), work.path()).await;
     let agent = editor(Arc::new(ScriptedProvider::new(vec![])));
-    let err = agent.resume(&stopped, &FlowContext::new()).await.expect_err("needs a decision");
-    assert!(matches!(err, rath_flow::FlowError::AwaitingDecision { .. }), "{err}");
+    let err = agent
+        .resume(&stopped, &FlowContext::new())
+        .await
+        .expect_err("needs a decision");
+    assert!(
+        matches!(err, rath_flow::FlowError::AwaitingDecision { .. }),
+        "{err}"
+    );
 }
 
 /// The second process. Does nothing unless the parent set the environment.
 #[tokio::test]
 async fn approval_child() {
-    let (Ok(dir), Ok(id), Ok(decision)) =
-        (std::env::var(ENV_STORE), std::env::var(ENV_ID), std::env::var(ENV_DECISION))
-    else {
+    let (Ok(dir), Ok(id), Ok(decision)) = (
+        std::env::var(ENV_STORE),
+        std::env::var(ENV_ID),
+        std::env::var(ENV_DECISION),
+    ) else {
         return;
     };
     let store = Store::at(&dir);
-    let loaded = store.load(&SessionId::new(id)).expect("load stopped session");
+    let loaded = store
+        .load(&SessionId::new(id))
+        .expect("load stopped session");
     assert!(loaded.closed);
     let stopped = loaded.session.with_stamper(Stamper::seeded(7));
     assert_eq!(stopped.pending().len(), 2);
     let (decided, final_text) = if decision == "approve" {
-        (approve(&stopped, "call_write", "reviewer").expect("approve"), "Wrote note.txt.")
+        (
+            approve(&stopped, "call_write", "reviewer").expect("approve"),
+            "Wrote note.txt.",
+        )
     } else {
-        (reject(&stopped, "call_write", "reviewer", "not today").expect("reject"), "I did not write it.")
+        (
+            reject(&stopped, "call_write", "reviewer", "not today").expect("reject"),
+            "I did not write it.",
+        )
     };
-    let provider = Arc::new(ScriptedProvider::new(vec![ScriptedResponse::text(final_text).usage(40, 10)]));
+    let provider = Arc::new(ScriptedProvider::new(vec![
+        ScriptedResponse::text(final_text).usage(40, 10),
+    ]));
     let agent = editor(provider.clone()).with_sink(Arc::new(StoreSink::new(Store::at(&dir))));
-    let done = agent.resume(&decided, &FlowContext::new()).await.expect("resume");
+    let done = agent
+        .resume(&decided, &FlowContext::new())
+        .await
+        .expect("resume");
     provider.assert_complete().expect("script used");
     assert_eq!(done.lineage().kind, LineageKind::OpResume);
     assert_eq!(done.lineage().parents[0], *stopped.id());

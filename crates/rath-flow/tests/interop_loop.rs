@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rath_flow::{FlowContext, LoopOptions, SessionLoop, ToolContext, ToolError, ToolSet, typed_tool};
+use rath_flow::{
+    FlowContext, LoopOptions, SessionLoop, ToolContext, ToolError, ToolSet, typed_tool,
+};
 use rath_provider::{ScriptedProvider, ScriptedResponse};
 use rath_session::{SandboxSpec, Session, Stamper};
 use serde::Serialize;
@@ -82,7 +84,10 @@ async fn python_interop_loop_matches_fixture() {
     ]));
 
     let stamper = Stamper::counter();
-    let agent = Session::system_with("You are a careful assistant. Use tools when helpful.", stamper.clone());
+    let agent = Session::system_with(
+        "You are a careful assistant. Use tools when helpful.",
+        stamper.clone(),
+    );
     let root = Session::user_with("How many words are in 'the quick brown fox'?", stamper)
         .to_with("local", SandboxSpec::working_dir("/workspace/demo"));
     let fork_a = root.fork();
@@ -114,10 +119,20 @@ async fn python_interop_loop_matches_fixture() {
     // Lineage and usage as Python wrote them.
     assert_eq!(out.lineage().operator, "run_session_loop");
     assert_eq!(out.lineage().kind.as_str(), "op_session_loop");
-    assert_eq!(out.lineage().parents, vec![fork_a.id().clone(), agent.id().clone()]);
+    assert_eq!(
+        out.lineage().parents,
+        vec![fork_a.id().clone(), agent.id().clone()]
+    );
     assert!(out.lineage().extras.is_empty());
     let usage = out.usage().expect("usage");
-    assert_eq!((usage.prompt_tokens, usage.completion_tokens, usage.total_tokens), (110, 23, 133));
+    assert_eq!(
+        (
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.total_tokens
+        ),
+        (110, 23, 133)
+    );
 
     // The requests our provider received match llm_requests.json.
     let got = provider.requests();
@@ -125,7 +140,10 @@ async fn python_interop_loop_matches_fixture() {
     assert_eq!(got.len(), expected.len());
     for (g, e) in got.iter().zip(expected) {
         assert_eq!(g.model.as_deref(), e["model"].as_str());
-        assert_eq!(serde_json::to_value(&g.tool_choice).expect("tc"), e["tool_choice"]);
+        assert_eq!(
+            serde_json::to_value(&g.tool_choice).expect("tc"),
+            e["tool_choice"]
+        );
         let msgs = serde_json::to_value(&g.messages).expect("messages");
         assert_eq!(strip_nulls(&msgs), strip_nulls(&e["messages"]));
         let tools = serde_json::to_value(&g.tools).expect("tools");

@@ -19,24 +19,40 @@ struct WcArgs {
 struct Nothing {}
 
 fn tools() -> ToolSet {
-    let wc = typed_tool("word_count", "Count words.", |_cx: ToolContext, a: WcArgs| async move {
-        Ok::<_, ToolError>(json!({"words": a.text.split_whitespace().count()}))
-    })
+    let wc = typed_tool(
+        "word_count",
+        "Count words.",
+        |_cx: ToolContext, a: WcArgs| async move {
+            Ok::<_, ToolError>(json!({"words": a.text.split_whitespace().count()}))
+        },
+    )
     .parallel_safe(true);
-    let boom = typed_tool("boom", "Panics.", |_cx: ToolContext, _a: Nothing| async move {
-        if true {
-            panic!("kaboom");
-        }
-        Ok::<_, ToolError>(json!({}))
-    });
-    let slow = typed_tool("slow", "Sleeps.", |_cx: ToolContext, _a: Nothing| async move {
-        tokio::time::sleep(Duration::from_secs(30)).await;
-        Ok::<_, ToolError>(json!({}))
-    })
+    let boom = typed_tool(
+        "boom",
+        "Panics.",
+        |_cx: ToolContext, _a: Nothing| async move {
+            if true {
+                panic!("kaboom");
+            }
+            Ok::<_, ToolError>(json!({}))
+        },
+    );
+    let slow = typed_tool(
+        "slow",
+        "Sleeps.",
+        |_cx: ToolContext, _a: Nothing| async move {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Ok::<_, ToolError>(json!({}))
+        },
+    )
     .timeout(Duration::from_millis(50));
-    let failing = typed_tool("failing", "Fails.", |_cx: ToolContext, _a: Nothing| async move {
-        Err::<Value, _>(ToolError::exception("disk on fire"))
-    });
+    let failing = typed_tool(
+        "failing",
+        "Fails.",
+        |_cx: ToolContext, _a: Nothing| async move {
+            Err::<Value, _>(ToolError::exception("disk on fire"))
+        },
+    );
     ToolSet::new()
         .with(wc)
         .and_then(|t| t.with(boom))
@@ -45,7 +61,11 @@ fn tools() -> ToolSet {
         .expect("tools")
 }
 
-async fn run_one(call_name: &str, args: &str, options: LoopOptions) -> (Session, Arc<ScriptedProvider>) {
+async fn run_one(
+    call_name: &str,
+    args: &str,
+    options: LoopOptions,
+) -> (Session, Arc<ScriptedProvider>) {
     let provider = Arc::new(ScriptedProvider::new(vec![
         ScriptedResponse::tool_calls(vec![("call_1", call_name, Value::String(args.to_owned()))]),
         ScriptedResponse::text("final answer"),
@@ -96,7 +116,10 @@ async fn malformed_json_arguments() {
     let (s, p) = run_one("word_count", "{\"text\": ", LoopOptions::default()).await;
     assert_error(&s, error_kind::INVALID_TOOL_ARGUMENTS);
     // The model saw the error on its second request.
-    assert_eq!(p.requests()[1].messages.last().map(|m| m.role), Some(rath_session::Role::Tool));
+    assert_eq!(
+        p.requests()[1].messages.last().map(|m| m.role),
+        Some(rath_session::Role::Tool)
+    );
 }
 
 #[tokio::test]
@@ -117,7 +140,12 @@ async fn unknown_tool() {
 async fn panicking_tool_is_caught() {
     let (s, _) = run_one("boom", "{}", LoopOptions::default()).await;
     assert_error(&s, error_kind::TOOL_EXECUTION_EXCEPTION);
-    assert!(result_of(&s, "call_1")["message"].as_str().unwrap_or("").contains("kaboom"));
+    assert!(
+        result_of(&s, "call_1")["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("kaboom")
+    );
 }
 
 #[tokio::test]
@@ -195,7 +223,12 @@ async fn parallel_calls_answer_in_call_order() {
 
 #[tokio::test]
 async fn evidence_can_be_turned_off() {
-    let (s, _) = run_one("word_count", r#"{"text": "x"}"#, LoopOptions::default().evidence(false)).await;
+    let (s, _) = run_one(
+        "word_count",
+        r#"{"text": "x"}"#,
+        LoopOptions::default().evidence(false),
+    )
+    .await;
     assert!(s.chunks().iter().all(|c| c.is_conversation()));
     let (s, _) = run_one("word_count", r#"{"text": "x"}"#, LoopOptions::default()).await;
     let kinds: Vec<ChunkKind> = s.chunks().iter().map(|c| c.kind()).collect();
@@ -237,7 +270,10 @@ async fn cancellation_leaves_a_valid_session() {
     };
     // The unanswered call is pending work, so the session is consistent and resumable.
     assert_eq!(session.pending().len(), 1);
-    assert_eq!(session.pending()[0].reason, rath_flow::pending_reason::CANCELLED);
+    assert_eq!(
+        session.pending()[0].reason,
+        rath_flow::pending_reason::CANCELLED
+    );
     let dir = tempfile::tempdir().expect("tempdir");
     let store = rath_persist::Store::at(dir.path());
     store.save(&session).expect("persistable");

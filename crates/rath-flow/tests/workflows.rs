@@ -22,7 +22,9 @@ fn context() -> (FlowContext, Archive) {
     let a = archive.clone();
     let cx = FlowContext::new().with_observer(move |ev: &FlowEvent<'_>| {
         if let FlowEvent::Session { session } = ev {
-            a.lock().expect("archive").insert(session.id().clone(), (*session).clone());
+            a.lock()
+                .expect("archive")
+                .insert(session.id().clone(), (*session).clone());
         }
     });
     (cx, archive)
@@ -49,7 +51,9 @@ fn ancestry(final_session: &Session, archive: &Archive) -> Vec<Session> {
         if !seen.insert(id.clone()) {
             continue;
         }
-        let s = map.get(&id).unwrap_or_else(|| panic!("ancestor {id} was not reported"));
+        let s = map
+            .get(&id)
+            .unwrap_or_else(|| panic!("ancestor {id} was not reported"));
         queue.extend(s.lineage().parents.iter().cloned());
         out.push(s.clone());
     }
@@ -88,7 +92,12 @@ fn transcript(s: &Session) -> Value {
 fn assert_no_private_transcript(sessions: &[Session], providers: &[(&str, &ScriptedProvider)]) {
     let known: BTreeSet<String> = sessions
         .iter()
-        .flat_map(|s| s.chunks().iter().filter_map(ChatMessage::from_chunk).collect::<Vec<_>>())
+        .flat_map(|s| {
+            s.chunks()
+                .iter()
+                .filter_map(ChatMessage::from_chunk)
+                .collect::<Vec<_>>()
+        })
         .map(|m| serde_json::to_string(&m).expect("msg"))
         .collect();
     let mut checked = 0;
@@ -97,7 +106,10 @@ fn assert_no_private_transcript(sessions: &[Session], providers: &[(&str, &Scrip
             assert_eq!(req.agent.as_deref(), Some(*agent));
             for m in &req.messages {
                 let text = serde_json::to_string(m).expect("msg");
-                assert!(known.contains(&text), "agent {agent} received a message not in the lineage: {text}");
+                assert!(
+                    known.contains(&text),
+                    "agent {agent} received a message not in the lineage: {text}"
+                );
                 checked += 1;
             }
         }
@@ -125,11 +137,15 @@ fn run_tests(dir: &Path) -> i32 {
 
 const TEST_CMD: &str = "python3 -B -m unittest -q 2>/dev/null";
 
-async fn engineering(repo: &Path) -> (Session, Archive, Vec<(&'static str, Arc<ScriptedProvider>)>) {
-    let lead_p = scripted(vec![ScriptedResponse::text(
-        "Plan: backend fixes calc.add; utils adds textutil.shout; QA runs the tests.",
-    )
-    .usage(30, 15)]);
+async fn engineering(
+    repo: &Path,
+) -> (Session, Archive, Vec<(&'static str, Arc<ScriptedProvider>)>) {
+    let lead_p = scripted(vec![
+        ScriptedResponse::text(
+            "Plan: backend fixes calc.add; utils adds textutil.shout; QA runs the tests.",
+        )
+        .usage(30, 15),
+    ]);
     let backend_p = scripted(vec![
         ScriptedResponse::tool_calls(vec![(
             "call_fix_add",
@@ -149,13 +165,21 @@ async fn engineering(repo: &Path) -> (Session, Archive, Vec<(&'static str, Arc<S
         ScriptedResponse::text("textutil.shout added.").usage(55, 4),
     ]);
     let qa_p = scripted(vec![
-        ScriptedResponse::tool_calls(vec![("call_tests", "run_shell_command", json!({"cmd": TEST_CMD}))])
-            .usage(80, 10),
+        ScriptedResponse::tool_calls(vec![(
+            "call_tests",
+            "run_shell_command",
+            json!({"cmd": TEST_CMD}),
+        )])
+        .usage(80, 10),
         ScriptedResponse::text("All tests pass.").usage(95, 5),
     ]);
     let tools = ToolSet::builtins();
-    let lead = Agent::new("lead", "You are the tech lead. Plan the work.", lead_p.clone())
-        .describe("Plans the change.");
+    let lead = Agent::new(
+        "lead",
+        "You are the tech lead. Plan the work.",
+        lead_p.clone(),
+    )
+    .describe("Plans the change.");
     let backend = Agent::new("backend", "You fix calc.py.", backend_p.clone())
         .describe("Edits calc.py.")
         .with_tools(tools.clone());
@@ -172,18 +196,31 @@ async fn engineering(repo: &Path) -> (Session, Archive, Vec<(&'static str, Arc<S
     let names: Vec<String> = team.named_agents().into_iter().map(|(n, _)| n).collect();
     assert_eq!(
         names,
-        ["engineering.lead", "engineering.specialists.backend", "engineering.specialists.utils", "engineering.qa"]
+        [
+            "engineering.lead",
+            "engineering.specialists.backend",
+            "engineering.specialists.utils",
+            "engineering.qa"
+        ]
     );
 
     let (cx, archive) = context();
     let root = Session::user_with("Make the test suite pass.", Stamper::counter())
         .to_with("local", SandboxSpec::working_dir(repo.to_string_lossy()));
     cx.record(&root);
-    let out = team.forward_in(root, &cx).await.expect("engineering workflow");
+    let out = team
+        .forward_in(root, &cx)
+        .await
+        .expect("engineering workflow");
     for p in [&lead_p, &backend_p, &utils_p, &qa_p] {
         p.assert_complete().expect("every scripted response used");
     }
-    let providers = vec![("lead", lead_p), ("backend", backend_p), ("utils", utils_p), ("qa", qa_p)];
+    let providers = vec![
+        ("lead", lead_p),
+        ("backend", backend_p),
+        ("utils", utils_p),
+        ("qa", qa_p),
+    ];
     (out, archive, providers)
 }
 
@@ -195,10 +232,18 @@ async fn engineering_workflow() {
     }
     let repo = tempfile::tempdir().expect("tempdir");
     seed_repo(repo.path());
-    assert_ne!(run_tests(repo.path()), 0, "the seeded suite must fail first");
+    assert_ne!(
+        run_tests(repo.path()),
+        0,
+        "the seeded suite must fail first"
+    );
 
     let (out, archive, providers) = engineering(repo.path()).await;
-    assert_eq!(run_tests(repo.path()), 0, "the specialists' edits fix the suite");
+    assert_eq!(
+        run_tests(repo.path()),
+        0,
+        "the specialists' edits fix the suite"
+    );
 
     // QA ran the real suite through run_shell_command: exit code 0, recorded as evidence.
     let qa_result = out
@@ -236,10 +281,14 @@ async fn engineering_workflow() {
     // Usage: the whole breakdown, per agent.
     let per_agent = out.agent_usage();
     assert_eq!(per_agent.len(), 4);
-    assert_eq!(out.usage().expect("usage").total_tokens, per_agent.values().map(|u| u.total_tokens).sum::<u64>());
+    assert_eq!(
+        out.usage().expect("usage").total_tokens,
+        per_agent.values().map(|u| u.total_tokens).sum::<u64>()
+    );
 
     let sessions = ancestry(&out, &archive);
-    let refs: Vec<(&str, &ScriptedProvider)> = providers.iter().map(|(n, p)| (*n, p.as_ref())).collect();
+    let refs: Vec<(&str, &ScriptedProvider)> =
+        providers.iter().map(|(n, p)| (*n, p.as_ref())).collect();
     assert_no_private_transcript(&sessions, &refs);
 
     insta::assert_json_snapshot!("engineering_transcript", transcript(&out));
@@ -258,7 +307,10 @@ async fn engineering_workflow_is_byte_identical_across_runs() {
         seed_repo(repo.path());
         let (out, archive, _) = engineering(repo.path()).await;
         let sessions = ancestry(&out, &archive);
-        outputs.push((transcript(&out).to_string(), lineage_rows(&sessions).to_string()));
+        outputs.push((
+            transcript(&out).to_string(),
+            lineage_rows(&sessions).to_string(),
+        ));
     }
     assert!(outputs.windows(2).all(|w| w[0] == w[1]));
 }
@@ -268,7 +320,9 @@ struct SearchArgs {
     query: String,
 }
 
-async fn research(workdir: &Path) -> (Session, Archive, Vec<(&'static str, Arc<ScriptedProvider>)>) {
+async fn research(
+    workdir: &Path,
+) -> (Session, Archive, Vec<(&'static str, Arc<ScriptedProvider>)>) {
     let router_p = scripted(vec![
         ScriptedResponse::tool_calls(vec![(
             "route_1",
@@ -290,23 +344,31 @@ async fn research(workdir: &Path) -> (Session, Archive, Vec<(&'static str, Arc<S
         .usage(60, 5),
     ]);
     let lit_p = scripted(vec![
-        ScriptedResponse::tool_calls(vec![("call_search", "search_papers", json!({"query": "mean of even numbers"}))])
-            .usage(35, 9),
+        ScriptedResponse::tool_calls(vec![(
+            "call_search",
+            "search_papers",
+            json!({"query": "mean of even numbers"}),
+        )])
+        .usage(35, 9),
         ScriptedResponse::text("Smith 2024 claims the mean of 2, 4, 6, 8 is 5.").usage(50, 14),
     ]);
     let repro_p = scripted(vec![
-        ScriptedResponse::tool_calls(vec![("call_code", "run_code", json!({"code": "print(sum([2, 4, 6, 8]) / 4)"}))])
-            .usage(60, 12),
+        ScriptedResponse::tool_calls(vec![(
+            "call_code",
+            "run_code",
+            json!({"code": "print(sum([2, 4, 6, 8]) / 4)"}),
+        )])
+        .usage(60, 12),
         ScriptedResponse::text("Reproduced: the mean is 5.0.").usage(75, 8),
     ]);
-    let summary_p = scripted(vec![ScriptedResponse::text(
-        "Smith 2024 claims mean(2,4,6,8)=5; run_code reproduced 5.0.",
-    )
-    .usage(90, 20)]);
-    let writer_p = scripted(vec![ScriptedResponse::text(
-        "Report: Smith 2024's claim (mean 5) is reproduced exactly.",
-    )
-    .usage(40, 15)]);
+    let summary_p = scripted(vec![
+        ScriptedResponse::text("Smith 2024 claims mean(2,4,6,8)=5; run_code reproduced 5.0.")
+            .usage(90, 20),
+    ]);
+    let writer_p = scripted(vec![
+        ScriptedResponse::text("Report: Smith 2024's claim (mean 5) is reproduced exactly.")
+            .usage(40, 15),
+    ]);
 
     let search = typed_tool("search_papers", "Search the paper index.", |_cx: ToolContext, a: SearchArgs| async move {
         Ok::<_, ToolError>(json!({"query": a.query, "results": [{"title": "Smith 2024", "claim": "mean of 2, 4, 6, 8 is 5"}]}))
@@ -315,14 +377,19 @@ async fn research(workdir: &Path) -> (Session, Archive, Vec<(&'static str, Arc<S
     let literature = Agent::new("literature", "You find papers.", lit_p.clone())
         .describe("Searches the literature for the claim.")
         .with_tools(ToolSet::new().with(search).expect("tools"));
-    let reproduction = Agent::new("reproduction", "You reproduce numbers with code.", repro_p.clone())
-        .describe("Re-computes a claimed number with run_code.")
-        .with_tools(ToolSet::builtins());
+    let reproduction = Agent::new(
+        "reproduction",
+        "You reproduce numbers with code.",
+        repro_p.clone(),
+    )
+    .describe("Re-computes a claimed number with run_code.")
+    .with_tools(ToolSet::builtins());
     let router = Selector::by_model("router", router_p.clone())
         .model("router-model")
         .candidate(literature)
         .candidate(reproduction);
-    let writer = Agent::new("writer", "You write the final report.", writer_p.clone()).describe("Writes the report.");
+    let writer = Agent::new("writer", "You write the final report.", writer_p.clone())
+        .describe("Writes the report.");
     let pipeline = Sequence::new("research")
         .then(router)
         .then(SummaryCompressor::new(summary_p.clone(), 2).named("compressor"))
@@ -332,11 +399,18 @@ async fn research(workdir: &Path) -> (Session, Archive, Vec<(&'static str, Arc<S
     let root = Session::user_with("Does the mean of 2, 4, 6, 8 equal 5?", Stamper::counter())
         .to_with("local", SandboxSpec::working_dir(workdir.to_string_lossy()));
     cx.record(&root);
-    let out = pipeline.forward_in(root, &cx).await.expect("research workflow");
+    let out = pipeline
+        .forward_in(root, &cx)
+        .await
+        .expect("research workflow");
     for p in [&router_p, &lit_p, &repro_p, &summary_p, &writer_p] {
         p.assert_complete().expect("every scripted response used");
     }
-    let providers = vec![("literature", lit_p), ("reproduction", repro_p), ("writer", writer_p)];
+    let providers = vec![
+        ("literature", lit_p),
+        ("reproduction", repro_p),
+        ("writer", writer_p),
+    ];
     (out, archive, providers)
 }
 
@@ -364,7 +438,14 @@ async fn research_workflow() {
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    assert_eq!(routes, [None, Some("literature".to_owned()), Some("reproduction".to_owned())]);
+    assert_eq!(
+        routes,
+        [
+            None,
+            Some("literature".to_owned()),
+            Some("reproduction".to_owned())
+        ]
+    );
     // The reproduction really ran Python.
     let code_out = sessions[0]
         .chunks()
@@ -377,11 +458,16 @@ async fn research_workflow() {
         .expect("run_code result");
     assert!(code_out.contains("5.0"), "{code_out}");
     // Compression is on the lineage.
-    assert!(sessions.iter().any(|s| s.lineage().kind.as_str() == "op_session_compress"
-        && s.lineage().extra("compression.lossy") == Some(&json!(true))));
+    assert!(
+        sessions
+            .iter()
+            .any(|s| s.lineage().kind.as_str() == "op_session_compress"
+                && s.lineage().extra("compression.lossy") == Some(&json!(true)))
+    );
     assert_eq!(out.agent_usage().len(), 5, "{:?}", out.agent_usage());
 
-    let refs: Vec<(&str, &ScriptedProvider)> = providers.iter().map(|(n, p)| (*n, p.as_ref())).collect();
+    let refs: Vec<(&str, &ScriptedProvider)> =
+        providers.iter().map(|(n, p)| (*n, p.as_ref())).collect();
     assert_no_private_transcript(&sessions, &refs);
 
     insta::assert_json_snapshot!("research_transcript", transcript(&out));
