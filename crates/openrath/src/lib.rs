@@ -17,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+pub mod demos;
 pub mod inspect;
 pub mod view;
 
