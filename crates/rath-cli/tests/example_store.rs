@@ -1,0 +1,68 @@
+//! The CLI on the store the `engineering_team` example leaves (run offline into a temp home).
+
+use std::path::Path;
+use std::process::Command;
+
+use openrath::demos::engineering_team::{TeamConfig, run};
+
+fn rath(cwd: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_rath"))
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("OPENRATH_HOME")
+        .output()
+        .expect("run rath");
+    format!(
+        "exit: {}\n--- stdout\n{}--- stderr\n{}",
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn cli_on_the_engineering_team_store() {
+    let python = Command::new("python3").arg("--version").output();
+    if !python.is_ok_and(|o| o.status.success()) {
+        eprintln!("skipping: python3 is not installed (the example's QA runs unittest)");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let report = rt
+        .block_on(run(TeamConfig::offline(tmp.path().join("home"))))
+        .expect("team run");
+    assert!(report.qa_passed, "{}", report.summary);
+    insta::assert_snapshot!(
+        "team_sessions",
+        rath(tmp.path(), &["--store", "home", "sessions"])
+    );
+    insta::assert_snapshot!(
+        "team_lineage",
+        rath(tmp.path(), &["--store", "home", "lineage"])
+    );
+    insta::assert_snapshot!(
+        "team_diff_branches",
+        rath(
+            tmp.path(),
+            &[
+                "--store",
+                "home",
+                "diff",
+                "branch_000004.000002",
+                "branch_000005.000002"
+            ]
+        )
+    );
+    let verify = rath(tmp.path(), &["--store", "home", "verify", "--json"]);
+    assert!(verify.starts_with("exit: 0"), "{verify}");
+    let show = rath(tmp.path(), &["--store", "home", "show", "12"]);
+    assert!(show.contains("route_decision router"), "{show}");
+    assert!(
+        show.contains("tool_evidence run_shell_command (qa_tests)"),
+        "{show}"
+    );
+    assert!(show.contains("exit=0"), "{show}");
+    let bad = rath(tmp.path(), &["--store", "home", "show", "branch_"]);
+    assert!(bad.starts_with("exit: 2"), "{bad}");
+}
