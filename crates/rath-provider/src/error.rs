@@ -38,9 +38,7 @@ pub enum ProviderError {
         last: Box<ProviderError>,
     },
     /// Sending this request could exceed the configured token budget, so it was not sent.
-    #[error(
-        "token budget exceeded: {used} used of {budget}, this request may need up to {needed}"
-    )]
+    #[error("token budget exceeded: {used} used of {budget}, this request may need up to {needed}")]
     BudgetExceeded {
         /// The budget in tokens.
         budget: u64,

@@ -149,8 +149,10 @@ impl MockReply {
         }
         out.push(frame(json!({}), json!(self.finish_reason)));
         if let Some(u) = self.usage {
-            out.push(json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk",
-                            "created": 0, "model": self.model, "choices": [], "usage": u}));
+            out.push(
+                json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk",
+                            "created": 0, "model": self.model, "choices": [], "usage": u}),
+            );
         }
         out
     }
@@ -158,10 +160,7 @@ impl MockReply {
 
 fn split_chars(text: &str, n: usize) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
-    chars
-        .chunks(n.max(1))
-        .map(|c| c.iter().collect())
-        .collect()
+    chars.chunks(n.max(1)).map(|c| c.iter().collect()).collect()
 }
 
 /// A fault the mock injects instead of (or in the middle of) an answer.

@@ -471,7 +471,13 @@ impl OpenAiProvider {
         let parsed = wire
             .into_parsed(&req.request_id)
             .map_err(ProviderError::InvalidResponse)?;
-        self.finish(req, parsed.chunk, parsed.finish_reason, parsed.usage, parsed.model)
+        self.finish(
+            req,
+            parsed.chunk,
+            parsed.finish_reason,
+            parsed.usage,
+            parsed.model,
+        )
     }
 
     async fn attempt_stream(
@@ -533,7 +539,13 @@ impl OpenAiProvider {
             chunk,
             finish_reason,
             usage,
-            model: model.or_else(|| Some(req.model.clone().unwrap_or_else(|| self.defaults.model.clone()))),
+            model: model.or_else(|| {
+                Some(
+                    req.model
+                        .clone()
+                        .unwrap_or_else(|| self.defaults.model.clone()),
+                )
+            }),
             provider: OPENAI_PROVIDER_NAME.to_owned(),
         })
     }
@@ -616,7 +628,10 @@ impl Provider for OpenAiProvider {
             "backoff_base_ms".into(),
             json!(c.backoff_base.as_millis() as u64),
         );
-        p.insert("backoff_max_ms".into(), json!(c.backoff_max.as_millis() as u64));
+        p.insert(
+            "backoff_max_ms".into(),
+            json!(c.backoff_max.as_millis() as u64),
+        );
         p.insert("token_budget".into(), json!(c.token_budget));
         p.insert("require_usage".into(), json!(c.require_usage));
         p.insert("stream_include_usage".into(), json!(true));

@@ -7,9 +7,7 @@ use async_trait::async_trait;
 use rath_session::{Chunk, ToolCall, Usage};
 use serde_json::{Value, json};
 
-use crate::{
-    Provider, ProviderError, ProviderManifest, ProviderRequest, ProviderResponse,
-};
+use crate::{Provider, ProviderError, ProviderManifest, ProviderRequest, ProviderResponse};
 
 /// A check run on the request before its scripted response is served.
 pub type RequestAssertion = Box<dyn Fn(&ProviderRequest) -> Result<(), String> + Send + Sync>;

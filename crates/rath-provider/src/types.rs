@@ -421,7 +421,12 @@ impl StreamAssembler {
         if let Some(text) = payload.content {
             out.push(StreamEvent::TextDelta { text });
         }
-        for (i, call) in payload.tool_calls.unwrap_or_default().into_iter().enumerate() {
+        for (i, call) in payload
+            .tool_calls
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+        {
             out.push(StreamEvent::ToolCallDelta {
                 index: u32::try_from(i).unwrap_or(u32::MAX),
                 id: Some(call.id),

@@ -26,7 +26,11 @@ async fn workflow(p: &dyn Provider, stream: bool) -> Result<Session, ProviderErr
         };
         s = resp.apply(&s, &req, timer.elapsed_ms());
         for call in s.unanswered_tool_calls() {
-            s = s.push(Chunk::tool_result(call.id, call.function.name, "{\"count\":4}"));
+            s = s.push(Chunk::tool_result(
+                call.id,
+                call.function.name,
+                "{\"count\":4}",
+            ));
         }
     }
     Ok(s)
@@ -60,7 +64,10 @@ async fn cassette_round_trip_reproduces_the_session_byte_for_byte() {
         replay.assert_complete().unwrap();
         assert_eq!(session_json(&live), session_json(&again), "stream={stream}");
         let text = session_json(&again);
-        assert!(text.contains("req_000001") && text.contains("openai-compatible"), "{text}");
+        assert!(
+            text.contains("req_000001") && text.contains("openai-compatible"),
+            "{text}"
+        );
     }
 }
 
@@ -82,7 +89,10 @@ async fn replay_mismatch_fails_with_a_clear_diff() {
     match err {
         ProviderError::ReplayMismatch { index, diff } => {
             assert_eq!(index, 0);
-            assert!(diff.contains("+       \"content\": \"a different question\""), "{diff}");
+            assert!(
+                diff.contains("+       \"content\": \"a different question\""),
+                "{diff}"
+            );
             assert!(diff.contains("-"), "{diff}");
         }
         other => panic!("expected a mismatch, got {other:?}"),
@@ -129,7 +139,10 @@ async fn manifest_and_all_outputs_never_contain_the_key() {
     ];
     for (i, out) in outputs.iter().enumerate() {
         assert!(!out.contains(KEY), "output {i} leaks the key:\n{out}");
-        assert!(!out.contains("7f3e9c1d"), "output {i} leaks part of the key");
+        assert!(
+            !out.contains("7f3e9c1d"),
+            "output {i} leaks part of the key"
+        );
     }
 }
 
@@ -149,7 +162,9 @@ async fn scripted_provider_serves_in_order_and_checks_requests() {
         ScriptedResponse::text("done").usage(70, 11).expect(|req| {
             match req.messages.last().and_then(|m| m.tool_call_id.as_deref()) {
                 Some("call_1") => Ok(()),
-                other => Err(format!("expected the tool result for call_1, got {other:?}")),
+                other => Err(format!(
+                    "expected the tool result for call_1, got {other:?}"
+                )),
             }
         }),
     ]));
@@ -168,7 +183,10 @@ async fn scripted_provider_serves_in_order_and_checks_requests() {
     assert!(deltas >= 2);
     let s = r2.apply(&s, &req2, 0.0);
     p.assert_complete().unwrap();
-    assert_eq!(s.agent_usage()["counter"], rath_session::Usage::new(110, 23));
+    assert_eq!(
+        s.agent_usage()["counter"],
+        rath_session::Usage::new(110, 23)
+    );
     assert!(matches!(
         dynp.complete(&req2).await,
         Err(ProviderError::ScriptExhausted { served: 2 })

@@ -16,7 +16,10 @@ async fn plain_completion_carries_text_usage_and_request_id() {
     server.push(MockReply::text("four").usage(31, 2));
     let p = provider(&server);
     let s = session();
-    let req = request(&s).with_temperature(0.0).with_seed(7).with_max_tokens(16);
+    let req = request(&s)
+        .with_temperature(0.0)
+        .with_seed(7)
+        .with_max_tokens(16);
     let resp = p.complete(&req).await.unwrap();
     assert_eq!(resp.text(), Some("four"));
     assert_eq!(resp.usage, Some(Usage::new(31, 2)));
@@ -47,8 +50,16 @@ async fn tool_calls_non_streamed() {
     let server = server().await;
     server.push(
         MockReply::tool_calls(vec![
-            ("call_1", "word_count", json!({"text": "the quick brown fox"})),
-            ("call_2", "word_count", json!({"text": "ünïcödé \"quoted\""})),
+            (
+                "call_1",
+                "word_count",
+                json!({"text": "the quick brown fox"}),
+            ),
+            (
+                "call_2",
+                "word_count",
+                json!({"text": "ünïcödé \"quoted\""}),
+            ),
         ])
         .usage(40, 12),
     );
@@ -105,7 +116,11 @@ async fn streamed_tool_call_fragments_assemble_into_the_non_streamed_chunk() {
     for fragment in [1, 2, 3, 7] {
         let server = server().await;
         let reply = MockReply::tool_calls(vec![
-            ("call_a", "word_count", json!({"text": "a \\ b \"c\" \u{e9}\u{1F600}"})),
+            (
+                "call_a",
+                "word_count",
+                json!({"text": "a \\ b \"c\" \u{e9}\u{1F600}"}),
+            ),
             ("call_b", "word_count", json!({"text": ""})),
         ])
         .with_text_free()
@@ -128,7 +143,10 @@ async fn streamed_tool_call_fragments_assemble_into_the_non_streamed_chunk() {
             .iter()
             .filter(|e| matches!(e, StreamEvent::ToolCallDelta { .. }))
             .count();
-        assert!(fragments > 2, "fragment size {fragment}: {fragments} fragments");
+        assert!(
+            fragments > 2,
+            "fragment size {fragment}: {fragments} fragments"
+        );
         let mut asm = StreamAssembler::default();
         events.iter().for_each(|e| asm.push(e));
         assert_eq!(asm.chunk_for(&streamed.request_id), streamed.chunk);
@@ -148,7 +166,9 @@ impl TextFree for MockReply {
 #[tokio::test]
 async fn rate_limit_is_retried_after_retry_after() {
     let server = server().await;
-    server.push(MockFault::RateLimited { retry_after_secs: 1 });
+    server.push(MockFault::RateLimited {
+        retry_after_secs: 1,
+    });
     server.push(MockReply::text("ok").usage(1, 1));
     let p = provider(&server);
     let started = Instant::now();
@@ -179,7 +199,9 @@ async fn fault_then_success(fault: MockFault, stream: bool) {
     assert_eq!(session_json(&s), before);
     if stream {
         assert!(
-            events.iter().any(|e| matches!(e, StreamEvent::Retry { attempt: 2, .. })),
+            events
+                .iter()
+                .any(|e| matches!(e, StreamEvent::Retry { attempt: 2, .. })),
             "{fault:?}: {events:?}"
         );
     }
@@ -192,7 +214,13 @@ async fn each_fault_is_retried_then_succeeds() {
         fault_then_success(MockFault::Hang(secs(10_000)), stream).await;
         fault_then_success(MockFault::CutMidStream, stream).await;
         fault_then_success(MockFault::InvalidJson, stream).await;
-        fault_then_success(MockFault::RateLimited { retry_after_secs: 0 }, stream).await;
+        fault_then_success(
+            MockFault::RateLimited {
+                retry_after_secs: 0,
+            },
+            stream,
+        )
+        .await;
     }
 }
 
@@ -225,17 +253,36 @@ async fn fault_exhausts(fault: MockFault, stream: bool) -> ProviderError {
 async fn each_fault_gives_a_typed_error_after_the_retry_budget() {
     for stream in [false, true] {
         let e = fault_exhausts(MockFault::ServerError, stream).await;
-        assert!(matches!(e, ProviderError::Http { status: 500, .. }), "{e:?}");
-        let e = fault_exhausts(MockFault::RateLimited { retry_after_secs: 0 }, stream).await;
         assert!(
-            matches!(e, ProviderError::Http { status: 429, retry_after: Some(_), .. }),
+            matches!(e, ProviderError::Http { status: 500, .. }),
+            "{e:?}"
+        );
+        let e = fault_exhausts(
+            MockFault::RateLimited {
+                retry_after_secs: 0,
+            },
+            stream,
+        )
+        .await;
+        assert!(
+            matches!(
+                e,
+                ProviderError::Http {
+                    status: 429,
+                    retry_after: Some(_),
+                    ..
+                }
+            ),
             "{e:?}"
         );
         let e = fault_exhausts(MockFault::Hang(secs(10_000)), stream).await;
         assert!(matches!(e, ProviderError::Timeout { .. }), "{e:?}");
         let e = fault_exhausts(MockFault::CutMidStream, stream).await;
         assert!(
-            matches!(e, ProviderError::Connection(_) | ProviderError::InvalidResponse(_)),
+            matches!(
+                e,
+                ProviderError::Connection(_) | ProviderError::InvalidResponse(_)
+            ),
             "{e:?}"
         );
         let e = fault_exhausts(MockFault::InvalidJson, stream).await;
@@ -259,10 +306,7 @@ async fn missing_usage_is_none_by_default_and_retried_when_required() {
     let strict =
         rath_provider::OpenAiProvider::new(config(&server).with_require_usage(true)).unwrap();
     let mut n = 0;
-    let resp = strict
-        .stream(&request(&s), &mut |_| n += 1)
-        .await
-        .unwrap();
+    let resp = strict.stream(&request(&s), &mut |_| n += 1).await.unwrap();
     assert_eq!(resp.usage, Some(Usage::new(4, 2)));
 
     server.push(MockReply::text("no usage"));
@@ -291,9 +335,16 @@ async fn token_budget_stops_before_it_is_exceeded() {
         }
         assert!(served < 10);
     };
-    assert!(matches!(err, ProviderError::BudgetExceeded { budget: 400, .. }), "{err:?}");
+    assert!(
+        matches!(err, ProviderError::BudgetExceeded { budget: 400, .. }),
+        "{err:?}"
+    );
     assert_eq!(served, 2);
-    assert_eq!(server.requests().len(), 2, "the refused request was never sent");
+    assert_eq!(
+        server.requests().len(),
+        2,
+        "the refused request was never sent"
+    );
     assert!(p.used_tokens() <= 400);
 }
 

@@ -25,8 +25,9 @@ pub fn provider(server: &MockServer) -> OpenAiProvider {
 }
 
 pub fn session() -> Session {
-    Session::system_with("You count words.", Stamper::counter())
-        .push(rath_session::Chunk::user("How many words in 'the quick brown fox'?"))
+    Session::system_with("You count words.", Stamper::counter()).push(rath_session::Chunk::user(
+        "How many words in 'the quick brown fox'?",
+    ))
 }
 
 pub fn word_count() -> ToolSchema {

@@ -1,0 +1,126 @@
+//! Live tier: a real model behind an OpenAI-compatible server (CI starts llama-cpp-python with
+//! SmolLM2 via `.ci/install.d/20-llama.sh` and exports `RATH_LIVE_BASE_URL`). Asserts real
+//! usage figures and well-formed chunks, not model quality. Skips, with a reason, when no
+//! server is configured or it does not answer.
+
+use std::time::Duration;
+
+use rath_provider::{
+    OpenAiConfig, OpenAiProvider, Provider, ProviderRequest, StreamEvent, ToolChoice, ToolSchema,
+};
+use rath_session::{ChunkBody, Session, Stamper};
+use serde_json::json;
+
+fn live_provider() -> Option<OpenAiProvider> {
+    let Ok(base) = std::env::var("RATH_LIVE_BASE_URL") else {
+        eprintln!("skipping live provider test: RATH_LIVE_BASE_URL is not set");
+        return None;
+    };
+    let model = std::env::var("RATH_LIVE_MODEL").unwrap_or_else(|_| "smollm2".to_owned());
+    let cfg = OpenAiConfig::new(base.clone(), model)
+        .with_timeout(Duration::from_secs(120))
+        .with_max_retries(1)
+        .with_temperature(0.0)
+        .with_seed(1)
+        .with_max_tokens(24);
+    match OpenAiProvider::new(cfg) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            eprintln!("skipping live provider test: {e}");
+            None
+        }
+    }
+}
+
+async fn reachable(p: &OpenAiProvider) -> bool {
+    let url = format!("{}/models", p.config().base_url.trim_end_matches('/'));
+    let host = url
+        .split("://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .unwrap_or_default()
+        .to_owned();
+    match tokio::net::TcpStream::connect(&host).await {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("skipping live provider test: server at {host} is absent ({e})");
+            false
+        }
+    }
+}
+
+fn assert_assistant(chunk: &rath_session::Chunk) {
+    assert!(
+        matches!(chunk.body(), ChunkBody::Assistant(_)),
+        "not an assistant chunk: {chunk:?}"
+    );
+    assert!(
+        chunk.text().is_some() || !chunk.tool_calls().is_empty(),
+        "empty assistant chunk"
+    );
+}
+
+#[tokio::test]
+async fn live_completion_stream_and_tools() {
+    let Some(p) = live_provider() else { return };
+    if !reachable(&p).await {
+        return;
+    }
+    let s = Session::system_with("You are a terse assistant.", Stamper::counter())
+        .push(rath_session::Chunk::user("Say hello in one word."));
+
+    // 1. Plain completion.
+    let req = ProviderRequest::from_session(&s, vec![]);
+    let resp = p.complete(&req).await.expect("live completion");
+    assert_assistant(&resp.chunk);
+    let u = resp.usage.expect("the server reports usage");
+    assert!(u.prompt_tokens > 0 && u.completion_tokens > 0, "{u:?}");
+    assert_eq!(u.total_tokens, u.prompt_tokens + u.completion_tokens);
+    assert!(resp.finish_reason.is_some());
+    let next = resp.apply(&s, &req, 0.0);
+    assert_eq!(next.usage(), Some(u));
+
+    // 2. Streamed completion: several deltas, assembled into the same kind of chunk.
+    let req = ProviderRequest::from_session(&s, vec![]);
+    let mut deltas = 0usize;
+    let mut text = String::new();
+    let resp = p
+        .stream(&req, &mut |ev| {
+            if let StreamEvent::TextDelta { text: t } = ev {
+                deltas += 1;
+                text.push_str(&t);
+            }
+        })
+        .await
+        .expect("live stream");
+    assert_assistant(&resp.chunk);
+    assert!(deltas >= 2, "only {deltas} deltas streamed");
+    assert_eq!(resp.text().unwrap_or_default(), text);
+    let u = resp
+        .usage
+        .expect("stream usage (stream_options.include_usage)");
+    assert!(u.prompt_tokens > 0 && u.completion_tokens > 0, "{u:?}");
+
+    // 3. A tool-offering request (chatml-function-calling supports auto or a named tool).
+    let tool = ToolSchema::new(
+        "word_count",
+        "Count the words in a text",
+        json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+    );
+    let s2 = Session::user_with(
+        "Count the words in 'the quick brown fox'.",
+        Stamper::counter(),
+    );
+    let req = ProviderRequest::from_session(&s2, vec![tool])
+        .with_tool_choice(ToolChoice::function("word_count"))
+        .with_max_tokens(64);
+    let resp = p.complete(&req).await.expect("live tool request");
+    assert_assistant(&resp.chunk);
+    for call in resp.tool_calls() {
+        assert_eq!(call.call_type, "function");
+        assert!(!call.id.is_empty());
+        assert_eq!(call.function.name, "word_count");
+    }
+    let u = resp.usage.expect("usage on tool request");
+    assert!(u.prompt_tokens > 0);
+}
