@@ -12,6 +12,7 @@
 //! ```
 
 pub mod engineering_team;
+pub mod long_running_coding;
 
 use std::path::PathBuf;
 
