@@ -8,7 +8,8 @@
 //! ```
 //!
 //! Options: `--store DIR` (an OpenRath home or a sessions directory; default: the
-//! OPENRATH_HOME rules), `--resume`. `RATH_STEP_DELAY_MS` waits before every model call.
+//! OPENRATH_HOME rules), `--resume`, `--cassette FILE` (record the model calls for
+//! `rath replay`). `RATH_STEP_DELAY_MS` waits before every model call.
 
 use openrath::demos::long_running_coding::{CodingConfig, run};
 
@@ -25,7 +26,15 @@ async fn main() -> anyhow::Result<()> {
                     .ok_or_else(|| anyhow::anyhow!("--store needs a directory"))?;
                 config = config.store(dir);
             }
-            other => anyhow::bail!("unknown argument {other:?} (expected --store DIR, --resume)"),
+            "--cassette" => {
+                let file = args
+                    .next()
+                    .ok_or_else(|| anyhow::anyhow!("--cassette needs a file"))?;
+                config = config.cassette(file);
+            }
+            other => anyhow::bail!(
+                "unknown argument {other:?} (expected --store DIR, --resume, --cassette FILE)"
+            ),
         }
     }
     println!(

@@ -51,6 +51,15 @@ enum Command {
     },
     /// Load every file; report torn, partial and unreadable files. Modifies nothing.
     Verify,
+    /// Re-ask a recorded cassette for each model turn of a session, offline, and compare the
+    /// replies: `identical` (exit 0) or the first difference (exit 1).
+    Replay {
+        /// Session id (or a unique prefix or suffix of one).
+        id: String,
+        /// The cassette (JSONL written by rath-provider's RecordingProvider).
+        #[arg(long, value_name = "FILE")]
+        cassette: PathBuf,
+    },
     /// Write one self-contained HTML page: session list, lineage graph, transcripts.
     View {
         /// Where to write the page.
@@ -235,6 +244,18 @@ fn run(cli: &Cli) -> Result<Output, Failure> {
                     report.files.len()
                 ));
                 out.code = 2;
+            }
+            Ok(out)
+        }
+        Command::Replay { id, cassette } => {
+            let report = store.replay(&store.resolve(id)?, cassette)?;
+            let mut out = Output::ok(if cli.json {
+                json(&report)?
+            } else {
+                report.render()
+            });
+            if !report.identical {
+                out.code = 1;
             }
             Ok(out)
         }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use rath_flow::{FlowContext, FlowEvent, LoopOptions, SessionLoop, StoreSink, ToolSet};
 use rath_persist::Store;
-use rath_provider::{ScriptedProvider, ScriptedResponse};
+use rath_provider::{Provider, RecordingProvider, ScriptedProvider, ScriptedResponse};
 use rath_session::{ChunkBody, SandboxSpec, Session, SessionId, Stamper};
 use serde_json::json;
 
@@ -111,6 +111,9 @@ pub struct CodingConfig {
     pub step_delay: Duration,
     /// Print a line per step.
     pub progress: bool,
+    /// Record every model call to this cassette (JSONL; created on a fresh run, appended to
+    /// on resume), for `rath replay`.
+    pub cassette: Option<PathBuf>,
 }
 
 impl CodingConfig {
@@ -123,6 +126,7 @@ impl CodingConfig {
             resume: false,
             step_delay: Duration::ZERO,
             progress: false,
+            cassette: None,
         }
     }
 
@@ -154,6 +158,12 @@ impl CodingConfig {
     /// Sets [`CodingConfig::resume`].
     pub fn resume(mut self, on: bool) -> Self {
         self.resume = on;
+        self
+    }
+
+    /// Sets [`CodingConfig::cassette`].
+    pub fn cassette(mut self, path: impl Into<PathBuf>) -> Self {
+        self.cassette = Some(path.into());
         self
     }
 
@@ -248,7 +258,12 @@ pub async fn run(config: CodingConfig) -> Result<CodingReport, DemoError> {
 
     let skipped = loaded.as_ref().map_or(0, assistant_turns);
     let remaining: Vec<ScriptedResponse> = script().into_iter().skip(skipped).collect();
-    let provider = Arc::new(ScriptedProvider::new(remaining).named("scripted:coder"));
+    let scripted = ScriptedProvider::new(remaining).named("scripted:coder");
+    let provider: Arc<dyn Provider> = match &config.cassette {
+        None => Arc::new(scripted),
+        Some(path) if config.resume => Arc::new(RecordingProvider::append(scripted, path)?),
+        Some(path) => Arc::new(RecordingProvider::create(scripted, path)?),
+    };
     let looper = SessionLoop::new(provider, ToolSet::builtins())
         .with_agent_name("coder")
         .with_options(LoopOptions::default().max_tool_rounds(32))

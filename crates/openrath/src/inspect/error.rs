@@ -44,4 +44,13 @@ pub enum InspectError {
         #[source]
         source: std::io::Error,
     },
+    /// The cassette given to `rath replay` could not be read or is not a cassette (JSONL of
+    /// recorded interactions). Check the path, or record one with `RecordingProvider`.
+    #[error("cassette {path}: {message}")]
+    Cassette {
+        /// The cassette path.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
 }

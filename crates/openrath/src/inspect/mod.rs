@@ -25,6 +25,7 @@
 
 mod diff;
 mod error;
+mod replay;
 mod show;
 mod tree;
 mod verify;
@@ -37,6 +38,7 @@ use serde::Serialize;
 
 pub use diff::{ChunkLine, SessionDiff};
 pub use error::InspectError;
+pub use replay::{ReplayDifference, ReplayReport};
 pub use show::{Transcript, TranscriptEntry, describe_chunk};
 pub use tree::lineage_tree;
 pub use verify::{FileCheck, FileStatus, VerifyReport, verify_dir};
