@@ -1,0 +1,125 @@
+//! `rath replay` on a cassette recorded in the test: the `long_running_coding` example runs
+//! offline through the cassette recorder, then its session is replayed as is (identical) and
+//! against a tampered cassette (first difference), in text and JSON.
+
+use std::path::Path;
+use std::process::Command;
+
+use openrath::demos::long_running_coding::{CodingConfig, run};
+
+fn rath(cwd: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_rath"))
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("OPENRATH_HOME")
+        .output()
+        .expect("run rath");
+    format!(
+        "exit: {}\n--- stdout\n{}--- stderr\n{}",
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn replay_against_a_recorded_cassette() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path().join("home");
+    let cassette = tmp.path().join("run.jsonl");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let report = rt
+        .block_on(run(CodingConfig::offline(&home).cassette(&cassette)))
+        .expect("coding run");
+    let id = report.final_session.id().to_string();
+    let cwd = tmp.path();
+
+    insta::assert_snapshot!(
+        "replay_identical",
+        rath(
+            cwd,
+            &["--store", "home", "replay", &id, "--cassette", "run.jsonl"]
+        )
+    );
+    insta::assert_snapshot!(
+        "replay_identical_json",
+        rath(
+            cwd,
+            &[
+                "--store",
+                "home",
+                "--json",
+                "replay",
+                &id,
+                "--cassette",
+                "run.jsonl"
+            ]
+        )
+    );
+
+    // The model "answers differently" at the last turn.
+    let text = std::fs::read_to_string(&cassette).expect("read cassette");
+    let changed = text.replace(
+        "the check passes (4 shapes ok)",
+        "the check needs another look",
+    );
+    assert_ne!(text, changed, "the final answer is in the cassette");
+    std::fs::write(tmp.path().join("changed.jsonl"), changed).expect("write cassette");
+    insta::assert_snapshot!(
+        "replay_different",
+        rath(
+            cwd,
+            &[
+                "--store",
+                "home",
+                "replay",
+                &id,
+                "--cassette",
+                "changed.jsonl"
+            ]
+        )
+    );
+    insta::assert_snapshot!(
+        "replay_different_json",
+        rath(
+            cwd,
+            &[
+                "--store",
+                "home",
+                "--json",
+                "replay",
+                &id,
+                "--cassette",
+                "changed.jsonl"
+            ]
+        )
+    );
+
+    // A cassette without the session's first request: the difference is at turn 0.
+    let tail: String = text.lines().skip(1).map(|l| format!("{l}\n")).collect();
+    std::fs::write(tmp.path().join("tail.jsonl"), tail).expect("write cassette");
+    let missing = rath(
+        cwd,
+        &["--store", "home", "replay", &id, "--cassette", "tail.jsonl"],
+    );
+    assert!(missing.starts_with("exit: 1"), "{missing}");
+    assert!(missing.contains("different at model turn 0"), "{missing}");
+    assert!(missing.contains("no recorded request"), "{missing}");
+
+    // Bad input: exit 2 with one line.
+    std::fs::write(tmp.path().join("junk.jsonl"), "not json\n").expect("write junk");
+    insta::assert_snapshot!(
+        "replay_bad_cassette",
+        rath(
+            cwd,
+            &["--store", "home", "replay", &id, "--cassette", "junk.jsonl"]
+        )
+    );
+    let absent = rath(
+        cwd,
+        &["--store", "home", "replay", &id, "--cassette", "nope.jsonl"],
+    );
+    assert!(absent.starts_with("exit: 2"), "{absent}");
+    let no_flag = rath(cwd, &["--store", "home", "replay", &id]);
+    assert!(no_flag.starts_with("exit: 2"), "{no_flag}");
+}
