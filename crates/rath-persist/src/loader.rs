@@ -237,6 +237,8 @@ impl LoadState {
         if self.header.is_some() {
             return Err(structure(path, lineno, "duplicate header record"));
         }
+        let ext = raw.rath_ext.map(|e| *e);
+        let raw = raw.rare.map(|r| *r).unwrap_or_default();
         let version = schema_version_of(raw.schema_version.as_ref())
             .ok_or_else(|| corrupt(path, lineno, "schema_version is not an integer"))?;
         if version != SCHEMA_VERSION {
@@ -286,7 +288,7 @@ impl LoadState {
             lineage,
             placement,
         });
-        self.apply_ext(path, lineno, raw.rath_ext)
+        self.apply_ext(path, lineno, ext)
     }
 
     fn chunk(&mut self, path: &Path, lineno: usize, raw: RawLine<'_>) -> Result<(), PersistError> {
@@ -307,7 +309,7 @@ impl LoadState {
             }
             None => return Err(corrupt(path, lineno, "chunk has no payload")),
         };
-        let ext = raw.rath_ext.unwrap_or_default();
+        let ext = raw.rath_ext.map(|e| *e).unwrap_or_default();
         let chunk = match ext.branch {
             Some(ref b) => Chunk::new(body).with_branch(b.as_str()),
             None => Chunk::new(body),
@@ -323,6 +325,8 @@ impl LoadState {
         raw: RawLine<'_>,
     ) -> Result<(), PersistError> {
         // Like Python: the last trailer wins, and records after it are still read.
+        let ext = raw.rath_ext.map(|e| *e);
+        let raw = raw.rare.map(|r| *r).unwrap_or_default();
         self.closed = true;
         self.closed_at = match raw.closed_at {
             Some(t) => Some(Timestamp::parse(&t).ok_or_else(|| {
@@ -335,7 +339,7 @@ impl LoadState {
             .as_ref()
             .and_then(serde_json::Value::as_u64);
         self.usage = raw.cumulative_usage.map(Usage::from);
-        self.apply_ext(path, lineno, raw.rath_ext)
+        self.apply_ext(path, lineno, ext)
     }
 
     fn apply_ext(

@@ -245,6 +245,15 @@ pub(crate) struct RawLine<'de> {
     pub record_type: Option<Cow<'de, str>>,
     pub kind: Option<Cow<'de, str>>,
     pub payload: Option<PayloadIn>,
+    /// Header and trailer fields, boxed: chunk records (the bulk of a file) carry none, and
+    /// a small `RawLine` is cheap to move.
+    pub rare: Option<Box<RareFields>>,
+    pub rath_ext: Option<Box<ExtIn>>,
+}
+
+/// The fields of header and trailer records.
+#[derive(Default)]
+pub(crate) struct RareFields {
     pub schema_version: Option<Value>,
     pub id: Option<String>,
     pub created_at: Option<String>,
@@ -258,7 +267,12 @@ pub(crate) struct RawLine<'de> {
     pub closed_at: Option<String>,
     pub final_chunk_count: Option<Value>,
     pub cumulative_usage: Option<UsageIn>,
-    pub rath_ext: Option<ExtIn>,
+}
+
+impl RawLine<'_> {
+    fn rare(&mut self) -> &mut RareFields {
+        self.rare.get_or_insert_with(Box::default)
+    }
 }
 
 #[derive(Deserialize)]
@@ -326,20 +340,20 @@ impl<'de> Visitor<'de> for LineVisitor {
                         None => PayloadIn::Raw(map.next_value()?),
                     })
                 }
-                Field::SchemaVersion => r.schema_version = map.next_value()?,
-                Field::Id => r.id = map.next_value()?,
-                Field::CreatedAt => r.created_at = map.next_value()?,
-                Field::ParentSessionIds => r.parent_session_ids = map.next_value()?,
-                Field::LineageOperator => r.lineage_operator = map.next_value()?,
-                Field::LineageKind => r.lineage_kind = map.next_value()?,
-                Field::LineageExtras => r.lineage_extras = map.next_value()?,
-                Field::SandboxBackend => r.sandbox_backend = map.next_value()?,
-                Field::SandboxSpec => r.sandbox_spec = map.next_value()?,
-                Field::SandboxHandleId => r.sandbox_handle_id = map.next_value()?,
-                Field::ClosedAt => r.closed_at = map.next_value()?,
-                Field::FinalChunkCount => r.final_chunk_count = map.next_value()?,
-                Field::CumulativeUsage => r.cumulative_usage = map.next_value()?,
-                Field::RathExt => r.rath_ext = map.next_value()?,
+                Field::SchemaVersion => r.rare().schema_version = map.next_value()?,
+                Field::Id => r.rare().id = map.next_value()?,
+                Field::CreatedAt => r.rare().created_at = map.next_value()?,
+                Field::ParentSessionIds => r.rare().parent_session_ids = map.next_value()?,
+                Field::LineageOperator => r.rare().lineage_operator = map.next_value()?,
+                Field::LineageKind => r.rare().lineage_kind = map.next_value()?,
+                Field::LineageExtras => r.rare().lineage_extras = map.next_value()?,
+                Field::SandboxBackend => r.rare().sandbox_backend = map.next_value()?,
+                Field::SandboxSpec => r.rare().sandbox_spec = map.next_value()?,
+                Field::SandboxHandleId => r.rare().sandbox_handle_id = map.next_value()?,
+                Field::ClosedAt => r.rare().closed_at = map.next_value()?,
+                Field::FinalChunkCount => r.rare().final_chunk_count = map.next_value()?,
+                Field::CumulativeUsage => r.rare().cumulative_usage = map.next_value()?,
+                Field::RathExt => r.rath_ext = map.next_value::<Option<ExtIn>>()?.map(Box::new),
                 Field::Other => {
                     map.next_value::<IgnoredAny>()?;
                 }
