@@ -304,7 +304,10 @@ impl Ctx {
     fn redactions(&self) -> Vec<(String, String)> {
         let mut pairs: Vec<(String, String)> = Vec::new();
         let mut add = |p: &Path, to: &str| {
-            for q in [p.to_path_buf(), p.canonicalize().unwrap_or_else(|_| p.into())] {
+            for q in [
+                p.to_path_buf(),
+                p.canonicalize().unwrap_or_else(|_| p.into()),
+            ] {
                 let s = q.to_string_lossy().trim_end_matches('/').to_string();
                 if s.len() > 1 {
                     pairs.push((s, to.to_string()));
@@ -474,7 +477,11 @@ pub fn build_packet(
             .iter()
             .map(|(f, l)| format!("{f}:{} {}", l.line, l.rule))
             .collect();
-        report.check("no secret, home dir or machine path", false, list.join("; "));
+        report.check(
+            "no secret, home dir or machine path",
+            false,
+            list.join("; "),
+        );
     }
     let decl = ledger.packet(p.name);
     write_summary(&ctx, p, &report, decl.as_ref())?;
@@ -506,7 +513,11 @@ fn write_summary(ctx: &Ctx, p: &Packet, r: &Report, decl: Option<&PacketDecl>) -
             writeln!(s, " {}", d.note)?;
         }
     }
-    writeln!(s, "\nRegenerate: `cargo xtask evidence --only {}`\n", p.name)?;
+    writeln!(
+        s,
+        "\nRegenerate: `cargo xtask evidence --only {}`\n",
+        p.name
+    )?;
     writeln!(s, "## What it proves\n")?;
     for x in &r.proves {
         writeln!(s, "- {x}")?;
@@ -528,7 +539,10 @@ fn write_summary(ctx: &Ctx, p: &Packet, r: &Report, decl: Option<&PacketDecl>) -
         }
     }
     if !r.checks.is_empty() {
-        writeln!(s, "\n## Checks\n\n| check | result | detail |\n| --- | --- | --- |")?;
+        writeln!(
+            s,
+            "\n## Checks\n\n| check | result | detail |\n| --- | --- | --- |"
+        )?;
         for c in &r.checks {
             let detail = c.detail.replace('|', "\\|").replace('\n', " ");
             let detail = if detail.len() > 300 {
@@ -596,7 +610,14 @@ fn write_manifests(
         .iter()
         .map(|k| {
             let set = std::env::var_os(k).is_some_and(|v| !v.is_empty());
-            (*k, if set { "set (value not recorded)" } else { "unset" })
+            (
+                *k,
+                if set {
+                    "set (value not recorded)"
+                } else {
+                    "unset"
+                },
+            )
         })
         .collect();
     let provenance = json!({
@@ -796,13 +817,14 @@ pub fn compare_packet(have: &Path, new: &Path, decl: &PacketDecl) -> Result<Vec<
              so only its presence is compared",
             new_status.as_deref().unwrap_or("?"),
             old_status.as_deref().unwrap_or("?"),
-            new.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
+            new.file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default()
         );
         return Ok(diffs);
     }
-    let skip = |rel: &str| {
-        rel == "provenance.json" || decl.volatile.iter().any(|v| matches_decl(v, rel))
-    };
+    let skip =
+        |rel: &str| rel == "provenance.json" || decl.volatile.iter().any(|v| matches_decl(v, rel));
     let a = list_files(have)?;
     let b = list_files(new)?;
     for rel in a.iter().filter(|f| !b.contains(f)) {

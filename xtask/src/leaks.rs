@@ -117,7 +117,13 @@ mod tests {
         let rules: Vec<_> = scan_text(text).into_iter().map(|l| l.rule).collect();
         assert_eq!(
             rules,
-            ["openai-key", "api-key-value", "home-dir", "home-dir", "machine-path"]
+            [
+                "openai-key",
+                "api-key-value",
+                "home-dir",
+                "home-dir",
+                "machine-path"
+            ]
         );
     }
 

@@ -156,11 +156,17 @@ pub fn problems(ledger: &Ledger, packets_dir: &Path, built: &[&str]) -> Vec<Stri
             out.push(format!("claim {} appears twice", c.id));
         }
         if c.scope.trim().is_empty() {
-            out.push(format!("claim {} has no scope (what it does not prove)", c.id));
+            out.push(format!(
+                "claim {} has no scope (what it does not prove)",
+                c.id
+            ));
         }
         for p in &c.packets {
             if !built.contains(&p.as_str()) {
-                out.push(format!("claim {} names packet {p}, which no workload builds", c.id));
+                out.push(format!(
+                    "claim {} names packet {p}, which no workload builds",
+                    c.id
+                ));
             }
         }
         match c.status {
@@ -180,7 +186,11 @@ pub fn problems(ledger: &Ledger, packets_dir: &Path, built: &[&str]) -> Vec<Stri
             }
             ClaimStatus::Partial | ClaimStatus::EvidenceGated | ClaimStatus::LayoutSmoke => {
                 if c.packets.is_empty() {
-                    out.push(format!("{} claim {} lists no packet", c.status.as_str(), c.id));
+                    out.push(format!(
+                        "{} claim {} lists no packet",
+                        c.status.as_str(),
+                        c.id
+                    ));
                 }
             }
             ClaimStatus::Prerequisite | ClaimStatus::Bibliography => {}
@@ -193,7 +203,10 @@ pub fn problems(ledger: &Ledger, packets_dir: &Path, built: &[&str]) -> Vec<Stri
     }
     for d in &ledger.packets {
         if !built.contains(&d.name.as_str()) {
-            out.push(format!("[[packet]] {} is declared but no workload builds it", d.name));
+            out.push(format!(
+                "[[packet]] {} is declared but no workload builds it",
+                d.name
+            ));
         }
     }
     out
@@ -311,7 +324,12 @@ pub fn run(args: &LedgerArgs) -> Result<()> {
             .iter()
             .map(|p| format!("{p}={}", packet_status(&packets_dir, p)))
             .collect();
-        println!("{:<32} {:<15} {}", c.id, c.status.as_str(), states.join(" "));
+        println!(
+            "{:<32} {:<15} {}",
+            c.id,
+            c.status.as_str(),
+            states.join(" ")
+        );
     }
     if found.is_empty() {
         println!("ledger: {} claims hold", ledger.claims.len());
@@ -352,7 +370,11 @@ fn build_claim_ledger(ctx: &mut Ctx) -> Result<Report> {
     let ledger = Ledger::load(&root.join("evidence/ledger.toml"))?;
     let built: Vec<&str> = crate::evidence::packets().iter().map(|p| p.name).collect();
     // This packet itself is being built; the others are already in the output root.
-    let others: Vec<&str> = built.iter().copied().filter(|n| *n != "claim_ledger").collect();
+    let others: Vec<&str> = built
+        .iter()
+        .copied()
+        .filter(|n| *n != "claim_ledger")
+        .collect();
     let mut found = problems(&ledger, &ctx.out_root, &others);
     found.retain(|p| !p.contains("claim_ledger"));
     let states: Vec<PacketState> = others

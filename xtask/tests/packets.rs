@@ -38,7 +38,12 @@ fn every_packet_has_its_summary_and_manifests() {
     };
     for entry in entries {
         let p = entry.expect("entry").path();
-        for f in ["command.txt", "SUMMARY.md", "manifest.json", "provenance.json"] {
+        for f in [
+            "command.txt",
+            "SUMMARY.md",
+            "manifest.json",
+            "provenance.json",
+        ] {
             assert!(p.join(f).is_file(), "{} lacks {f}", p.display());
         }
         let m = xtask::evidence::read_manifest(&p).expect("manifest");
@@ -66,7 +71,11 @@ fn ledger_parses_and_names_declared_packets() {
     let built: Vec<&str> = xtask::evidence::packets().iter().map(|p| p.name).collect();
     for c in &ledger.claims {
         for p in &c.packets {
-            assert!(built.contains(&p.as_str()), "claim {} names unknown {p}", c.id);
+            assert!(
+                built.contains(&p.as_str()),
+                "claim {} names unknown {p}",
+                c.id
+            );
         }
     }
 }

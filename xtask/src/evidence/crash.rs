@@ -17,17 +17,20 @@ pub const CHILD_ENV: &str = "RATH_EVIDENCE_CRASH_CHILD";
 
 /// The session the child writes: a question, a tool call left unanswered (pending work).
 fn crash_session() -> Session {
-    Session::user_with("Summarise build.log, then count its warnings.", Stamper::counter())
-        .push(Chunk::assistant_text("I will read the log first."))
-        .push(Chunk::user("Go ahead."))
-        .push(Chunk::assistant(
-            None,
-            Some(vec![ToolCall::function(
-                "call_read_1",
-                "read_file",
-                r#"{"path": "build.log"}"#,
-            )]),
-        ))
+    Session::user_with(
+        "Summarise build.log, then count its warnings.",
+        Stamper::counter(),
+    )
+    .push(Chunk::assistant_text("I will read the log first."))
+    .push(Chunk::user("Go ahead."))
+    .push(Chunk::assistant(
+        None,
+        Some(vec![ToolCall::function(
+            "call_read_1",
+            "read_file",
+            r#"{"path": "build.log"}"#,
+        )]),
+    ))
 }
 
 /// When the binary was started as the crash child: writes the session row by row, reports
@@ -109,12 +112,24 @@ fn build_crash(ctx: &mut Ctx) -> Result<Report> {
     );
     let dir = ctx.tmp_dir("sessions")?;
     let outcome = kill_child(&dir)?;
-    r.check("child killed after its rows", outcome.starts_with("READY 4"), outcome.clone());
+    r.check(
+        "child killed after its rows",
+        outcome.starts_with("READY 4"),
+        outcome.clone(),
+    );
     let store = Store::at(&dir);
     let (summaries, errors) = store.scan()?;
-    r.check_eq("scan finds one file, no unreadable one", (summaries.len(), errors.len()), (1, 0));
+    r.check_eq(
+        "scan finds one file, no unreadable one",
+        (summaries.len(), errors.len()),
+        (1, 0),
+    );
     let crashed = summaries.first().context("no session file")?;
-    r.check_eq("listed as crashed (not closed)", (crashed.crashed, crashed.closed), (true, false));
+    r.check_eq(
+        "listed as crashed (not closed)",
+        (crashed.crashed, crashed.closed),
+        (true, false),
+    );
     let partial = store.partial_path_of(&crashed.id);
     let crashed_bytes = std::fs::read(&partial)?;
     ctx.write("crashed/session.jsonl.__partial__", &crashed_bytes)?;
@@ -127,7 +142,11 @@ fn build_crash(ctx: &mut Ctx) -> Result<Report> {
         .iter()
         .map(|c| c.id.clone())
         .collect();
-    r.check_eq("pending tool call survives", pending.clone(), vec!["call_read_1".to_string()]);
+    r.check_eq(
+        "pending tool call survives",
+        pending.clone(),
+        vec!["call_read_1".to_string()],
+    );
 
     // A torn last line: the same file with half a record appended.
     let torn_path = ctx.tmp_dir("torn")?.join("session.jsonl.__partial__");

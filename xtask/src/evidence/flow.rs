@@ -109,11 +109,12 @@ fn build_workflow(ctx: &mut Ctx) -> Result<Report> {
     .with_tools(ToolSet::new().with(word_count())?);
     let team = Sequence::new("team")
         .then(say("lead", "Plan: count the words, then check.", 20, 8))
-        .then(
-            Parallel::new("workers")
-                .branch(counter)
-                .branch(say("checker", "The sentence is a pangram fragment.", 30, 9)),
-        )
+        .then(Parallel::new("workers").branch(counter).branch(say(
+            "checker",
+            "The sentence is a pangram fragment.",
+            30,
+            9,
+        )))
         .then(say("qa", "Answer: 4 words.", 50, 5));
     let names: Vec<String> = team.named_agents().into_iter().map(|(n, _)| n).collect();
     let input = Session::user_with(
@@ -189,8 +190,11 @@ fn build_selector(ctx: &mut Ctx) -> Result<Report> {
         ],
         &["routing quality of a real model: the router's replies are scripted"],
     );
-    let researcher = || say("researcher", "Found: the API listens on 8443.", 10, 4).describe("Finds facts.");
-    let writer = || say("writer", "The staging API listens on port 8443.", 12, 6).describe("Writes the answer.");
+    let researcher =
+        || say("researcher", "Found: the API listens on 8443.", 10, 4).describe("Finds facts.");
+    let writer = || {
+        say("writer", "The staging API listens on port 8443.", 12, 6).describe("Writes the answer.")
+    };
     let by_fn = Selector::by_function("router", |s: &Session, _c: &[rath_flow::Candidate]| {
         let answers = s
             .chunks()
@@ -240,8 +244,16 @@ fn build_selector(ctx: &mut Ctx) -> Result<Report> {
     ctx.write_json("model_router_decisions.json", &d_model)?;
     write_session(ctx, "function_router/", &out_fn)?;
     write_session(ctx, "model_router/", &out_model)?;
-    r.check_eq("function router: 3 decisions (researcher, writer, done)", d_fn.len(), 3);
-    r.check_eq("model router: 2 decisions (researcher, done)", d_model.len(), 2);
+    r.check_eq(
+        "function router: 3 decisions (researcher, writer, done)",
+        d_fn.len(),
+        3,
+    );
+    r.check_eq(
+        "model router: 2 decisions (researcher, done)",
+        d_model.len(),
+        2,
+    );
     r.check_eq(
         "function router's final answer",
         final_text(&out_fn).map(str::to_string),
@@ -303,14 +315,17 @@ fn build_compression(ctx: &mut Ctx) -> Result<Report> {
                 r#"{"text": "ship it"}"#,
             )]),
         ))
-        .push(Chunk::tool_result("call_1", "word_count", r#"{"words": 2}"#))
+        .push(Chunk::tool_result(
+            "call_1",
+            "word_count",
+            r#"{"words": 2}"#,
+        ))
         .push(Chunk::assistant_text("Two words: ship it."));
     let keep = ctx.block_on(KeepLastN::new(2).forward(s.clone()))??;
     let summarizer = SummaryCompressor::new(
-        scripted(vec![ScriptedResponse::text(
-            "Steps 1-5 of the release plan were drafted.",
-        )
-        .usage(90, 12)]),
+        scripted(vec![
+            ScriptedResponse::text("Steps 1-5 of the release plan were drafted.").usage(90, 12),
+        ]),
         3,
     );
     let summ = ctx.block_on(summarizer.forward(s.clone()))??;
@@ -323,7 +338,11 @@ fn build_compression(ctx: &mut Ctx) -> Result<Report> {
     };
     for (name, out) in [("keep_last_2", &keep), ("summary", &summ)] {
         let Some(rec) = record(out) else {
-            r.check(format!("{name}: starts with a compression_record"), false, "absent");
+            r.check(
+                format!("{name}: starts with a compression_record"),
+                false,
+                "absent",
+            );
             continue;
         };
         let digests_ok = rec.dropped.iter().all(|d| {
@@ -416,14 +435,21 @@ fn build_approval(ctx: &mut Ctx) -> Result<Report> {
             ScriptedResponse::text(final_text_resp).usage(40, 7),
         ])?;
         let stopped = ctx.block_on(agent.forward(input()))??;
-        let pending: Vec<String> = stopped.pending().iter().map(|p| p.call.id.clone()).collect();
+        let pending: Vec<String> = stopped
+            .pending()
+            .iter()
+            .map(|p| p.call.id.clone())
+            .collect();
         r.check_eq(
             &format!("{branch}: loop stopped with the call pending"),
             pending,
             vec!["call_deploy_1".to_string()],
         );
         store.save(&stopped)?;
-        let loaded = store.load(stopped.id())?.session.with_stamper(Stamper::counter());
+        let loaded = store
+            .load(stopped.id())?
+            .session
+            .with_stamper(Stamper::counter());
         r.check_eq(
             &format!("{branch}: pending call survives the store"),
             loaded.pending().len(),
@@ -432,15 +458,26 @@ fn build_approval(ctx: &mut Ctx) -> Result<Report> {
         let decided = if decision {
             approve(&loaded, "call_deploy_1", "reviewer")?
         } else {
-            reject(&loaded, "call_deploy_1", "reviewer", "not during the freeze")?
+            reject(
+                &loaded,
+                "call_deploy_1",
+                "reviewer",
+                "not during the freeze",
+            )?
         };
         let cx = rath_flow::FlowContext::new();
         let done = ctx.block_on(agent.resume(&decided, &cx))??;
         let result = done.chunks().iter().find_map(|c| match c.body() {
-            ChunkBody::ToolResult(t) if t.tool_call_id == "call_deploy_1" => Some(t.content.clone()),
+            ChunkBody::ToolResult(t) if t.tool_call_id == "call_deploy_1" => {
+                Some(t.content.clone())
+            }
             _ => None,
         });
-        let want = if decision { "deployed" } else { "denied_by_policy" };
+        let want = if decision {
+            "deployed"
+        } else {
+            "denied_by_policy"
+        };
         r.check(
             format!("{branch}: tool result after resume"),
             result.as_deref().is_some_and(|t| t.contains(want)),

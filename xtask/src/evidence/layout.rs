@@ -45,7 +45,11 @@ fn build_layout(ctx: &mut Ctx) -> Result<Report> {
     let members: Vec<String> = ws
         .get("members")
         .and_then(|m| m.as_array())
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default();
     let layers = ws
         .get("metadata")
@@ -71,7 +75,12 @@ fn build_layout(ctx: &mut Ctx) -> Result<Report> {
         let mut internal: Vec<String> = cm
             .get("dependencies")
             .and_then(|d| d.as_table())
-            .map(|t| t.keys().filter(|k| layer_of(k).is_some()).cloned().collect())
+            .map(|t| {
+                t.keys()
+                    .filter(|k| layer_of(k).is_some())
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default();
         internal.sort();
         for d in &internal {
@@ -83,8 +92,9 @@ fn build_layout(ctx: &mut Ctx) -> Result<Report> {
         }
         let is_lib = dir.join("src/lib.rs").is_file();
         let docs_lint = is_lib
-            && std::fs::read_to_string(dir.join("src/lib.rs"))
-                .is_ok_and(|t| t.contains("#![warn(missing_docs)]") || t.contains("#![deny(missing_docs)]"));
+            && std::fs::read_to_string(dir.join("src/lib.rs")).is_ok_and(|t| {
+                t.contains("#![warn(missing_docs)]") || t.contains("#![deny(missing_docs)]")
+            });
         let readme = dir.join("README.md").is_file();
         if m != "xtask" && !readme {
             violations.push(format!("{name} has no README.md"));
@@ -122,7 +132,11 @@ fn build_layout(ctx: &mut Ctx) -> Result<Report> {
         .copied()
         .filter(|f| !root.join(f).is_file())
         .collect();
-    r.check("reviewer files present", missing.is_empty(), missing.join(", "));
+    r.check(
+        "reviewer files present",
+        missing.is_empty(),
+        missing.join(", "),
+    );
     r.check_eq("README links evidence/LEDGER.md", links_ledger, true);
     Ok(r)
 }

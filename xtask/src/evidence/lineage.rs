@@ -5,8 +5,8 @@ use std::path::Path;
 use anyhow::{Result, anyhow};
 use rath_backend::BackendRegistry;
 use rath_persist::{
-    LineageJournal, LineageRow, Store, export_jsonl_string, load_file, parse_lineage_jsonl,
-    to_dot, to_mermaid,
+    LineageJournal, LineageRow, Store, export_jsonl_string, load_file, parse_lineage_jsonl, to_dot,
+    to_mermaid,
 };
 use rath_session::{
     Chunk, Lineage, LineageGraph, LineageKind, SandboxSpec, Session, SessionId, Stamper, ToolCall,
@@ -133,7 +133,11 @@ fn build_lineage_export(ctx: &mut Ctx) -> Result<Report> {
         true,
     );
     let parsed = parse_lineage_jsonl(Path::new("lineage.jsonl"), &jsonl)?;
-    r.check_eq("lineage.jsonl parses back to the same rows", parsed == rows, true);
+    r.check_eq(
+        "lineage.jsonl parses back to the same rows",
+        parsed == rows,
+        true,
+    );
 
     let get = |name: &str| -> Result<&Session> {
         sessions
@@ -158,11 +162,19 @@ fn build_lineage_export(ctx: &mut Ctx) -> Result<Report> {
         get("detached")?.lineage().parents.len(),
         0,
     );
-    r.check_eq("merge sums usage", merged.usage(), Some(Usage::new(110, 23)));
+    r.check_eq(
+        "merge sums usage",
+        merged.usage(),
+        Some(Usage::new(110, 23)),
+    );
     r.check_eq("fork starts with no usage", get("fork_a")?.usage(), None);
     r.check_eq("detach drops usage", get("detached")?.usage(), None);
     let graph = LineageGraph::from_sessions(sessions.iter().map(|(_, s)| s));
-    r.check_eq("lineage graph has no cycle", graph.find_cycle().is_none(), true);
+    r.check_eq(
+        "lineage graph has no cycle",
+        graph.find_cycle().is_none(),
+        true,
+    );
     let ancestors: Vec<String> = graph
         .ancestors(merged.id())
         .iter()
@@ -177,9 +189,7 @@ fn build_lineage_export(ctx: &mut Ctx) -> Result<Report> {
     r.check_eq("graph edges", graph.edges().len(), 6);
 
     let merge_rule = merge_rule_cases(ctx, &stamper)?;
-    let all_as_expected = merge_rule
-        .iter()
-        .all(|c| c["outcome"] == c["expected"]);
+    let all_as_expected = merge_rule.iter().all(|c| c["outcome"] == c["expected"]);
     ctx.write_json("merge_rule.json", &merge_rule)?;
     r.check(
         "strict merge rule: every case as expected",
@@ -209,8 +219,18 @@ fn merge_rule_cases(ctx: &mut Ctx, stamper: &Stamper) -> Result<Vec<serde_json::
         ("unbound, same backend", &a, &b, "merged"),
         ("unbound, different backends", &a, &c, "refused"),
         ("unbound and unplaced", &a, &unplaced, "refused"),
-        ("bound to one live sandbox (fork)", &bound_a, &bound_fork, "merged"),
-        ("bound to two different live sandboxes", &bound_a, &bound_b, "refused"),
+        (
+            "bound to one live sandbox (fork)",
+            &bound_a,
+            &bound_fork,
+            "merged",
+        ),
+        (
+            "bound to two different live sandboxes",
+            &bound_a,
+            &bound_b,
+            "refused",
+        ),
         ("bound vs unbound", &bound_a, &b, "refused"),
     ];
     Ok(cases
@@ -319,7 +339,11 @@ fn build_interop(ctx: &mut Ctx) -> Result<Report> {
         let a = std::fs::read(out.join("openrath_home/sessions").join(name))?;
         let b = std::fs::read(dir.join("openrath_home/sessions").join(name))?;
         same_files.push(json!({"file": name, "identical": a == b}));
-        r.check(format!("our {name} == python's"), a == b, format!("{} bytes", a.len()));
+        r.check(
+            format!("our {name} == python's"),
+            a == b,
+            format!("{} bytes", a.len()),
+        );
     }
     ctx.copy_tree(&out.join("openrath_home/sessions"), "ours/sessions")?;
     ctx.write_json("store_comparison.json", &same_files)?;

@@ -2,8 +2,8 @@
 
 use anyhow::{Result, anyhow};
 use rath_memory::{
-    CommitPolicy, LocalMemory, LocalOptions, MemoryPolicy, MemoryUri, NewItem, RecallPolicy,
-    Scope, commit_from, memory_events, recall_into,
+    CommitPolicy, LocalMemory, LocalOptions, MemoryPolicy, MemoryUri, NewItem, RecallPolicy, Scope,
+    commit_from, memory_events, recall_into,
 };
 use rath_persist::Store;
 use rath_session::{Chunk, ChunkBody, Session, Stamper};
@@ -51,7 +51,10 @@ fn build_memory(ctx: &mut Ctx) -> Result<Report> {
     // Run 1: a question, a scripted answer, commit-on-forward; plus an explicit resource fact.
     let (run1, commit_id) = {
         let mem = LocalMemory::open_at(&dir, "evidence", LocalOptions::default())?;
-        let input = Session::user_with("Which port does the staging API listen on?", stamper.clone());
+        let input = Session::user_with(
+            "Which port does the staging API listen on?",
+            stamper.clone(),
+        );
         let output = input.push(Chunk::assistant_text(
             "The staging API listens on port 8443, behind the gateway.",
         ));
@@ -91,7 +94,10 @@ fn build_memory(ctx: &mut Ctx) -> Result<Report> {
     let events2 = memory_events(&run2);
     r.check_eq(
         "run 1 events",
-        events1.iter().map(|e| e.operation.clone()).collect::<Vec<_>>(),
+        events1
+            .iter()
+            .map(|e| e.operation.clone())
+            .collect::<Vec<_>>(),
         vec!["commit".to_string(), "commit".to_string()],
     );
     let recall = events2.iter().find(|e| e.operation == "recall");
@@ -100,11 +106,7 @@ fn build_memory(ctx: &mut Ctx) -> Result<Report> {
         recall.and_then(|e| e.commit_id.clone()),
         Some(commit_id.clone()),
     );
-    let injected = run2
-        .chunks()
-        .iter()
-        .filter(|c| c.is_conversation())
-        .count();
+    let injected = run2.chunks().iter().filter(|c| c.is_conversation()).count();
     r.check(
         "recall is injected as conversation before the model call",
         injected >= 2,
@@ -118,7 +120,10 @@ fn build_memory(ctx: &mut Ctx) -> Result<Report> {
     r.check(
         "memory events are evidence, not messages",
         run2.messages().len() == run2.conversation_len() && event_chunks == events2.len(),
-        format!("{event_chunks} memory_event chunks, {} messages", run2.messages().len()),
+        format!(
+            "{event_chunks} memory_event chunks, {} messages",
+            run2.messages().len()
+        ),
     );
     ctx.write_json("run1_events.json", &events1)?;
     ctx.write_json("run2_events.json", &events2)?;

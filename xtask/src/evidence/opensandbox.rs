@@ -65,8 +65,16 @@ fn build_opensandbox(ctx: &mut Ctx) -> Result<Report> {
         &json!({"command": "cargo test -p rath-backend-opensandbox --no-fail-fast",
                 "counts": total, "tests": tests}),
     )?;
-    r.check("cargo test exited 0", out.status.success(), out.status.to_string());
-    r.check("contract tests ran", total.passed > 0, format!("{} passed", total.passed));
+    r.check(
+        "cargo test exited 0",
+        out.status.success(),
+        out.status.to_string(),
+    );
+    r.check(
+        "contract tests ran",
+        total.passed > 0,
+        format!("{} passed", total.passed),
+    );
     r.check_eq("no failed contract test", total.failed, 0);
     let real = match std::env::var("OPEN_SANDBOX_DOMAIN") {
         Ok(d) if !d.trim().is_empty() => json!({"status": "skip",

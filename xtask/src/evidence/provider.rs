@@ -54,7 +54,12 @@ pub fn live_provider_manifest() -> Packet {
         name: "live_provider_manifest",
         about: "Discloses what a live run needs (an OpenAI-compatible server, a model) through \
                 the provider manifest, and shows that keys and secret headers never reach it.",
-        env: &["RATH_LIVE_BASE_URL", "OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL"],
+        env: &[
+            "RATH_LIVE_BASE_URL",
+            "OPENAI_BASE_URL",
+            "OPENAI_API_KEY",
+            "OPENAI_MODEL",
+        ],
         build: build_manifest,
     }
 }
@@ -84,7 +89,11 @@ fn build_manifest(ctx: &mut Ctx) -> Result<Report> {
     let provider = OpenAiProvider::new(cfg)?;
     let manifest = provider.manifest();
     let text = serde_json::to_string_pretty(&manifest)?;
-    r.check("made-up key absent from the manifest", !text.contains(&fake_key), "no key");
+    r.check(
+        "made-up key absent from the manifest",
+        !text.contains(&fake_key),
+        "no key",
+    );
     r.check_eq(
         "no secret pattern in the manifest",
         crate::leaks::scan_text(&text).len(),
@@ -132,7 +141,12 @@ pub fn live_provider_run() -> Packet {
         about: "One request to the real local model server (SmolLM2 under llama.cpp in CI) \
                 through the OpenAI-compatible provider; skipped with the reason when no server \
                 is configured or reachable.",
-        env: &["RATH_LIVE_BASE_URL", "OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL"],
+        env: &[
+            "RATH_LIVE_BASE_URL",
+            "OPENAI_BASE_URL",
+            "OPENAI_API_KEY",
+            "OPENAI_MODEL",
+        ],
         build: build_live_run,
     }
 }
@@ -151,7 +165,10 @@ fn build_live_run(ctx: &mut Ctx) -> Result<Report> {
     );
     let Some(cfg) = live_config() else {
         r.skip("no live server: neither RATH_LIVE_BASE_URL nor OPENAI_BASE_URL is set");
-        ctx.write_json("stable.json", &json!({"status": "skip", "reason": "not configured"}))?;
+        ctx.write_json(
+            "stable.json",
+            &json!({"status": "skip", "reason": "not configured"}),
+        )?;
         return Ok(r);
     };
     let source = live_base_url().map(|(_, k)| k).unwrap_or("");
@@ -162,7 +179,9 @@ fn build_live_run(ctx: &mut Ctx) -> Result<Report> {
     let resp = match resp {
         Ok(resp) => resp,
         Err(e) => {
-            r.skip(format!("live server from {source} unreachable or failing: {e}"));
+            r.skip(format!(
+                "live server from {source} unreachable or failing: {e}"
+            ));
             ctx.write_json(
                 "stable.json",
                 &json!({"status": "skip", "reason": "unreachable"}),
@@ -172,12 +191,27 @@ fn build_live_run(ctx: &mut Ctx) -> Result<Report> {
     };
     let next = resp.apply(&session, &req, 0.0);
     let text = resp.payload().content.unwrap_or_default();
-    let has_model_call = next.chunks().iter().any(|c| c.kind() == ChunkKind::ModelCall);
-    r.check("reply has text or tool calls", !text.trim().is_empty() || !resp.payload().tool_calls.unwrap_or_default().is_empty(), format!("{} chars", text.len()));
+    let has_model_call = next
+        .chunks()
+        .iter()
+        .any(|c| c.kind() == ChunkKind::ModelCall);
+    r.check(
+        "reply has text or tool calls",
+        !text.trim().is_empty() || !resp.payload().tool_calls.unwrap_or_default().is_empty(),
+        format!("{} chars", text.len()),
+    );
     r.check_eq("model_call evidence on the session", has_model_call, true);
-    r.check_eq("assistant chunk appended", next.last().map(|c| c.kind()) == Some(ChunkKind::ModelCall) && next.len() == 3, true);
+    r.check_eq(
+        "assistant chunk appended",
+        next.last().map(|c| c.kind()) == Some(ChunkKind::ModelCall) && next.len() == 3,
+        true,
+    );
     let usage_ok = resp.usage.is_some_and(|u| u.total_tokens > 0);
-    r.check("server reported usage", usage_ok, format!("{:?}", resp.usage));
+    r.check(
+        "server reported usage",
+        usage_ok,
+        format!("{:?}", resp.usage),
+    );
     ctx.write_json(
         "stable.json",
         &json!({
@@ -265,13 +299,21 @@ fn build_replay(ctx: &mut Ctx) -> Result<Report> {
     } else {
         "OPENAI_API_KEY was set but the replay provider never reads it".to_string()
     });
-    r.check("cassette fully consumed", replayer.assert_complete().is_ok(), "");
+    r.check(
+        "cassette fully consumed",
+        replayer.assert_complete().is_ok(),
+        "",
+    );
     let dir_a = ctx.tmp_dir("recorded")?;
     let dir_b = ctx.tmp_dir("replayed")?;
     let pa = Store::at(&dir_a).save(&recorded)?;
     let pb = Store::at(&dir_b).save(&replayed)?;
     let (a, b) = (std::fs::read(&pa)?, std::fs::read(&pb)?);
-    r.check("replayed store file == recorded store file", a == b, format!("{} bytes", a.len()));
+    r.check(
+        "replayed store file == recorded store file",
+        a == b,
+        format!("{} bytes", a.len()),
+    );
     r.check_eq(
         "final answer",
         final_text(&replayed).map(str::to_string),

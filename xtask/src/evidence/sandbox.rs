@@ -66,12 +66,36 @@ fn step(
 fn steps(backend: &str) -> Vec<Step> {
     let sh = |line: &str| Payload::Command(CommandPayload::shell(line));
     let mut v = vec![
-        step("write_file", Payload::write("notes.txt", "the quick brown fox\n"), "ok", None, None),
-        step("read_file", Payload::read("notes.txt"), "ok", None, Some("the quick brown fox")),
+        step(
+            "write_file",
+            Payload::write("notes.txt", "the quick brown fox\n"),
+            "ok",
+            None,
+            None,
+        ),
+        step(
+            "read_file",
+            Payload::read("notes.txt"),
+            "ok",
+            None,
+            Some("the quick brown fox"),
+        ),
         step("list_dir", Payload::list("."), "ok", None, None),
         step("shell", sh("wc -w < notes.txt"), "ok", Some(0), Some("4")),
-        step("shell", sh("echo out; echo err >&2; exit 3"), "ok", Some(3), Some("out")),
-        step("read_file", Payload::read("../../etc/hostname"), "path_escape", None, None),
+        step(
+            "shell",
+            sh("echo out; echo err >&2; exit 3"),
+            "ok",
+            Some(3),
+            Some("out"),
+        ),
+        step(
+            "read_file",
+            Payload::read("../../etc/hostname"),
+            "path_escape",
+            None,
+            None,
+        ),
         step(
             "shell",
             Payload::Command(CommandPayload::shell("sleep 5").timeout(Duration::from_millis(300))),
@@ -79,12 +103,24 @@ fn steps(backend: &str) -> Vec<Step> {
             None,
             None,
         ),
-        step("read_file", Payload::read("missing.txt"), "not_found", None, None),
+        step(
+            "read_file",
+            Payload::read("missing.txt"),
+            "not_found",
+            None,
+            None,
+        ),
     ];
     if backend == "isolated" {
         v.extend([
             // Only loopback in a fresh network namespace: /proc/net/dev has 2 header lines + lo.
-            step("shell", sh("wc -l < /proc/net/dev"), "ok", Some(0), Some("3")),
+            step(
+                "shell",
+                sh("wc -l < /proc/net/dev"),
+                "ok",
+                Some(0),
+                Some("3"),
+            ),
             step(
                 "shell",
                 sh("touch /etc/rath-probe 2>/dev/null && echo writable || echo read-only"),
@@ -92,8 +128,20 @@ fn steps(backend: &str) -> Vec<Step> {
                 Some(0),
                 Some("read-only"),
             ),
-            step("shell", sh("find /root /home -mindepth 1 | wc -l"), "ok", Some(0), Some("0")),
-            step("shell", sh("test -s /etc/shadow && echo visible || echo masked"), "ok", Some(0), Some("masked")),
+            step(
+                "shell",
+                sh("find /root /home -mindepth 1 | wc -l"),
+                "ok",
+                Some(0),
+                Some("0"),
+            ),
+            step(
+                "shell",
+                sh("test -s /etc/shadow && echo visible || echo masked"),
+                "ok",
+                Some(0),
+                Some("masked"),
+            ),
         ]);
     }
     v
@@ -246,7 +294,11 @@ fn build(ctx: &mut Ctx, backend: &'static str) -> Result<Report> {
     } else {
         isolated.closed_count()
     };
-    r.check_eq("sandbox closed exactly once after the last holder", closed, 1);
+    r.check_eq(
+        "sandbox closed exactly once after the last holder",
+        closed,
+        1,
+    );
     r.note(format!(
         "sandbox handle: {}",
         handle_id.unwrap_or_else(|| "bound lazily (not recorded on the parent value)".into())

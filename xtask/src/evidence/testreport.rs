@@ -87,12 +87,7 @@ fn packages(root: &std::path::Path) -> Result<Vec<(std::path::PathBuf, String)>>
 fn executables(root: &std::path::Path) -> Result<BTreeMap<String, String>> {
     let pkgs = packages(root)?;
     let out = Command::new("cargo")
-        .args([
-            "test",
-            "--workspace",
-            "--no-run",
-            "--message-format=json",
-        ])
+        .args(["test", "--workspace", "--no-run", "--message-format=json"])
         .current_dir(root)
         .output()
         .context("cargo test --no-run")?;
@@ -105,7 +100,9 @@ fn executables(root: &std::path::Path) -> Result<BTreeMap<String, String>> {
         else {
             continue;
         };
-        let dir = std::path::Path::new(manifest).parent().map(|d| d.to_path_buf());
+        let dir = std::path::Path::new(manifest)
+            .parent()
+            .map(|d| d.to_path_buf());
         if let Some(name) = pkgs
             .iter()
             .find(|(d, _)| Some(d) == dir.as_ref())
@@ -190,7 +187,9 @@ fn build_test_report(ctx: &mut Ctx) -> Result<Report> {
             "failed_tests": failures,
         }),
     )?;
-    let mut md = String::from("| crate | binaries | passed | failed | ignored |\n| --- | --- | --- | --- | --- |\n");
+    let mut md = String::from(
+        "| crate | binaries | passed | failed | ignored |\n| --- | --- | --- | --- | --- |\n",
+    );
     for (k, c) in &per_crate {
         md.push_str(&format!(
             "| {k} | {} | {} | {} | {} |\n",
@@ -202,10 +201,18 @@ fn build_test_report(ctx: &mut Ctx) -> Result<Report> {
         total.binaries, total.passed, total.failed, total.ignored
     ));
     ctx.write("test_counts.md", md)?;
-    r.check("cargo test exited 0", out.status.success(), out.status.to_string());
+    r.check(
+        "cargo test exited 0",
+        out.status.success(),
+        out.status.to_string(),
+    );
     r.check_eq("no failed test", total.failed, 0);
     r.check_eq("no ignored test", total.ignored, 0);
-    r.check("tests ran", total.passed > 0, format!("{} passed", total.passed));
+    r.check(
+        "tests ran",
+        total.passed > 0,
+        format!("{} passed", total.passed),
+    );
     r.check_eq(
         "every test binary mapped to a crate",
         per_crate.contains_key("unknown"),
@@ -225,7 +232,12 @@ mod tests {
         );
         assert_eq!(
             c,
-            Some(Counts { binaries: 1, passed: 12, failed: 0, ignored: 2 })
+            Some(Counts {
+                binaries: 1,
+                passed: 12,
+                failed: 0,
+                ignored: 2
+            })
         );
         let f = parse_result("test result: FAILED. 1 passed; 2 failed; 0 ignored; 0 measured");
         assert_eq!(f.map(|c| (c.passed, c.failed)), Some((1, 2)));

@@ -93,10 +93,18 @@ fn build_visual(ctx: &mut Ctx) -> Result<Report> {
         &json!({"nodes": nodes, "edges": edges, "transcripts": has_transcripts,
                 "expected_nodes": want_nodes, "expected_edges": want_edges}),
     )?;
-    r.check("chromium --dump-dom ran", dom.status.success(), dom.status.to_string());
+    r.check(
+        "chromium --dump-dom ran",
+        dom.status.success(),
+        dom.status.to_string(),
+    );
     r.check_eq("DOM: one node per session", nodes, want_nodes);
     r.check_eq("DOM: one edge per parent link", edges, want_edges);
-    r.check_eq("DOM: one transcript per session", has_transcripts, want_nodes);
+    r.check_eq(
+        "DOM: one transcript per session",
+        has_transcripts,
+        want_nodes,
+    );
     let shot = ctx.tmp_dir("shot")?.join("screenshot.png");
     let s = Command::new(chromium)
         .args(chromium_args(&ctx.tmp_dir("profile2")?))
