@@ -157,6 +157,8 @@ async fn killed_mid_run_then_resumed_matches_an_uninterrupted_run() -> anyhow::R
         conversation(&reference.final_session)
     );
     assert_eq!(assistant_turns(&final_session), script().len());
+    // Usage counts every model call once: the interrupted run's plus the resumed run's.
+    assert_eq!(final_session.usage(), reference.final_session.usage());
 
     // A second --resume finds nothing left to continue.
     let again = Command::new(&bin)

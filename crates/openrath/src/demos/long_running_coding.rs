@@ -7,7 +7,20 @@
 //!
 //! The agent answers from a script; on resume the script is positioned at the response after
 //! the last assistant chunk found in the loaded session, so the model turns line up.
+//!
+//! ```no_run
+//! use openrath::demos::long_running_coding::{CodingConfig, run};
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let home = std::path::Path::new("/tmp/openrath-coding");
+//! let first = run(CodingConfig::offline(home)).await?;            // (imagine it was killed)
+//! let again = run(CodingConfig::offline(home).resume(true)).await; // continues a partial one
+//! # let _ = (first, again);
+//! # Ok::<(), openrath::demos::DemoError>(())
+//! # });
+//! ```
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,7 +29,7 @@ use std::time::Duration;
 use rath_flow::{FlowContext, FlowEvent, LoopOptions, SessionLoop, StoreSink, ToolSet};
 use rath_persist::Store;
 use rath_provider::{Provider, RecordingProvider, ScriptedProvider, ScriptedResponse};
-use rath_session::{ChunkBody, SandboxSpec, Session, SessionId, Stamper};
+use rath_session::{ChunkBody, SandboxSpec, Session, SessionId, Stamper, Usage};
 use serde_json::json;
 
 use super::{DemoError, io};
@@ -212,6 +225,27 @@ pub fn latest_partial(store: &Store) -> Result<Option<SessionId>, DemoError> {
         .next_back())
 }
 
+/// `s` with its usage totals rebuilt from its `model_call` evidence when it has none (a
+/// partial file has no trailer to carry them), so a resumed session counts every call.
+pub fn with_evidence_usage(s: &Session) -> Session {
+    if s.usage().is_some() {
+        return s.clone();
+    }
+    let mut total: Option<Usage> = None;
+    let mut per_agent: BTreeMap<String, Usage> = BTreeMap::new();
+    for c in s.chunks() {
+        if let ChunkBody::ModelCall(m) = c.body()
+            && let Some(u) = m.usage
+        {
+            *total.get_or_insert_with(Usage::default) += u;
+            if let Some(a) = &m.agent {
+                *per_agent.entry(a.clone()).or_default() += u;
+            }
+        }
+    }
+    s.with_usage_totals(total, per_agent)
+}
+
 /// Number of assistant chunks in `s` (model turns already taken).
 pub fn assistant_turns(s: &Session) -> usize {
     s.chunks()
@@ -272,7 +306,8 @@ pub async fn run(config: CodingConfig) -> Result<CodingReport, DemoError> {
     let out = match loaded {
         Some(stopped) => {
             // Fresh deterministic ids that cannot collide with the first run's counter ids.
-            let stopped = stopped.with_stamper(Stamper::seeded(skipped as u64 + 1));
+            let stopped =
+                with_evidence_usage(&stopped).with_stamper(Stamper::seeded(skipped as u64 + 1));
             let agent = Session::system_with(SYSTEM, stopped.stamper().clone());
             store.save(&agent)?;
             if progress {
