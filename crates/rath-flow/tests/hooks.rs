@@ -1,0 +1,107 @@
+//! Memory hook and observer events around an agent's loop.
+
+use std::sync::{Arc, Mutex};
+
+use rath_flow::{Agent, FlowContext, FlowEvent, PolicyMemory, ToolSet, Workflow};
+use rath_memory::{CommitPolicy, LocalMemory, MemoryPolicy, RecallPolicy, Scope};
+use rath_provider::{ScriptedProvider, ScriptedResponse};
+use rath_session::{ChunkKind, Role, Session, Stamper};
+use serde_json::json;
+
+#[tokio::test]
+async fn memory_commits_then_recalls_into_the_transcript() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mem = LocalMemory::open_at(dir.path(), "notes", Default::default()).expect("memory");
+    let hook = Arc::new(PolicyMemory::new(
+        MemoryPolicy {
+            recall: Some(RecallPolicy::new(Scope::Agent, 3)),
+            commit: Some(CommitPolicy::new(Scope::Agent, "answers")),
+        },
+        Arc::new(mem),
+    ));
+    let provider = Arc::new(ScriptedProvider::new(vec![
+        ScriptedResponse::text("Descale the kettle monthly."),
+        ScriptedResponse::text("Monthly, as noted before."),
+    ]));
+    let agent = Agent::new("helper", "Help.", provider.clone()).with_memory(hook);
+    let stamper = Stamper::counter();
+    let first = agent
+        .forward(Session::user_with(
+            "How often should I descale the kettle?",
+            stamper.clone(),
+        ))
+        .await
+        .expect("first");
+    assert_eq!(first.last().map(|c| c.kind()), Some(ChunkKind::MemoryEvent));
+
+    let second = agent
+        .forward(Session::user_with("kettle descale schedule?", stamper))
+        .await
+        .expect("second");
+    let kinds: Vec<ChunkKind> = second.chunks().iter().map(|c| c.kind()).collect();
+    assert_eq!(
+        &kinds[..3],
+        [ChunkKind::User, ChunkKind::MemoryEvent, ChunkKind::System]
+    );
+    // The injected memory reached the model, and it is in the transcript.
+    let req = &provider.requests()[1];
+    let injected = req
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::System)
+        .nth(1)
+        .and_then(|m| m.content.clone())
+        .expect("injected system message");
+    assert!(injected.contains("monthly"), "{injected}");
+    assert_eq!(second.chunks()[2].text(), Some(injected.as_str()));
+}
+
+#[tokio::test]
+async fn observer_sees_requests_deltas_tools_usage_and_sessions() {
+    let log = Arc::new(Mutex::new(Vec::<String>::new()));
+    let l = log.clone();
+    let cx = FlowContext::new().with_observer(move |ev: &FlowEvent<'_>| {
+        let tag = match ev {
+            FlowEvent::Request { .. } => "request".to_owned(),
+            FlowEvent::TextDelta { text, .. } => format!("delta:{text}"),
+            FlowEvent::ToolStart { call, .. } => format!("start:{}", call.function.name),
+            FlowEvent::ToolEnd { outcome, .. } => format!("end:{outcome}"),
+            FlowEvent::Usage { usage, .. } => format!("usage:{}", usage.total_tokens),
+            FlowEvent::Session { session } => format!("session:{}", session.lineage().kind),
+            _ => "other".to_owned(),
+        };
+        l.lock().expect("log").push(tag);
+    });
+    let provider = Arc::new(ScriptedProvider::new(vec![
+        ScriptedResponse::tool_calls(vec![
+            ("c1", "nope", json!({})),
+            ("c2", "echo", json!({"x": 1})),
+        ])
+        .usage(3, 1),
+        ScriptedResponse::text("ok").usage(5, 1),
+    ]));
+    let echo = rath_flow::RawTool::new("echo", "Echo.", json!({"type": "object"}), |_cx, args| {
+        Box::pin(async move { Ok(rath_flow::ToolOutput::json(&args)) })
+    });
+    let agent =
+        Agent::new("a", "sys", provider).with_tools(ToolSet::new().with(echo).expect("tools"));
+    agent
+        .forward_in(Session::user_with("hi", Stamper::counter()), &cx)
+        .await
+        .expect("forward");
+    let log = log.lock().expect("log").clone();
+    assert_eq!(
+        log,
+        [
+            "session:leaf_system",
+            "request",
+            "usage:4",
+            "start:echo",
+            "end:ok",
+            "request",
+            "delta:ok",
+            "usage:6",
+            "session:op_session_loop"
+        ]
+    );
+}
