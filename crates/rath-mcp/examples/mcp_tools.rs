@@ -13,10 +13,10 @@ use rath_session::{ChunkBody, Session, Stamper};
 use serde_json::json;
 
 fn server_command() -> Option<String> {
-    if let Ok(bin) = std::env::var("RATH_MCP_EVERYTHING") {
-        if std::path::Path::new(&bin).exists() {
-            return Some(bin);
-        }
+    if let Ok(bin) = std::env::var("RATH_MCP_EVERYTHING")
+        && std::path::Path::new(&bin).exists()
+    {
+        return Some(bin);
     }
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)

@@ -162,3 +162,59 @@ async fn time_server_lists_and_calls() {
     );
     c.close().await;
 }
+
+/// The same server over streamable HTTP (`mcp-server-everything streamableHttp`, on a free
+/// loopback port).
+#[tokio::test]
+async fn everything_over_streamable_http() {
+    let Some(spec) = everything() else { return };
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+        l.local_addr().expect("addr").port()
+    };
+    let mut server = tokio::process::Command::new(&spec.command)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the HTTP server");
+    let mut up = false;
+    for _ in 0..150 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(up, "server-everything did not listen on port {port}");
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let c = McpClient::connect(
+        "everything-http",
+        rath_mcp::HttpSpec::new(url),
+        &ConnectOptions::default(),
+    )
+    .await
+    .expect("HTTP connect");
+    assert_eq!(c.transport(), rath_mcp::TransportKind::StreamableHttp);
+    let tools = c.list_tools().await.expect("list over HTTP");
+    eprintln!("server-everything (HTTP) offers {} tools", tools.len());
+    assert!(tools.iter().any(|t| t.name == "get-sum"));
+    let set = c.tool_set().await.expect("tool set");
+    let out = run_loop(
+        &set,
+        vec![("h1", "get-sum", json!({"a": 1, "b": 2}))],
+        LoopOptions::default(),
+    )
+    .await;
+    assert!(result_of(&out, "h1").contains('3'));
+    let ev = evidence_of(&out, "h1");
+    assert_eq!(ev.detail["mcp_transport"], json!("streamable_http"));
+    assert_eq!(ev.backend.as_deref(), Some("mcp:everything-http"));
+    c.close().await;
+    let _ = server.kill().await;
+}
