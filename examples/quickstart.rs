@@ -39,7 +39,10 @@ fn main() -> anyhow::Result<()> {
     }
     println!("\nmerged transcript (branch tags from the shared-prefix merge):");
     for chunk in merged.chunks() {
-        let tag = chunk.branch().map(|b| format!(" from {b}")).unwrap_or_default();
+        let tag = chunk
+            .branch()
+            .map(|b| format!(" from {b}"))
+            .unwrap_or_default();
         println!("  [{}{tag}] {}", chunk.kind(), chunk.text().unwrap_or(""));
     }
     Ok(())
