@@ -45,6 +45,7 @@ pub enum Durability {
     /// cut to the exact length on close or abandon. A killed process loses at most the row
     /// in flight and leaves a tail of NUL bytes that the loader skips; a power cut may lose
     /// what the OS had not written back. Closed files are byte-identical to [`Durability::Flush`].
+    /// Where the file cannot be mapped, the writer falls back to one `write(2)` per row.
     #[default]
     Mapped,
     /// One `write(2)` per row, no fsync (exactly what Python OpenRath does). Same guarantee
@@ -145,8 +146,10 @@ impl SessionWriter {
             .map_err(|e| PersistError::io("truncate", &partial, e))?;
         file.set_permissions(std::fs::Permissions::from_mode(0o600))
             .map_err(|e| PersistError::io("chmod", &partial, e))?;
+        // Where the file cannot be mapped (a filesystem without shared writable mappings),
+        // rows go out with one `write(2)` each instead: the same guarantee, just slower.
         let map = if mapped {
-            Some(MappedFile::new(&file, &partial)?)
+            MappedFile::new(&file, &partial).ok()
         } else {
             None
         };
