@@ -12,6 +12,11 @@
 //! ```
 
 pub mod engineering_team;
+pub mod dynamic_selector;
+pub mod hello_agent;
+pub mod lineage_export;
+pub mod research_synthesis;
+pub mod sandbox_isolated;
 pub mod long_running_coding;
 
 use std::path::PathBuf;
