@@ -310,7 +310,10 @@ fn today() -> String {
 }
 
 /// A log-log plot: one polyline per series (ours), hollow squares for Python's points.
-fn svg_plot(series: &[(&str, &str, Vec<(f64, f64)>, Option<(f64, f64)>)]) -> String {
+/// One plotted line: name, colour, our points, and the Python point if the script has one.
+type PlotSeries<'a> = (&'a str, &'a str, Vec<(f64, f64)>, Option<(f64, f64)>);
+
+fn svg_plot(series: &[PlotSeries<'_>]) -> String {
     let (w, h) = (760.0, 460.0);
     let (l, r, t, b) = (80.0, 190.0, 30.0, 50.0);
     let all: Vec<f64> = series

@@ -84,10 +84,10 @@ fn build_layout(ctx: &mut Ctx) -> Result<Report> {
             .unwrap_or_default();
         internal.sort();
         for d in &internal {
-            if let (Some(a), Some(b)) = (layer, layer_of(d)) {
-                if b >= a {
-                    violations.push(format!("{name} (L{a}) depends on {d} (L{b})"));
-                }
+            if let (Some(a), Some(b)) = (layer, layer_of(d))
+                && b >= a
+            {
+                violations.push(format!("{name} (L{a}) depends on {d} (L{b})"));
             }
         }
         let is_lib = dir.join("src/lib.rs").is_file();

@@ -53,10 +53,10 @@ fn build_opensandbox(ctx: &mut Ctx) -> Result<Report> {
             total.passed += c.passed;
             total.failed += c.failed;
             total.ignored += c.ignored;
-        } else if let Some(rest) = t.strip_prefix("test ") {
-            if rest.ends_with(" ... ok") || rest.ends_with(" ... FAILED") {
-                tests.push(rest.to_string());
-            }
+        } else if let Some(rest) = t.strip_prefix("test ")
+            && (rest.ends_with(" ... ok") || rest.ends_with(" ... FAILED"))
+        {
+            tests.push(rest.to_string());
         }
     }
     tests.sort();

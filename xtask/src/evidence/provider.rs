@@ -19,10 +19,10 @@ use super::{Ctx, Packet, Report};
 /// `OPENAI_BASE_URL`.
 fn live_base_url() -> Option<(String, &'static str)> {
     for k in ["RATH_LIVE_BASE_URL", "OPENAI_BASE_URL"] {
-        if let Ok(v) = std::env::var(k) {
-            if !v.trim().is_empty() {
-                return Some((v, k));
-            }
+        if let Ok(v) = std::env::var(k)
+            && !v.trim().is_empty()
+        {
+            return Some((v, k));
         }
     }
     None
@@ -40,10 +40,10 @@ fn live_config() -> Option<OpenAiConfig> {
         .with_max_tokens(24)
         .with_timeout(Duration::from_secs(60))
         .with_max_retries(1);
-    if let Ok(key) = std::env::var("OPENAI_API_KEY") {
-        if !key.trim().is_empty() {
-            cfg = cfg.with_api_key(key);
-        }
+    if let Ok(key) = std::env::var("OPENAI_API_KEY")
+        && !key.trim().is_empty()
+    {
+        cfg = cfg.with_api_key(key);
     }
     Some(cfg)
 }
@@ -84,7 +84,7 @@ fn build_manifest(ctx: &mut Ctx) -> Result<Report> {
         .with_api_key(fake_key.clone())
         .with_temperature(0.0)
         .with_seed(0)
-        .with_header("Authorization", &format!("Bearer {fake_key}"))
+        .with_header("Authorization", format!("Bearer {fake_key}"))
         .with_header("X-Request-Source", "openrath-evidence");
     let provider = OpenAiProvider::new(cfg)?;
     let manifest = provider.manifest();

@@ -194,11 +194,11 @@ fn build(ctx: &mut Ctx, backend: &'static str) -> Result<Report> {
                         else { serde_json::to_value(isolated.capabilities())? },
     });
     ctx.write_json("capabilities.json", &caps)?;
-    if backend == "isolated" {
-        if let Some(reason) = isolated.availability().reason() {
-            r.skip(format!("isolated backend unavailable: {reason}"));
-            return Ok(r);
-        }
+    if backend == "isolated"
+        && let Some(reason) = isolated.availability().reason()
+    {
+        r.skip(format!("isolated backend unavailable: {reason}"));
+        return Ok(r);
     }
     let registry = BackendRegistry::new()
         .with(local.clone())

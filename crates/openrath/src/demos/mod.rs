@@ -11,13 +11,13 @@
 //! # });
 //! ```
 
-pub mod engineering_team;
 pub mod dynamic_selector;
+pub mod engineering_team;
 pub mod hello_agent;
 pub mod lineage_export;
+pub mod long_running_coding;
 pub mod research_synthesis;
 pub mod sandbox_isolated;
-pub mod long_running_coding;
 
 use std::path::PathBuf;
 
