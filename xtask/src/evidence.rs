@@ -443,10 +443,12 @@ pub fn build_packet(
     out_root: &Path,
     check_mode: bool,
 ) -> Result<Status> {
-    let dir = out_root.join(p.name);
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir)?;
-    }
+    // Built in a staging directory outside the packet tree and moved into place at the end,
+    // so a workload that reads the packet tree (test_report runs xtask's own tests) never
+    // sees a half-written, unredacted packet.
+    let final_dir = out_root.join(p.name);
+    let staging = tempfile::Builder::new().prefix("rath-packet").tempdir()?;
+    let dir = staging.path().join(p.name);
     std::fs::create_dir_all(&dir)?;
     let mut ctx = Ctx::new(dir.clone(), out_root.to_path_buf(), check_mode)?;
     let mut report = match (p.build)(&mut ctx) {
@@ -486,6 +488,10 @@ pub fn build_packet(
     let decl = ledger.packet(p.name);
     write_summary(&ctx, p, &report, decl.as_ref())?;
     write_manifests(&ctx, p, &report, decl.as_ref(), &command)?;
+    if final_dir.exists() {
+        std::fs::remove_dir_all(&final_dir)?;
+    }
+    copy_dir(&dir, &final_dir)?;
     Ok(report.status())
 }
 

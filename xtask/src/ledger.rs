@@ -212,6 +212,21 @@ pub fn problems(ledger: &Ledger, packets_dir: &Path, built: &[&str]) -> Vec<Stri
     out
 }
 
+/// The status as the `claim_ledger` packet records it: an `environment` packet's status
+/// depends on the machine, so it is written as `environment` to keep that packet
+/// reproducible (`cargo xtask ledger` shows the real status in LEDGER.md).
+fn masked_status(ledger: &Ledger, packets_dir: &Path, name: &str, mask: bool) -> String {
+    let env = ledger
+        .packet(name)
+        .is_some_and(|d| d.reproducibility == Reproducibility::Environment);
+    let st = packet_status(packets_dir, name);
+    if mask && env && st != "missing" {
+        "environment".into()
+    } else {
+        st
+    }
+}
+
 /// `pass`/`skip`/`fail` from the packet's manifest, or `missing`.
 pub fn packet_status(packets_dir: &Path, name: &str) -> String {
     read_manifest(&packets_dir.join(name))
@@ -221,7 +236,7 @@ pub fn packet_status(packets_dir: &Path, name: &str) -> String {
 }
 
 /// The reviewer's table. `link_prefix` is how packet directories are reached from the file.
-pub fn render(ledger: &Ledger, packets_dir: &Path, link_prefix: &str) -> String {
+pub fn render(ledger: &Ledger, packets_dir: &Path, link_prefix: &str, mask: bool) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -254,7 +269,7 @@ pub fn render(ledger: &Ledger, packets_dir: &Path, link_prefix: &str) -> String 
             .map(|p| {
                 format!(
                     "[{p}]({link_prefix}{p}/SUMMARY.md) ({})",
-                    packet_status(packets_dir, p)
+                    masked_status(ledger, packets_dir, p, mask)
                 )
             })
             .collect();
@@ -291,7 +306,7 @@ pub fn render(ledger: &Ledger, packets_dir: &Path, link_prefix: &str) -> String 
         let _ = writeln!(
             s,
             "| [{n}]({link_prefix}{n}/SUMMARY.md) | {} | {}{} | {volatile} | {} |",
-            packet_status(packets_dir, &d.name),
+            masked_status(ledger, packets_dir, &d.name, mask),
             d.reproducibility.as_str(),
             if d.reuse_in_ci { " (reused in CI)" } else { "" },
             cell(&d.note),
@@ -315,7 +330,7 @@ pub fn run(args: &LedgerArgs) -> Result<()> {
     if !args.no_write {
         std::fs::write(
             root.join("evidence/LEDGER.md"),
-            render(&ledger, &packets_dir, "packets/"),
+            render(&ledger, &packets_dir, "packets/", false),
         )?;
     }
     for c in &ledger.claims {
@@ -381,12 +396,12 @@ fn build_claim_ledger(ctx: &mut Ctx) -> Result<Report> {
         .iter()
         .map(|n| PacketState {
             name: n.to_string(),
-            status: packet_status(&ctx.out_root, n),
+            status: masked_status(&ledger, &ctx.out_root, n, true),
         })
         .collect();
     ctx.write_json("packet_states.json", &states)?;
     ctx.write_json("claims.json", &ledger.claims)?;
-    ctx.write("LEDGER.md", render(&ledger, &ctx.out_root, "../"))?;
+    ctx.write("LEDGER.md", render(&ledger, &ctx.out_root, "../", true))?;
     r.check(
         "ledger holds against this run's packets",
         found.is_empty(),

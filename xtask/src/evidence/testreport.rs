@@ -133,6 +133,18 @@ fn build_test_report(ctx: &mut Ctx) -> Result<Report> {
     );
     let root = crate::workspace_root();
     let exes = executables(&root)?;
+    let pkgs = packages(&root)?;
+    // A binary built after the `--no-run` pass (a test added meanwhile) is mapped by the one
+    // package whose directory holds its source file.
+    let by_source = |what: &str| -> Option<String> {
+        let file = what.split_whitespace().last()?;
+        let hits: Vec<&String> = pkgs
+            .iter()
+            .filter(|(d, _)| d.join(file).is_file())
+            .map(|(_, n)| n)
+            .collect();
+        (hits.len() == 1).then(|| hits[0].clone())
+    };
     let out = Command::new("bash")
         .args(["-c", "cargo test --workspace --no-fail-fast 2>&1"])
         .current_dir(&root)
@@ -155,7 +167,11 @@ fn build_test_report(ctx: &mut Ctx) -> Result<Report> {
                 .file_name()
                 .map(|f| f.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            let pkg = exes.get(&file).cloned().unwrap_or_else(|| "unknown".into());
+            let pkg = exes
+                .get(&file)
+                .cloned()
+                .or_else(|| by_source(what))
+                .unwrap_or_else(|| "unknown".into());
             current = Some(format!("{pkg} {what}"));
         } else if let Some(krate) = t.strip_prefix("Doc-tests ") {
             let pkg = krate.replace('_', "-");
