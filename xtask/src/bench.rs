@@ -56,19 +56,22 @@ fn parse_divan(out: &str) -> BTreeMap<String, f64> {
     let mut res = BTreeMap::new();
     let mut stack: Vec<String> = Vec::new();
     for line in out.lines() {
-        let cols: Vec<&str> = line.split('│').collect();
-        if cols.len() < 4 || line.contains("fastest") {
+        if line.contains("fastest") {
             continue;
         }
-        // The first column is tree drawing, the name and (for leaves) the fastest time.
-        let first = cols[0];
-        let Some(start) = first.char_indices().find(|(_, c)| c.is_alphanumeric()) else {
+        // Tree drawing (which itself contains `│` on nested rows) runs up to the name; after
+        // the name come the columns: fastest │ slowest │ median │ mean │ samples │ iters.
+        let Some((start, _)) = line.char_indices().find(|(_, c)| c.is_alphanumeric()) else {
             continue;
         };
-        let depth = first[..start.0].chars().count() / 3;
-        let depth = depth.saturating_sub(1);
-        let mut tokens = first[start.0..].split_whitespace();
-        let Some(name) = tokens.next() else { continue };
+        let cols: Vec<&str> = line[start..].split('│').collect();
+        if cols.len() < 4 {
+            continue;
+        }
+        let depth = (line[..start].chars().count() / 3).saturating_sub(1);
+        let Some(name) = cols[0].split_whitespace().next() else {
+            continue;
+        };
         stack.truncate(depth);
         stack.push(name.to_owned());
         if let Some(median) = parse_duration(cols[2].trim()) {
