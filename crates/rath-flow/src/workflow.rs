@@ -331,13 +331,6 @@ impl Parallel {
     }
 }
 
-fn shared_prefix(a: &ChunkList, b: &ChunkList) -> usize {
-    a.iter()
-        .zip(b.iter())
-        .take_while(|(x, y)| x.ptr_eq(y))
-        .count()
-}
-
 impl Workflow for Parallel {
     fn name(&self) -> &str {
         &self.name
@@ -395,7 +388,7 @@ impl Workflow for Parallel {
             // Content: the shared prefix once, then each branch's suffix tagged.
             let p = outs
                 .iter()
-                .map(|o| shared_prefix(session.chunks(), o.chunks()))
+                .map(|o| session.chunks().shared_prefix_len(o.chunks()))
                 .min()
                 .unwrap_or(0);
             let mut chunks: ChunkList = session.chunks().clone().slice(0..p);

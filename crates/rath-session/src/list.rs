@@ -365,6 +365,22 @@ impl ChunkList {
         self.root.as_ref().map_or(0, |r| usize::from(r.height()))
     }
 
+    /// Length of the longest prefix both lists share by chunk identity. Forks of one parent
+    /// share a prefix of identical allocations, and identity is prefix-closed for them, so a
+    /// binary search finds the boundary in O(log² n).
+    pub fn shared_prefix_len(&self, other: &ChunkList) -> usize {
+        let (mut lo, mut hi) = (0usize, self.len().min(other.len()));
+        // invariant: self[..lo] is shared; the answer lies in [lo, hi]
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            match (self.get(mid - 1), other.get(mid - 1)) {
+                (Some(a), Some(b)) if a.ptr_eq(b) => lo = mid,
+                _ => hi = mid - 1,
+            }
+        }
+        lo
+    }
+
     /// True when both lists share one root (so certainly hold the same chunks).
     pub fn ptr_eq(&self, other: &ChunkList) -> bool {
         match (&self.root, &other.root) {

@@ -384,7 +384,7 @@ impl Session {
                 c
             }
             MergeStrategy::SharedPrefix => {
-                let p = shared_prefix_len(&self.chunks, &other.chunks);
+                let p = self.chunks.shared_prefix_len(&other.chunks);
                 lineage = lineage
                     .with_extra("merge.strategy", "shared_prefix")
                     .with_extra("merge.shared_prefix", p as u64);
@@ -579,23 +579,6 @@ impl Session {
             .collect();
         self.with_chunks(chunks)
     }
-}
-
-/// Length of the longest prefix the two lists share by chunk identity. Forks of one parent
-/// share a prefix of identical allocations, and identity is prefix-closed for them, so a
-/// binary search finds the boundary in O(log² n).
-fn shared_prefix_len(a: &ChunkList, b: &ChunkList) -> usize {
-    let (mut lo, mut hi) = (0usize, a.len().min(b.len()));
-    // invariant: a[..lo] shared; answer in [lo, hi]
-    while lo < hi {
-        let mid = lo + (hi - lo).div_ceil(2);
-        if a[mid - 1].ptr_eq(&b[mid - 1]) {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    lo
 }
 
 /// Helpers for tool results.
