@@ -58,8 +58,8 @@ impl LineageRow {
         let l = session.lineage();
         LineageRow {
             id: session.id().clone(),
-            parent_session_ids: l.parents.clone(),
-            lineage_operator: l.operator.clone(),
+            parent_session_ids: l.parents.to_vec(),
+            lineage_operator: l.operator.to_string(),
             lineage_kind: l.kind.clone(),
             lineage_extras: l.extras.clone(),
             chunk_count: session.conversation_len() as u64,
@@ -440,8 +440,8 @@ mod tests {
     fn hand_written_export_rows_match_the_serde_path() {
         use rath_session::{Chunk, Lineage};
         let lineage = Lineage {
-            parents: vec![SessionId::from("p\"1\u{2028}"), SessionId::from("p2")],
-            operator: "op\\é\n\u{1}".to_owned(),
+            parents: vec![SessionId::from("p\"1\u{2028}"), SessionId::from("p2")].into(),
+            operator: "op\\é\n\u{1}".into(),
             kind: LineageKind::parse("merge"),
             extras: vec![
                 (

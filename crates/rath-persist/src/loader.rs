@@ -272,7 +272,7 @@ impl LoadState {
                 .collect(),
             operator: raw
                 .lineage_operator
-                .unwrap_or_else(|| "implicit".to_owned()),
+                .map_or(std::borrow::Cow::Borrowed("implicit"), Into::into),
             kind: raw
                 .lineage_kind
                 .as_deref()

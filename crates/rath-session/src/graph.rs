@@ -38,7 +38,7 @@ impl LineageGraph {
         Self::from_edges(
             sessions
                 .into_iter()
-                .map(|s| (s.id().clone(), s.lineage().parents.clone())),
+                .map(|s| (s.id().clone(), s.lineage().parents.to_vec())),
         )
     }
 

@@ -48,7 +48,7 @@ pub use chunk::{
 };
 pub use error::SessionError;
 pub use graph::LineageGraph;
-pub use lineage::{Lineage, LineageKind, SessionId};
+pub use lineage::{Lineage, LineageKind, Parents, SessionId};
 pub use list::{ChunkList, Iter as ChunkIter, LEAF_MAX};
 pub use messages::{ChatMessage, Role};
 pub use placement::{Placement, SandboxHandle, SandboxLease, SandboxSlot, SandboxSpec};

@@ -10,6 +10,7 @@
 //! assert_eq!(fork.lineage().parents, vec![root.id().clone()]);
 //! ```
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -45,6 +46,27 @@ impl SessionId {
         } else {
             Self(Repr::Shared(Arc::from(id)))
         }
+    }
+
+    /// The empty id (a placeholder; never minted by a stamper).
+    pub const fn empty() -> Self {
+        Self(Repr::Inline {
+            len: 0,
+            bytes: [0u8; INLINE],
+        })
+    }
+
+    /// An id from ASCII bytes that fit inline; `None` when they do not.
+    pub(crate) fn from_ascii_inline(text: &[u8]) -> Option<Self> {
+        if text.len() > INLINE || !text.is_ascii() {
+            return None;
+        }
+        let mut bytes = [0u8; INLINE];
+        bytes[..text.len()].copy_from_slice(text);
+        Some(Self(Repr::Inline {
+            len: text.len() as u8,
+            bytes,
+        }))
     }
 
     /// The id text.
@@ -215,13 +237,183 @@ impl<'de> Deserialize<'de> for LineageKind {
     }
 }
 
+/// The parent ids of a session, in operator order.
+///
+/// Up to two parents (every fork, detach and merge) are stored inline, so stamping a lineage
+/// does not allocate; longer lists (workflow joins) live on the heap. Reads as a slice.
+///
+/// ```
+/// use rath_session::{Parents, SessionId};
+///
+/// let p = Parents::from(vec![SessionId::new("a"), SessionId::new("b")]);
+/// assert_eq!(p.len(), 2);
+/// assert_eq!(p, vec![SessionId::new("a"), SessionId::new("b")]);
+/// assert_eq!(p[1].as_str(), "b");
+/// ```
+#[derive(Clone)]
+pub struct Parents(ParentsRepr);
+
+#[derive(Clone)]
+enum ParentsRepr {
+    Inline { len: u8, ids: [SessionId; 2] },
+    Heap(Vec<SessionId>),
+}
+
+impl Parents {
+    /// No parents (a root).
+    pub fn none() -> Self {
+        Self(ParentsRepr::Inline {
+            len: 0,
+            ids: [SessionId::empty(), SessionId::empty()],
+        })
+    }
+
+    /// One parent.
+    pub fn one(id: SessionId) -> Self {
+        Self(ParentsRepr::Inline {
+            len: 1,
+            ids: [id, SessionId::empty()],
+        })
+    }
+
+    /// Two parents, in order.
+    pub fn two(first: SessionId, second: SessionId) -> Self {
+        Self(ParentsRepr::Inline {
+            len: 2,
+            ids: [first, second],
+        })
+    }
+
+    /// The ids as a slice.
+    pub fn as_slice(&self) -> &[SessionId] {
+        match &self.0 {
+            ParentsRepr::Inline { len, ids } => &ids[..usize::from(*len)],
+            ParentsRepr::Heap(v) => v,
+        }
+    }
+
+    /// The ids as an owned vector.
+    pub fn to_vec(&self) -> Vec<SessionId> {
+        self.as_slice().to_vec()
+    }
+}
+
+impl Default for Parents {
+    fn default() -> Self {
+        Self::none()
+    }
+}
+
+impl std::ops::Deref for Parents {
+    type Target = [SessionId];
+    fn deref(&self) -> &[SessionId] {
+        self.as_slice()
+    }
+}
+
+impl From<Vec<SessionId>> for Parents {
+    fn from(v: Vec<SessionId>) -> Self {
+        match v.len() {
+            0 => Self::none(),
+            1 | 2 => {
+                let mut it = v.into_iter();
+                match (it.next(), it.next()) {
+                    (Some(a), Some(b)) => Self::two(a, b),
+                    (Some(a), None) => Self::one(a),
+                    _ => Self::none(),
+                }
+            }
+            _ => Self(ParentsRepr::Heap(v)),
+        }
+    }
+}
+
+impl From<&[SessionId]> for Parents {
+    fn from(v: &[SessionId]) -> Self {
+        match v {
+            [] => Self::none(),
+            [a] => Self::one(a.clone()),
+            [a, b] => Self::two(a.clone(), b.clone()),
+            _ => Self(ParentsRepr::Heap(v.to_vec())),
+        }
+    }
+}
+
+impl<const N: usize> From<[SessionId; N]> for Parents {
+    fn from(v: [SessionId; N]) -> Self {
+        Self::from(Vec::from(v))
+    }
+}
+
+impl From<Parents> for Vec<SessionId> {
+    fn from(p: Parents) -> Self {
+        match p.0 {
+            ParentsRepr::Inline { len, ids } => ids.into_iter().take(usize::from(len)).collect(),
+            ParentsRepr::Heap(v) => v,
+        }
+    }
+}
+
+impl FromIterator<SessionId> for Parents {
+    fn from_iter<I: IntoIterator<Item = SessionId>>(iter: I) -> Self {
+        Self::from(iter.into_iter().collect::<Vec<_>>())
+    }
+}
+
+impl<'a> IntoIterator for &'a Parents {
+    type Item = &'a SessionId;
+    type IntoIter = std::slice::Iter<'a, SessionId>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.as_slice().iter()
+    }
+}
+
+impl PartialEq for Parents {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Parents {}
+
+impl PartialEq<Vec<SessionId>> for Parents {
+    fn eq(&self, other: &Vec<SessionId>) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl PartialEq<[SessionId]> for Parents {
+    fn eq(&self, other: &[SessionId]) -> bool {
+        self.as_slice() == other
+    }
+}
+
+impl fmt::Debug for Parents {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
+}
+
+impl Serialize for Parents {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.as_slice().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Parents {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Vec::<SessionId>::deserialize(d).map(Self::from)
+    }
+}
+
 /// Parents, operator, kind and extras of a session.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Lineage {
     /// Parent session ids, in operator order (`[self, other]` for a merge).
-    pub parents: Vec<SessionId>,
-    /// The operation that made the session (`Session.fork`, `run_session_loop`, ...).
-    pub operator: String,
+    pub parents: Parents,
+    /// The operation that made the session (`Session.fork`, `run_session_loop`, ...). Names
+    /// known at compile time are borrowed, so stamping a lineage does not allocate.
+    pub operator: Cow<'static, str>,
     /// The lineage kind.
     pub kind: LineageKind,
     /// Ordered key/value extras, serialised as `[[k, v], ...]`.
@@ -230,9 +422,13 @@ pub struct Lineage {
 
 impl Lineage {
     /// A lineage record.
-    pub fn new(parents: Vec<SessionId>, operator: impl Into<String>, kind: LineageKind) -> Self {
+    pub fn new(
+        parents: impl Into<Parents>,
+        operator: impl Into<Cow<'static, str>>,
+        kind: LineageKind,
+    ) -> Self {
         Self {
-            parents,
+            parents: parents.into(),
             operator: operator.into(),
             kind,
             extras: Vec::new(),

@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use crate::SessionError;
 use crate::chunk::{Chunk, ChunkBody, ToolCall};
-use crate::lineage::{Lineage, LineageKind, SessionId};
+use crate::lineage::{Lineage, LineageKind, Parents, SessionId};
 use crate::list::ChunkList;
 use crate::placement::{Placement, SandboxHandle, SandboxSpec};
 use crate::stamp::{Stamper, Timestamp};
@@ -114,7 +114,7 @@ impl Session {
         }
     }
 
-    fn leaf(stamper: Stamper, chunk: Chunk, operator: &str, kind: LineageKind) -> Self {
+    fn leaf(stamper: Stamper, chunk: Chunk, operator: &'static str, kind: LineageKind) -> Self {
         let id = stamper.next_id();
         let lineage = Lineage::new(Vec::new(), operator, kind).with_extra("source", operator);
         let mut chunks = ChunkList::new();
@@ -301,6 +301,7 @@ impl Session {
     /// A new session with a fresh id and the given lineage, sharing this one's chunks,
     /// placement (slot included) and pending work; usage starts empty. This is what every
     /// lineage operation is built from; the flow layer uses it for loops and compression.
+    #[inline]
     pub fn derive(&self, lineage: Lineage) -> Self {
         let id = self.stamper.next_id();
         let created_at = self.stamper.now();
@@ -321,9 +322,10 @@ impl Session {
 
     /// `Session.fork`: parents `[self]`, kind `op_fork`; shares chunks and the sandbox slot;
     /// usage starts empty. O(1).
+    #[inline]
     pub fn fork(&self) -> Self {
         self.derive(Lineage::new(
-            vec![self.id.clone()],
+            Parents::one(self.id.clone()),
             "Session.fork",
             LineageKind::OpFork,
         ))
@@ -332,7 +334,7 @@ impl Session {
     /// `Session.detach`: like fork but a new root (no parents), kind `op_detach`.
     pub fn detach(&self) -> Self {
         self.derive(Lineage::new(
-            Vec::new(),
+            Parents::none(),
             "Session.detach",
             LineageKind::OpDetach,
         ))
@@ -373,7 +375,7 @@ impl Session {
     ) -> Result<Self, SessionError> {
         self.check_merge(other)?;
         let mut lineage = Lineage::new(
-            vec![self.id.clone(), other.id.clone()],
+            Parents::two(self.id.clone(), other.id.clone()),
             "Session.merge",
             LineageKind::OpMerge,
         );

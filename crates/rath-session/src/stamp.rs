@@ -352,14 +352,17 @@ impl StampSource for CounterSource {
         // Formatted on the stack: one allocation per id keeps fork cheap.
         let mut buf = *b"00000000-0000-4000-8000-000000000000";
         let mut rest = n;
-        for slot in buf[24..].iter_mut().rev() {
-            *slot = b'0' + (rest % 10) as u8;
+        let mut at = buf.len();
+        while rest != 0 && at > 24 {
+            at -= 1;
+            buf[at] = b'0' + (rest % 10) as u8;
             rest /= 10;
         }
         if rest != 0 {
             return SessionId::new(format!("00000000-0000-4000-8000-{n:012}"));
         }
-        SessionId::new(std::str::from_utf8(&buf).unwrap_or("00000000-0000-4000-8000-overflow0000"))
+        SessionId::from_ascii_inline(&buf)
+            .unwrap_or_else(|| SessionId::new(String::from_utf8_lossy(&buf)))
     }
     fn next_token(&self, prefix: &str) -> String {
         let n = self.tokens.fetch_add(1, Ordering::Relaxed) + 1;

@@ -130,7 +130,7 @@ proptest! {
         prop_assert_ne!(f.id(), s.id());
         prop_assert_eq!(&f.lineage().parents, &vec![s.id().clone()]);
         prop_assert_eq!(f.lineage().kind.clone(), LineageKind::OpFork);
-        prop_assert_eq!(f.lineage().operator.as_str(), "Session.fork");
+        prop_assert_eq!(&*f.lineage().operator, "Session.fork");
         prop_assert!(f.shares_chunks_with(&s));
         prop_assert_eq!(f.usage(), None);
         prop_assert!(f.agent_usage().is_empty());

@@ -358,7 +358,7 @@ fn build_compression(ctx: &mut Ctx) -> Result<Report> {
         r.check_eq(
             &format!("{name}: lineage"),
             (out.lineage().kind.clone(), out.lineage().parents.clone()),
-            (LineageKind::OpSessionCompress, vec![s.id().clone()]),
+            (LineageKind::OpSessionCompress, vec![s.id().clone()].into()),
         );
         let first_conv = out.conversation().next().map(|c| c.kind());
         r.check(

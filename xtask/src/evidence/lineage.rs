@@ -149,7 +149,7 @@ fn build_lineage_export(ctx: &mut Ctx) -> Result<Report> {
     let (merged, loop_a, fork_b) = (get("merged")?, get("loop_a")?, get("fork_b")?);
     r.check_eq(
         "merged.parents = [loop_a, fork_b]",
-        merged.lineage().parents.clone(),
+        merged.lineage().parents.to_vec(),
         vec![loop_a.id().clone(), fork_b.id().clone()],
     );
     r.check_eq(
