@@ -402,7 +402,7 @@ impl SessionLoop {
                 Ok(r) => r,
                 Err(e) => return self.fail(e.into(), cx),
             };
-            out = self.apply(&out, &req, &resp, timer.elapsed_ms());
+            out = self.apply(out, &req, &resp, timer.elapsed_ms());
             if let Some(u) = resp.usage {
                 cx.emit(&FlowEvent::Usage {
                     agent: agent_name,
@@ -492,21 +492,23 @@ impl SessionLoop {
         }
     }
 
+    /// Appends the reply (and its evidence) to `out`, which the loop owns: chunks go in
+    /// place, with no copy of the last leaf.
     fn apply(
         &self,
-        out: &Session,
+        mut out: Session,
         req: &ProviderRequest,
         resp: &ProviderResponse,
         elapsed_ms: f64,
     ) -> Session {
         if self.options.evidence {
-            return resp.apply(out, req, elapsed_ms);
+            return resp.apply_owned(out, req, elapsed_ms);
         }
-        let next = out.push(resp.chunk.clone());
-        match resp.usage {
-            Some(u) => next.with_usage(req.agent.as_deref(), u),
-            None => next,
+        out.push_mut(resp.chunk.clone());
+        if let Some(u) = resp.usage {
+            out.add_usage(req.agent.as_deref(), u);
         }
+        out
     }
 
     fn refuse_all(&self, mut out: Session, calls: &[ToolCall]) -> Session {

@@ -59,54 +59,132 @@ pub fn load_file(path: &Path) -> Result<LoadedSession, PersistError> {
 /// Never panics, whatever the bytes.
 pub fn load_bytes(path: &Path, bytes: &[u8]) -> Result<LoadedSession, PersistError> {
     let bytes = trim_nul_tail(bytes);
+    // One vectorised UTF-8 check for the whole file lets every line be parsed as text, so
+    // the JSON reader does not re-check each string. A file that fails it (a torn multi-byte
+    // character, a damaged row) is read line by line from bytes, with the same errors.
+    let src = Source {
+        bytes,
+        text: std::str::from_utf8(bytes).ok(),
+    };
     let mut st = LoadState::default();
-    // One record per line: size the chunk list once (a vectorised count).
-    st.conv.reserve(memchr::memchr_iter(b'\n', bytes).count());
     let mut torn = false;
     let split = parallel_split(bytes);
     let (first, second) = bytes.split_at(split);
     if second.is_empty() {
+        // One record per line: size the chunk list once (a vectorised count).
+        st.conv.reserve(memchr::memchr_iter(b'\n', bytes).count());
         for (lineno, line) in lines(first) {
-            let Some(line) = line else {
-                torn = true;
-                continue;
-            };
-            st.feed(path, lineno, line)?;
+            match line {
+                Some(line) => st.apply(path, lineno, src.prepare(path, lineno, line))?,
+                None => torn = true,
+            }
         }
         return st.finish(path, torn);
     }
-    // A large file: a second thread parses the second half of the lines while this one
-    // parses and applies the first; the second half's records are then applied in order,
-    // so errors surface exactly as in a sequential read.
+    // A large file: a second thread parses the second half of the lines, and turns its chunk
+    // records into chunks, while this one does the same for the first half and applies it;
+    // the second half's records are then applied in order, so errors surface exactly as in a
+    // sequential read.
     let first_lines = memchr::memchr_iter(b'\n', first).count();
+    let second_lines = memchr::memchr_iter(b'\n', second).count() + 1;
+    st.conv.reserve(first_lines + second_lines);
     std::thread::scope(|scope| {
         let worker = scope.spawn(|| {
-            lines(second)
-                .map(|(n, line)| (first_lines + n, line.map(parse_line)))
-                .collect::<Vec<_>>()
+            let mut out = Vec::with_capacity(second_lines);
+            for (n, line) in lines(second) {
+                let lineno = first_lines + n;
+                out.push((lineno, line.map(|l| src.prepare(path, lineno, l))));
+            }
+            out
         });
         for (lineno, line) in lines(first) {
             // `first` ends at a line break: every line in it is complete.
             if let Some(line) = line {
-                st.feed(path, lineno, line)?;
+                st.apply(path, lineno, src.prepare(path, lineno, line))?;
             }
         }
-        let parsed = worker.join().map_err(|_| PersistError::Corrupt {
+        let prepared = worker.join().map_err(|_| PersistError::Corrupt {
             path: path.to_path_buf(),
             line: first_lines + 1,
             message: "the parsing thread panicked".to_owned(),
         })?;
-        for (lineno, line) in parsed {
-            match line {
+        for (lineno, item) in prepared {
+            match item {
+                Some(item) => st.apply(path, lineno, item)?,
                 None => torn = true,
-                Some(Ok(None)) => {}
-                Some(Ok(Some(raw))) => st.dispatch(path, lineno, raw)?,
-                Some(Err(e)) => return Err(corrupt(path, lineno, format!("invalid record: {e}"))),
             }
         }
         Ok(())
     })?;
     st.finish(path, torn)
+}
+
+/// The file being read: its bytes and, when the whole file is valid UTF-8, the same bytes
+/// as text.
+struct Source<'a> {
+    bytes: &'a [u8],
+    text: Option<&'a str>,
+}
+
+/// One line, parsed, and for a chunk record already turned into a chunk: the work either
+/// thread can do without knowing what came before.
+enum Item<'a> {
+    Blank,
+    Chunk(Result<(Chunk, Option<Box<ExtIn>>), PersistError>),
+    Record(Box<RawLine<'a>>),
+    Invalid(serde_json::Error),
+}
+
+impl<'a> Source<'a> {
+    /// The line as text, when the file is text (`line` is a subslice of `self.bytes`).
+    fn text_of(&self, line: &'a [u8]) -> Option<&'a str> {
+        let start = (line.as_ptr() as usize).wrapping_sub(self.bytes.as_ptr() as usize);
+        self.text?.get(start..start.checked_add(line.len())?)
+    }
+
+    fn prepare(&self, path: &Path, lineno: usize, line: &'a [u8]) -> Item<'a> {
+        if is_blank(line) {
+            return Item::Blank;
+        }
+        let parsed = match self.text_of(line) {
+            Some(text) => serde_json::from_str::<RawLine<'a>>(text),
+            None => serde_json::from_slice::<RawLine<'a>>(line),
+        };
+        match parsed {
+            Ok(raw) if raw.record_type.as_deref() == Some("chunk") => {
+                Item::Chunk(chunk_of(path, lineno, raw))
+            }
+            Ok(raw) => Item::Record(Box::new(raw)),
+            Err(e) => Item::Invalid(e),
+        }
+    }
+}
+
+/// A chunk record's chunk and extension object.
+fn chunk_of(
+    path: &Path,
+    lineno: usize,
+    raw: RawLine<'_>,
+) -> Result<(Chunk, Option<Box<ExtIn>>), PersistError> {
+    let body = match raw.payload {
+        Some(PayloadIn::Typed(body)) => body,
+        Some(PayloadIn::Raw(value)) => {
+            let kind = raw
+                .kind
+                .as_deref()
+                .ok_or_else(|| corrupt(path, lineno, "chunk has no kind"))?;
+            if !value.is_object() {
+                return Err(corrupt(path, lineno, "chunk payload must be a JSON object"));
+            }
+            body_from_raw(kind, value).map_err(|m| structure(path, lineno, m))?
+        }
+        None => return Err(corrupt(path, lineno, "chunk has no payload")),
+    };
+    let chunk = match raw.rath_ext.as_ref().and_then(|e| e.branch.as_deref()) {
+        Some(b) => Chunk::new(body).with_branch(b),
+        None => Chunk::new(body),
+    };
+    Ok((chunk, raw.rath_ext))
 }
 
 /// Files at least this large are parsed on two threads.
@@ -121,14 +199,6 @@ fn parallel_split(bytes: &[u8]) -> usize {
     }
     let mid = bytes.len() / 2;
     memchr::memchr(b'\n', &bytes[mid..]).map_or(bytes.len(), |i| mid + i + 1)
-}
-
-/// One line parsed: `None` for a blank line.
-fn parse_line(line: &[u8]) -> Result<Option<RawLine<'_>>, serde_json::Error> {
-    if is_blank(line) {
-        return Ok(None);
-    }
-    serde_json::from_slice(line).map(Some)
 }
 
 /// Splits into `(line number, Some(complete line) | None for an unterminated last line)`.
@@ -207,11 +277,19 @@ fn structure(path: &Path, line: usize, message: impl Into<String>) -> PersistErr
 }
 
 impl LoadState {
-    fn feed(&mut self, path: &Path, lineno: usize, line: &[u8]) -> Result<(), PersistError> {
-        match parse_line(line) {
-            Ok(None) => Ok(()),
-            Ok(Some(raw)) => self.dispatch(path, lineno, raw),
-            Err(e) => Err(corrupt(path, lineno, format!("invalid record: {e}"))),
+    fn apply(&mut self, path: &Path, lineno: usize, item: Item<'_>) -> Result<(), PersistError> {
+        match item {
+            Item::Blank => Ok(()),
+            Item::Chunk(chunk) => {
+                if self.header.is_none() {
+                    return Err(structure(path, lineno, "chunk record before header"));
+                }
+                let (chunk, ext) = chunk?;
+                self.conv.push(chunk);
+                self.apply_ext(path, lineno, ext.map(|e| *e))
+            }
+            Item::Record(raw) => self.dispatch(path, lineno, *raw),
+            Item::Invalid(e) => Err(corrupt(path, lineno, format!("invalid record: {e}"))),
         }
     }
 
@@ -292,30 +370,7 @@ impl LoadState {
     }
 
     fn chunk(&mut self, path: &Path, lineno: usize, raw: RawLine<'_>) -> Result<(), PersistError> {
-        if self.header.is_none() {
-            return Err(structure(path, lineno, "chunk record before header"));
-        }
-        let body = match raw.payload {
-            Some(PayloadIn::Typed(body)) => body,
-            Some(PayloadIn::Raw(value)) => {
-                let kind = raw
-                    .kind
-                    .as_deref()
-                    .ok_or_else(|| corrupt(path, lineno, "chunk has no kind"))?;
-                if !value.is_object() {
-                    return Err(corrupt(path, lineno, "chunk payload must be a JSON object"));
-                }
-                body_from_raw(kind, value).map_err(|m| structure(path, lineno, m))?
-            }
-            None => return Err(corrupt(path, lineno, "chunk has no payload")),
-        };
-        let ext = raw.rath_ext.map(|e| *e).unwrap_or_default();
-        let chunk = match ext.branch {
-            Some(ref b) => Chunk::new(body).with_branch(b.as_str()),
-            None => Chunk::new(body),
-        };
-        self.conv.push(chunk);
-        self.apply_ext(path, lineno, Some(ext))
+        self.apply(path, lineno, Item::Chunk(chunk_of(path, lineno, raw)))
     }
 
     fn trailer(

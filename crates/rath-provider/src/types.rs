@@ -281,13 +281,24 @@ impl ProviderResponse {
     /// `session` with the assistant chunk, then the `model_call` evidence, appended and the
     /// usage added (attributed to `req.agent` when set). The input is left unchanged.
     pub fn apply(&self, session: &Session, req: &ProviderRequest, elapsed_ms: f64) -> Session {
-        let next = session
-            .push(self.chunk.clone())
-            .push(self.model_call_chunk(req, elapsed_ms));
-        match self.usage {
-            Some(u) => next.with_usage(req.agent.as_deref(), u),
-            None => next,
+        self.apply_owned(session.clone(), req, elapsed_ms)
+    }
+
+    /// [`ProviderResponse::apply`] taking the session by value: when no other value shares
+    /// its last chunks (a loop that replaces its session each round), they are appended in
+    /// place instead of copied.
+    pub fn apply_owned(
+        &self,
+        mut session: Session,
+        req: &ProviderRequest,
+        elapsed_ms: f64,
+    ) -> Session {
+        session.push_mut(self.chunk.clone());
+        session.push_mut(self.model_call_chunk(req, elapsed_ms));
+        if let Some(u) = self.usage {
+            session.add_usage(req.agent.as_deref(), u);
         }
+        session
     }
 }
 

@@ -353,11 +353,29 @@ impl ChunkList {
             back_leaf: [].iter(),
             remaining: self.len(),
         };
-        if let Some(root) = &self.root {
-            it.front.push(root);
-            it.back.push(root);
+        match self.root.as_deref() {
+            // One leaf (every small session): iterate the slice, no traversal stack.
+            Some(Node::Leaf(v)) => it.front_leaf = v.iter(),
+            Some(Node::Branch { .. }) => {
+                if let Some(root) = &self.root {
+                    it.front.push(root);
+                    it.back.push(root);
+                }
+            }
+            None => {}
         }
         it
+    }
+
+    /// How many chunks satisfy `pred`, walking the leaves in place (no iterator stack).
+    pub fn count_where(&self, mut pred: impl FnMut(&Chunk) -> bool) -> usize {
+        fn walk(node: &Node, pred: &mut impl FnMut(&Chunk) -> bool) -> usize {
+            match node {
+                Node::Leaf(v) => v.iter().filter(|c| pred(c)).count(),
+                Node::Branch { left, right, .. } => walk(left, pred) + walk(right, pred),
+            }
+        }
+        self.root.as_deref().map_or(0, |r| walk(r, &mut pred))
     }
 
     /// Tree height (0 for one leaf), for tests and diagnostics.
@@ -412,7 +430,13 @@ impl<'a> Iterator for Iter<'a> {
                 self.remaining -= 1;
                 return Some(c);
             }
-            let node = self.front.pop()?;
+            let Some(node) = self.front.pop() else {
+                // A one-leaf list starts in `front_leaf` with no stacks: what the back end
+                // has not taken is there.
+                let c = self.back_leaf.next()?;
+                self.remaining -= 1;
+                return Some(c);
+            };
             match &**node {
                 Node::Leaf(v) => self.front_leaf = v.iter(),
                 Node::Branch { left, right, .. } => {
@@ -438,7 +462,12 @@ impl DoubleEndedIterator for Iter<'_> {
                 self.remaining -= 1;
                 return Some(c);
             }
-            let node = self.back.pop()?;
+            let Some(node) = self.back.pop() else {
+                // A one-leaf list: the rest sits in `front_leaf`.
+                let c = self.front_leaf.next_back()?;
+                self.remaining -= 1;
+                return Some(c);
+            };
             match &**node {
                 Node::Leaf(v) => self.back_leaf = v.iter(),
                 Node::Branch { left, right, .. } => {
@@ -620,7 +649,28 @@ mod tests {
 
     #[test]
     fn double_ended_iteration_meets_in_the_middle() {
-        let l = list(0..200);
+        // 200 chunks make a tree; 7 fit one leaf (the iterator's no-stack path).
+        for n in [200usize, 7, 1] {
+            meet_in_the_middle(n);
+        }
+    }
+
+    #[test]
+    fn count_where_counts_across_leaves() {
+        for n in [0usize, 1, 63, 64, 65, 1000] {
+            let l = list(0..n);
+            let even = l.count_where(|c| {
+                c.text()
+                    .and_then(|t| t.parse::<usize>().ok())
+                    .is_some_and(|i| i % 2 == 0)
+            });
+            assert_eq!(even, n.div_ceil(2), "n = {n}");
+        }
+    }
+
+    fn meet_in_the_middle(n: usize) {
+        let l = list(0..n);
+        assert_eq!(l.iter().rev().count(), n);
         let mut it = l.iter();
         let mut seen = Vec::new();
         loop {
@@ -634,8 +684,8 @@ mod tests {
             }
         }
         seen.sort_by_key(|s| s.parse::<usize>().unwrap_or(0));
-        assert_eq!(seen.len(), 200);
-        assert_eq!(seen, (0..200).map(|i| i.to_string()).collect::<Vec<_>>());
+        assert_eq!(seen.len(), n);
+        assert_eq!(seen, (0..n).map(|i| i.to_string()).collect::<Vec<_>>());
     }
 
     #[test]

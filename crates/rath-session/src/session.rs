@@ -50,7 +50,7 @@ pub enum MergeStrategy {
     SharedPrefix,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Meta {
     lineage: Lineage,
     created_at: Timestamp,
@@ -230,7 +230,7 @@ impl Session {
 
     /// Number of conversation chunks (what OpenRath counts).
     pub fn conversation_len(&self) -> usize {
-        self.chunks.iter().filter(|c| c.is_conversation()).count()
+        self.chunks.count_where(Chunk::is_conversation)
     }
 
     /// The chunk at `index`.
@@ -471,13 +471,34 @@ impl Session {
         Ok(self.chunks.clone().slice(range))
     }
 
+    /// [`Session::with_usage`] in place: the metadata is copied only when another value
+    /// shares it.
+    ///
+    /// ```
+    /// use rath_session::{Session, Stamper, Usage};
+    ///
+    /// let mut s = Session::user_with("hi", Stamper::counter());
+    /// s.add_usage(Some("coder"), Usage::new(10, 2));
+    /// assert_eq!(s.usage().map(|u| u.total_tokens), Some(12));
+    /// assert_eq!(s.agent_usage()["coder"].prompt_tokens, 10);
+    /// ```
+    pub fn add_usage(&mut self, agent: Option<&str>, usage: Usage) {
+        if let Some(a) = agent {
+            let meta = Arc::make_mut(&mut self.meta);
+            match meta.agent_usage.get_mut(a) {
+                Some(u) => *u += usage,
+                None => {
+                    meta.agent_usage.insert(a.to_owned(), usage);
+                }
+            }
+        }
+        self.usage = sum_optional(self.usage, Some(usage));
+    }
+
     /// Adds usage to the session, and to `agent`'s attribution when given.
     pub fn with_usage(&self, agent: Option<&str>, usage: Usage) -> Self {
-        let mut s = match agent {
-            Some(a) => self.with_meta(|m| *m.agent_usage.entry(a.to_owned()).or_default() += usage),
-            None => self.clone(),
-        };
-        s.usage = sum_optional(s.usage, Some(usage));
+        let mut s = self.clone();
+        s.add_usage(agent, usage);
         s
     }
 
