@@ -34,6 +34,7 @@
 #![warn(missing_docs)]
 
 mod error;
+mod fast;
 pub mod journal;
 pub mod json;
 pub mod loader;

@@ -146,7 +146,13 @@ impl<'a> Source<'a> {
         if is_blank(line) {
             return Item::Blank;
         }
-        let parsed = match self.text_of(line) {
+        let text = self.text_of(line);
+        // Canonical conversation rows (nearly every line) are read directly; everything
+        // else, and any row the direct reader is unsure of, goes through serde_json.
+        if let Some(body) = text.and_then(crate::fast::conversation_chunk) {
+            return Item::Chunk(Ok((Chunk::new(body), None)));
+        }
+        let parsed = match text {
             Some(text) => serde_json::from_str::<RawLine<'a>>(text),
             None => serde_json::from_slice::<RawLine<'a>>(line),
         };
