@@ -1,4 +1,4 @@
-//! A direct reader for the chunk rows that make up almost every session file.
+//! A direct reader and writer for the chunk rows that make up almost every session file.
 //!
 //! Python OpenRath and this crate's writer lay a conversation chunk out one way only:
 //!
@@ -12,6 +12,9 @@
 //! extension object, an evidence kind, a malformed escape — returns `None`, and the caller
 //! parses the line with serde_json as before. So this path decides nothing on its own: when
 //! it answers, the answer equals serde's (the tests compare the two on generated rows).
+//! [`write_conversation_chunk`] is the mirror image: it writes that layout for a plain
+//! conversation chunk, byte for byte what the serde path with [`crate::json::PyFormatter`]
+//! writes (tested likewise), and leaves every other chunk to serde.
 //!
 //! ```
 //! # // The module is private; its behaviour shows through `load_bytes`.
@@ -25,6 +28,8 @@
 //! assert_eq!(loaded.session.get(0).and_then(|c| c.text()), Some("café \"ok\""));
 //! # Ok::<(), rath_persist::PersistError>(())
 //! ```
+
+use serde_json::ser::Formatter;
 
 use rath_session::{
     AssistantPayload, ChunkBody, FunctionCall, TextPayload, ToolCall, ToolResultPayload,
@@ -83,6 +88,89 @@ pub(crate) fn conversation_chunk(line: &str) -> Option<ChunkBody> {
         .iter()
         .all(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
         .then_some(body)
+}
+
+/// Appends the row of a conversation chunk with no extension object (no branch tag, no
+/// evidence riding on it) and returns `true`; returns `false`, appending nothing, for any
+/// other chunk.
+pub(crate) fn write_conversation_chunk(out: &mut Vec<u8>, index: u64, body: &ChunkBody) -> bool {
+    let start = out.len();
+    out.extend_from_slice(b"{\"record_type\": \"chunk\", \"index\": ");
+    // Writing a number into a Vec cannot fail.
+    let _ = crate::json::PyFormatter.write_u64(out, index);
+    match body {
+        ChunkBody::User(p) => {
+            out.extend_from_slice(b", \"kind\": \"user\", \"payload\": {\"content\": ");
+            put_str(out, &p.content);
+        }
+        ChunkBody::System(p) => {
+            out.extend_from_slice(b", \"kind\": \"system\", \"payload\": {\"content\": ");
+            put_str(out, &p.content);
+        }
+        ChunkBody::Assistant(p) => {
+            out.extend_from_slice(b", \"kind\": \"assistant\", \"payload\": {\"content\": ");
+            match &p.content {
+                Some(c) => put_str(out, c),
+                None => out.extend_from_slice(b"null"),
+            }
+            out.extend_from_slice(b", \"tool_calls\": ");
+            match &p.tool_calls {
+                None => out.extend_from_slice(b"null"),
+                Some(calls) => {
+                    out.push(b'[');
+                    for (i, call) in calls.iter().enumerate() {
+                        if i > 0 {
+                            out.extend_from_slice(b", ");
+                        }
+                        out.extend_from_slice(b"{\"id\": ");
+                        put_str(out, &call.id);
+                        out.extend_from_slice(b", \"type\": ");
+                        put_str(out, &call.call_type);
+                        out.extend_from_slice(b", \"function\": {\"name\": ");
+                        put_str(out, &call.function.name);
+                        out.extend_from_slice(b", \"arguments\": ");
+                        put_str(out, &call.function.arguments);
+                        out.extend_from_slice(b"}}");
+                    }
+                    out.push(b']');
+                }
+            }
+        }
+        ChunkBody::ToolResult(p) => {
+            out.extend_from_slice(b", \"kind\": \"tool_result\", \"payload\": {\"tool_call_id\": ");
+            put_str(out, &p.tool_call_id);
+            out.extend_from_slice(b", \"name\": ");
+            put_str(out, &p.name);
+            out.extend_from_slice(b", \"content\": ");
+            put_str(out, &p.content);
+        }
+        _ => {
+            out.truncate(start);
+            return false;
+        }
+    }
+    out.extend_from_slice(b"}}\n");
+    true
+}
+
+/// Appends `s` as a JSON string the way [`crate::json::PyFormatter`] writes it. Text with
+/// nothing to escape (no control character, quote or backslash, and no byte that could start
+/// U+0085, U+2028 or U+2029) is copied; anything else goes through the formatter.
+pub(crate) fn put_str(out: &mut Vec<u8>, s: &str) {
+    // A branch-free fold vectorises; an early-exit search does not.
+    let plain = !s.bytes().fold(false, |acc, b| {
+        acc | (b < 0x20) | (b == b'"') | (b == b'\\') | (b == 0xC2) | (b == 0xE2)
+    });
+    if plain {
+        out.reserve(s.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        let mut ser = serde_json::Serializer::with_formatter(&mut *out, crate::json::PyFormatter);
+        // Writing a string into a Vec cannot fail.
+        let _ = serde::Serialize::serialize(s, &mut ser);
+    }
 }
 
 struct Cursor<'a> {
@@ -320,6 +408,38 @@ mod tests {
                 prop_assert_eq!(Some(fast), general(&s), "row {}", s);
             }
         }
+    }
+
+    proptest! {
+        #[test]
+        fn direct_rows_are_the_serde_rows(b in body(), index in 0u64..u64::MAX) {
+            let mut serde_row = Vec::new();
+            crate::json::write_line(
+                &mut serde_row,
+                &ChunkOut {
+                    record_type: "chunk",
+                    index,
+                    kind: b.kind().as_str(),
+                    payload: PayloadRef(&b),
+                    rath_ext: None,
+                },
+            )
+            .expect("serialise");
+            let mut direct = b"prefix".to_vec();
+            prop_assert!(write_conversation_chunk(&mut direct, index, &b));
+            prop_assert_eq!(
+                String::from_utf8_lossy(&direct[6..]),
+                String::from_utf8_lossy(&serde_row)
+            );
+        }
+    }
+
+    #[test]
+    fn other_chunks_are_left_to_serde() {
+        let mut out = b"keep".to_vec();
+        let note = ChunkBody::Note(rath_session::Note::default());
+        assert!(!write_conversation_chunk(&mut out, 0, &note));
+        assert_eq!(out, b"keep");
     }
 
     #[test]

@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::PersistError;
+use crate::fast::put_str;
 use crate::json::{PyFormatter, write_line};
 use serde_json::ser::Formatter as _;
 
@@ -222,43 +223,24 @@ impl<'a> RowRef<'a> {
     }
 }
 
-/// Appends `s` as a JSON string, escaped exactly as the serde path escapes it.
-fn put_str(out: &mut Vec<u8>, s: &str) -> std::io::Result<()> {
-    // Printable ASCII without quote or backslash (every id and operator name) needs no
-    // escaping: copy it. Anything else takes the escaper.
-    // A branch-free fold over the bytes (it vectorises; `all` with an early exit does not).
-    let needs_escape = s.bytes().fold(false, |acc, b| {
-        acc | !(0x20..0x7f).contains(&b) | (b == b'"') | (b == b'\\')
-    });
-    if !needs_escape {
-        out.reserve(s.len() + 2);
-        out.push(b'"');
-        out.extend_from_slice(s.as_bytes());
-        out.push(b'"');
-        return Ok(());
-    }
-    let mut ser = serde_json::Serializer::with_formatter(&mut *out, PyFormatter);
-    s.serialize(&mut ser).map_err(std::io::Error::other)
-}
-
 impl RowRef<'_> {
     /// Appends this row as one Python-formatted JSON line: the seven fields written by hand
     /// (the same bytes as the serde path, tested), strings through serde_json's escaper.
     fn write_line(&self, out: &mut Vec<u8>) -> std::io::Result<()> {
         let mut f = PyFormatter;
         out.extend_from_slice(b"{\"id\": ");
-        put_str(out, self.id.as_str())?;
+        put_str(out, self.id.as_str());
         out.extend_from_slice(b", \"parent_session_ids\": [");
         for (i, p) in self.parent_session_ids.iter().enumerate() {
             if i > 0 {
                 out.extend_from_slice(b", ");
             }
-            put_str(out, p.as_str())?;
+            put_str(out, p.as_str());
         }
         out.extend_from_slice(b"], \"lineage_operator\": ");
-        put_str(out, self.lineage_operator)?;
+        put_str(out, self.lineage_operator);
         out.extend_from_slice(b", \"lineage_kind\": ");
-        put_str(out, self.lineage_kind.as_str())?;
+        put_str(out, self.lineage_kind.as_str());
         out.extend_from_slice(b", \"lineage_extras\": ");
         if self.lineage_extras.is_empty() {
             out.extend_from_slice(b"[]");

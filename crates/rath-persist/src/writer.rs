@@ -266,6 +266,15 @@ impl SessionWriter {
     }
 
     fn emit(&mut self, chunk: &Chunk, after: Vec<(u64, Chunk)>) -> Result<(), PersistError> {
+        // A plain conversation chunk (the bulk of any file) is written directly.
+        if self.waiting.is_empty()
+            && after.is_empty()
+            && chunk.branch().is_none()
+            && crate::fast::write_conversation_chunk(&mut self.buf, self.rows, chunk.body())
+        {
+            self.rows += 1;
+            return self.write_out(false);
+        }
         let mut riding = std::mem::take(&mut self.waiting);
         riding.extend(after);
         let evidence: Vec<EvidenceOut<'_>> =
