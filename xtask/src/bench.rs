@@ -501,10 +501,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             ours: ours(&persist, "persist_write/10000"),
             python: py.get("persist_10k_chunks_write").copied(),
             goal: 10.0,
-            miss_note: "after the mapped writer removed the syscall per row, the write is bound by \
-                        JSON encoding (Python-compatible formatting) and page faults on the \
-                        mapping; a specialised encoder per payload type and pre-faulting \
-                        (MADV_POPULATE_WRITE) would close the rest.",
+            miss_note: "conversation rows are encoded directly and copied into a shared mapping; \
+                        what remains is mostly the kernel's (page faults on the mapping, \
+                        block allocation, the rename over the old file). Pre-faulting the \
+                        mapping (MADV_POPULATE_WRITE) is the next step.",
         },
         Op {
             name: "load",
@@ -512,9 +512,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             ours: ours(&persist, "persist_load/10000"),
             python: py.get("persist_10k_chunks_load").copied(),
             goal: 20.0,
-            miss_note: "bound by JSON parsing and one allocation per string field (the session \
-                        owns its strings); parsing the lines on two threads and an arena for \
-                        payload strings would close it on an idle machine.",
+            miss_note: "conversation rows are read directly and split across two threads; the rest \
+                        is one allocation per string field (the session owns its strings) and \
+                        the second core, which on this machine kind runs memory-bound work at \
+                        about half speed while the first is busy.",
         },
         Op {
             name: "loop",
@@ -531,8 +532,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             ours: ours(&persist, "lineage_export/10000"),
             python: py.get("lineage_export_10k_sessions").copied(),
             goal: 20.0,
-            miss_note: "not yet profiled; rows are written by hand into one buffer, so the \
-                        remaining cost is unexplained (each benchmark session has one chunk).",
+            miss_note: "profiled: about half the time is the kernel's (truncating the previous \
+                        export, page-cache writes, ext4 flushing on close after a truncate); the \
+                        rows themselves are written by hand into one buffer.",
         },
     ];
 

@@ -228,6 +228,7 @@ impl RowRef<'_> {
     /// (the same bytes as the serde path, tested), strings through serde_json's escaper.
     fn write_line(&self, out: &mut Vec<u8>) -> std::io::Result<()> {
         let mut f = PyFormatter;
+        out.reserve(160 + 40 * self.parent_session_ids.len());
         out.extend_from_slice(b"{\"id\": ");
         put_str(out, self.id.as_str());
         out.extend_from_slice(b", \"parent_session_ids\": [");
@@ -240,7 +241,15 @@ impl RowRef<'_> {
         out.extend_from_slice(b"], \"lineage_operator\": ");
         put_str(out, self.lineage_operator);
         out.extend_from_slice(b", \"lineage_kind\": ");
-        put_str(out, self.lineage_kind.as_str());
+        match self.lineage_kind {
+            LineageKind::Other(name) => put_str(out, name),
+            // Built-in kind names are plain snake_case: nothing to escape.
+            kind => {
+                out.push(b'"');
+                out.extend_from_slice(kind.as_str().as_bytes());
+                out.push(b'"');
+            }
+        }
         out.extend_from_slice(b", \"lineage_extras\": ");
         if self.lineage_extras.is_empty() {
             out.extend_from_slice(b"[]");
