@@ -254,6 +254,12 @@ impl<'de> Deserialize<'de> for LineageKind {
 /// assert_eq!(p.len(), 2);
 /// assert_eq!(p, vec![SessionId::new("a"), SessionId::new("b")]);
 /// assert_eq!(p[1].as_str(), "b");
+///
+/// // A join of three branches keeps its parents on the heap; the wire form is a list.
+/// let many: Parents = ["x", "y", "z"].into_iter().map(SessionId::new).collect();
+/// let text = serde_json::to_string(&many).unwrap();
+/// assert_eq!(text, r#"["x","y","z"]"#);
+/// assert_eq!(serde_json::from_str::<Parents>(&text).unwrap(), many);
 /// ```
 #[derive(Clone)]
 pub struct Parents(ParentsRepr);
@@ -318,17 +324,14 @@ impl std::ops::Deref for Parents {
 
 impl From<Vec<SessionId>> for Parents {
     fn from(v: Vec<SessionId>) -> Self {
-        match v.len() {
-            0 => Self::none(),
-            1 | 2 => {
-                let mut it = v.into_iter();
-                match (it.next(), it.next()) {
-                    (Some(a), Some(b)) => Self::two(a, b),
-                    (Some(a), None) => Self::one(a),
-                    _ => Self::none(),
-                }
-            }
-            _ => Self(ParentsRepr::Heap(v)),
+        if v.len() > 2 {
+            return Self(ParentsRepr::Heap(v));
+        }
+        let mut it = v.into_iter();
+        match (it.next(), it.next()) {
+            (Some(a), Some(b)) => Self::two(a, b),
+            (Some(a), None) => Self::one(a),
+            _ => Self::none(),
         }
     }
 }
