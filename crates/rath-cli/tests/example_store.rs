@@ -1,24 +1,11 @@
 //! The CLI on the store the `engineering_team` example leaves (run offline into a temp home).
 
-use std::path::Path;
+mod common;
+
+use common::rath;
 use std::process::Command;
 
 use openrath::demos::engineering_team::{TeamConfig, run};
-
-fn rath(cwd: &Path, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_rath"))
-        .args(args)
-        .current_dir(cwd)
-        .env_remove("OPENRATH_HOME")
-        .output()
-        .expect("run rath");
-    format!(
-        "exit: {}\n--- stdout\n{}--- stderr\n{}",
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 #[test]
 fn cli_on_the_engineering_team_store() {

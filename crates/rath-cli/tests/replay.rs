@@ -2,25 +2,11 @@
 //! offline through the cassette recorder, then its session is replayed as is (identical) and
 //! against a tampered cassette (first difference), in text and JSON.
 
-use std::path::Path;
-use std::process::Command;
+mod common;
+
+use common::rath;
 
 use openrath::demos::long_running_coding::{CodingConfig, run};
-
-fn rath(cwd: &Path, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_rath"))
-        .args(args)
-        .current_dir(cwd)
-        .env_remove("OPENRATH_HOME")
-        .output()
-        .expect("run rath");
-    format!(
-        "exit: {}\n--- stdout\n{}--- stderr\n{}",
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 #[test]
 fn replay_against_a_recorded_cassette() {

@@ -11,8 +11,8 @@ use rath_flow::{Agent, Candidate, Decision, FlowContext, FlowEvent, Selector, Wo
 use rath_provider::ScriptedResponse;
 use rath_session::{ChunkBody, RouteDecision, Session, SessionId, Stamper};
 
-use super::hello_agent::{DemoConfig, provider, save_all};
-use super::{DemoError, engineering_team::display};
+use super::DemoError;
+use super::hello_agent::{DemoConfig, provider};
 
 const TASK: &str = "Write a two-sentence release note for rath 1.2, which adds session \
                     compression and a bubblewrap sandbox.";
@@ -164,13 +164,7 @@ pub async fn run(config: DemoConfig) -> Result<SelectorReport, DemoError> {
         .unwrap_or_else(|p| p.into_inner())
         .1
         .clone();
-    let store_dir = config.store_dir();
-    save_all(&store_dir, &sessions)?;
-    config.step(format!(
-        "saved {} sessions to {}",
-        sessions.len(),
-        display(&store_dir)
-    ));
+    let store_dir = config.save_sessions(&sessions)?;
     let decisions = out
         .chunks()
         .iter()

@@ -15,10 +15,11 @@ use std::sync::{Arc, Mutex};
 
 use rath_flow::{Agent, Decision, FlowContext, FlowEvent, Parallel, Selector, ToolSet, Workflow};
 use rath_persist::{LineageRow, Store, export_jsonl_string};
-use rath_provider::{OpenAiProvider, Provider, ScriptedProvider, ScriptedResponse};
+use rath_provider::ScriptedResponse;
 use rath_session::{ChunkBody, SandboxSpec, Session, SessionId, Stamper, Usage};
 use serde_json::json;
 
+use super::hello_agent::provider;
 use super::{DemoError, io};
 use crate::inspect::{lineage_tree, usage_text};
 
@@ -108,20 +109,6 @@ pub struct TeamReport {
     pub sessions: usize,
     /// The report's text (also printed as the summary).
     pub summary: String,
-}
-
-fn provider(
-    live: bool,
-    script: Vec<ScriptedResponse>,
-    name: &str,
-) -> Result<Arc<dyn Provider>, DemoError> {
-    if live {
-        Ok(Arc::new(OpenAiProvider::from_env()?))
-    } else {
-        Ok(Arc::new(
-            ScriptedProvider::new(script).named(format!("scripted:{name}")),
-        ))
-    }
 }
 
 fn fixer(live: bool, name: &str, path: &str, fixed: &str, what: &str) -> Result<Agent, DemoError> {

@@ -64,6 +64,19 @@ impl DemoConfig {
             println!("  {}", line.as_ref());
         }
     }
+
+    /// Saves `sessions` to [`DemoConfig::store_dir`] (replacing earlier runs' files), reports
+    /// it as a step, and returns the directory.
+    pub fn save_sessions(&self, sessions: &[Session]) -> Result<PathBuf, DemoError> {
+        let store_dir = self.store_dir();
+        save_all(&store_dir, sessions)?;
+        self.step(format!(
+            "saved {} sessions to {}",
+            sessions.len(),
+            super::engineering_team::display(&store_dir)
+        ));
+        Ok(store_dir)
+    }
 }
 
 /// The live provider from the environment, or `script` as a scripted provider named `name`.

@@ -10,7 +10,7 @@ use rath_persist::{LineageJournal, export_jsonl_string, to_dot, to_mermaid};
 use rath_provider::ScriptedResponse;
 use rath_session::{Chunk, Session, Stamper, Usage};
 
-use super::hello_agent::{DemoConfig, provider, save_all};
+use super::hello_agent::{DemoConfig, provider};
 use super::{DemoError, engineering_team::display, io};
 
 /// What `lineage_export` left behind.
@@ -104,13 +104,7 @@ pub async fn run(config: DemoConfig) -> Result<LineageReport, DemoError> {
     let looped = keep(looped, "loop");
     let _ = looped;
 
-    let store_dir = config.store_dir();
-    save_all(&store_dir, &all)?;
-    config.step(format!(
-        "saved {} sessions to {}",
-        all.len(),
-        display(&store_dir)
-    ));
+    let store_dir = config.save_sessions(&all)?;
 
     let rows = journal.rows();
     let dir = config.home.join("lineage");

@@ -18,8 +18,8 @@ use rath_provider::ScriptedResponse;
 use rath_session::{ChunkBody, CompressionRecord, SandboxSpec, Session, SessionId, Stamper};
 use serde_json::json;
 
-use super::hello_agent::{DemoConfig, provider, save_all};
-use super::{DemoError, engineering_team::display, io};
+use super::hello_agent::{DemoConfig, provider};
+use super::{DemoError, io};
 
 const QUESTION: &str = "Does the mean of 2, 4, 6, 8 equal 5? Find the claim and reproduce it.";
 
@@ -224,13 +224,7 @@ pub async fn run(config: DemoConfig) -> Result<ResearchReport, DemoError> {
         .unwrap_or_else(|p| p.into_inner())
         .1
         .clone();
-    let store_dir = config.store_dir();
-    save_all(&store_dir, &sessions)?;
-    config.step(format!(
-        "saved {} sessions to {}",
-        sessions.len(),
-        display(&store_dir)
-    ));
+    let store_dir = config.save_sessions(&sessions)?;
 
     let all_chunks = || sessions.iter().flat_map(|s| s.chunks().iter());
     let compression = out
