@@ -81,10 +81,10 @@ impl DemoConfig {
 
 /// Completion tokens per model call in a live run, unless the configuration sets a limit:
 /// small local models ramble, and every token costs time.
-pub const LIVE_MAX_TOKENS: u32 = 160;
+pub const LIVE_MAX_TOKENS: u32 = 96;
 
 /// Tool rounds per session loop in a live run (offline scripts set their own pace).
-pub const LIVE_MAX_TOOL_ROUNDS: usize = 2;
+pub const LIVE_MAX_TOOL_ROUNDS: usize = 1;
 
 /// Select-and-run steps of a selector in a live run.
 pub const LIVE_MAX_STEPS: usize = 3;
