@@ -14,6 +14,10 @@
 //!   and the store; the store holds the run's session, closed, marked failed, with every
 //!   attempt listed.
 //!
+//! The examples run are the binaries `cargo test -p openrath` (or `--workspace`) builds next
+//! to this test; `--test live_examples` alone does not rebuild them (run `cargo build -p
+//! openrath --examples` first then).
+//!
 //! Locally a missing prerequisite (no `RATH_LIVE_BASE_URL`, example binaries not built, no
 //! Python OpenRath) skips with a printed reason; under `RATH_CI=1` it fails.
 
