@@ -33,8 +33,8 @@ use rath_persist::LoadedSession;
 use rath_session::{Session, SessionId};
 
 use crate::inspect::{
-    FileWarning, InspectError, Page, StoreView, Transcript, TranscriptEntry, TranscriptStream,
-    show_command, usage_text,
+    FileWarning, InspectError, Page, SessionStatus, StoreView, Transcript, TranscriptEntry,
+    TranscriptStream, show_command, usage_text,
 };
 
 /// What to put on the page besides the sessions.
@@ -306,8 +306,14 @@ fn panel(o: &mut String, i: usize, t: &Transcript, ts: &[&Transcript], keep: usi
     if !t.file.is_empty() {
         fact("file", esc(&t.file));
     }
-    let status = esc(&t.status.describe(t.closed_at.as_deref()));
+    let status = esc(&SessionStatus::describe(t.closed, t.closed_at.as_deref()));
     fact("created", format!("{}; {status}", esc(&t.created_at)));
+    if let Some(f) = &t.failure {
+        fact(
+            "failed",
+            format!("<strong>{}</strong>", esc(&crate::inspect::failure_text(f))),
+        );
+    }
     fact(
         "lineage",
         format!("{} / {}", esc(&t.operator), esc(&t.kind)),

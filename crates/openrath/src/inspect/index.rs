@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 
 use rath_persist::stream::SessionStream;
 use rath_persist::{PARTIAL_SUFFIX, PersistError, SESSION_SUFFIX};
-use rath_session::{Lineage, PendingCall, Placement, SessionId, Timestamp, Usage};
+use rath_session::{
+    ChunkBody, Lineage, PendingCall, Placement, RunFailure, SessionId, Timestamp, Usage,
+};
 use serde::Serialize;
 
 use super::{InspectError, StoreView, relative_message};
@@ -182,6 +184,9 @@ pub struct FileFacts {
     /// False for a hand-edited file whose evidence cannot be placed while streaming (it is
     /// then shown from a whole load).
     pub in_order: bool,
+    /// The failure that stopped the run: the session's last chunk, when that is a
+    /// `run_failure` (see [`rath_session::Session::failure`]).
+    pub failure: Option<RunFailure>,
 }
 
 impl FileFacts {
@@ -204,7 +209,13 @@ impl FileFacts {
 /// Reads `path` through (no chunk is kept) and returns its facts.
 pub fn file_facts(path: &Path) -> Result<FileFacts, PersistError> {
     let mut s = SessionStream::open(path)?;
-    s.skip_to_end()?;
+    let mut failure = None;
+    while let Some((_, c)) = s.next_chunk()? {
+        failure = match c.body() {
+            ChunkBody::RunFailure(f) => Some(f.clone()),
+            _ => None,
+        };
+    }
     Ok(FileFacts {
         id: s.id().clone(),
         file: super::file_name(path),
@@ -222,6 +233,7 @@ pub fn file_facts(path: &Path) -> Result<FileFacts, PersistError> {
         pending: s.pending().to_vec(),
         torn_line_skipped: s.torn_line_skipped(),
         in_order: s.in_order(),
+        failure,
     })
 }
 

@@ -34,7 +34,7 @@ mod verify;
 use std::path::{Path, PathBuf};
 
 use rath_persist::LoadedSession;
-use rath_session::{LineageGraph, SessionId, Usage};
+use rath_session::{LineageGraph, RunFailure, SessionId, Usage};
 use serde::Serialize;
 
 pub use diff::{ChunkLine, SessionDiff};
@@ -51,12 +51,15 @@ pub struct StoreView {
     dir: PathBuf,
 }
 
-/// Where a session file stands. The one place statuses are named and described, for
-/// `sessions`, `show` and the viewer alike.
+/// Where a stored session stands. The one place statuses are decided, named and described,
+/// for `sessions`, `show` and the viewer alike.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum SessionStatus {
+    /// The run stopped on an error: the session's last chunk is a `run_failure` (however the
+    /// file ended).
+    Failed,
     /// The writer closed it (it has a trailer).
     Closed,
     /// A `__partial__` file without trailer: the writer crashed or abandoned it.
@@ -66,34 +69,47 @@ pub enum SessionStatus {
 }
 
 impl SessionStatus {
-    /// The status of a file, from whether it has a trailer and its name.
-    pub fn of(closed: bool, file: &str) -> Self {
-        if closed {
+    /// The status of a file, from its last chunk's failure, whether it has a trailer, and its
+    /// name.
+    pub fn of(closed: bool, file: &str, failure: Option<&RunFailure>) -> Self {
+        Self::from_flags(
+            closed,
+            !closed && file.ends_with(rath_persist::PARTIAL_SUFFIX),
+            failure,
+        )
+    }
+
+    /// The rule itself: `failed` when the last chunk is a failure, else `closed` (a trailer),
+    /// `crashed` (a `__partial__` file without one: the writer died) or `open`.
+    pub fn from_flags(closed: bool, crashed: bool, failure: Option<&RunFailure>) -> Self {
+        if failure.is_some() {
+            SessionStatus::Failed
+        } else if closed {
             SessionStatus::Closed
-        } else if file.ends_with(rath_persist::PARTIAL_SUFFIX) {
+        } else if crashed {
             SessionStatus::Crashed
         } else {
             SessionStatus::Open
         }
     }
 
-    /// The one-word form (`closed`, `crashed`, `open`), as in `rath sessions`.
+    /// The one-word form (`failed`, `closed`, `crashed`, `open`), as in `rath sessions`.
     pub fn as_str(self) -> &'static str {
         match self {
+            SessionStatus::Failed => "failed",
             SessionStatus::Closed => "closed",
             SessionStatus::Crashed => "crashed",
             SessionStatus::Open => "open",
         }
     }
 
-    /// The sentence form for a transcript: `closed at T`, `closed`, or a warning.
-    pub fn describe(self, closed_at: Option<&str>) -> String {
-        match (self, closed_at) {
-            (SessionStatus::Closed, Some(t)) => format!("closed at {t}"),
-            (SessionStatus::Closed, None) => "closed".to_owned(),
-            (SessionStatus::Crashed | SessionStatus::Open, _) => {
-                "NOT closed (crashed, or still being written)".to_owned()
-            }
+    /// How the file ended, for a transcript: `closed at T`, `closed`, or a warning. (A
+    /// failure is described on a line of its own; see [`failure_text`].)
+    pub fn describe(closed: bool, closed_at: Option<&str>) -> String {
+        match (closed, closed_at) {
+            (true, Some(t)) => format!("closed at {t}"),
+            (true, None) => "closed".to_owned(),
+            (false, _) => "NOT closed (crashed, or still being written)".to_owned(),
         }
     }
 
@@ -101,6 +117,36 @@ impl SessionStatus {
     pub fn is_unfinished(self) -> bool {
         self != SessionStatus::Closed
     }
+}
+
+impl PartialEq<&str> for SessionStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// The status word of a stored session ([`SessionStatus::from_flags`]).
+pub fn session_status(closed: bool, crashed: bool, failure: Option<&RunFailure>) -> &'static str {
+    SessionStatus::from_flags(closed, crashed, failure).as_str()
+}
+
+/// A failure on one line: `provider in hello at model_call (4 attempts): <message>`.
+pub fn failure_text(f: &RunFailure) -> String {
+    let mut o = f.kind.clone();
+    if let Some(a) = &f.agent {
+        o.push_str(&format!(" in {a}"));
+    }
+    if !f.step.is_empty() {
+        o.push_str(&format!(" at {}", f.step));
+    }
+    match f.attempts.len() {
+        0 => {}
+        1 => o.push_str(" (1 attempt)"),
+        n => o.push_str(&format!(" ({n} attempts)")),
+    }
+    o.push_str(": ");
+    o.push_str(&f.message);
+    o
 }
 
 impl std::fmt::Display for SessionStatus {
@@ -133,6 +179,9 @@ pub struct SessionRow {
     pub status: SessionStatus,
     /// Cumulative usage from the trailer.
     pub usage: Option<Usage>,
+    /// Why the run failed, one line (see [`failure_text`]), when the status is `failed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
 }
 
 impl SessionRow {
@@ -146,8 +195,9 @@ impl SessionRow {
             kind: f.lineage.kind.as_str().to_owned(),
             chunks: f.conversation,
             evidence: f.evidence,
-            status: SessionStatus::of(f.closed, &f.file),
+            status: SessionStatus::of(f.closed, &f.file, f.failure.as_ref()),
             usage: f.usage,
+            failure: f.failure.as_ref().map(failure_text),
         }
     }
 }
@@ -188,6 +238,11 @@ impl SessionListing {
             ]);
         }
         let mut out = render_table(&table, &[4, 5]);
+        for r in &self.rows {
+            if let Some(f) = &r.failure {
+                out.push_str(&format!("failed {}: {f}\n", r.id));
+            }
+        }
         out.push_str(&format!("{} sessions", self.rows.len()));
         out.push_str(&left_out_note(&self.warnings));
         out.push('\n');

@@ -5,13 +5,15 @@ use std::io::Write;
 
 use rath_persist::LoadedSession;
 use rath_persist::stream::SessionStream;
-use rath_session::{Chunk, ChunkBody, PendingCall, Placement, Session, SessionId, Usage};
+use rath_session::{
+    Chunk, ChunkBody, PendingCall, Placement, RunFailure, Session, SessionId, Usage,
+};
 use serde::Serialize;
 use serde_json::Value;
 
 use super::{
-    FileFacts, FileWarning, InspectError, SessionStatus, StoreView, file_facts, file_name,
-    usage_text,
+    FileFacts, FileWarning, InspectError, SessionStatus, StoreView, failure_text, file_facts,
+    file_name, usage_text,
 };
 
 /// One chunk of a [`Transcript`].
@@ -98,6 +100,9 @@ pub struct Transcript {
     pub closed: bool,
     /// See [`SessionStatus`].
     pub status: SessionStatus,
+    /// Why the run failed, when it did: the session's last chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<RunFailure>,
     /// True when a torn last line was skipped on load.
     pub torn_line_skipped: bool,
     /// Parent ids.
@@ -137,7 +142,7 @@ impl Transcript {
         t.created_at = loaded.created_at.to_string();
         t.closed_at = loaded.closed_at.map(|t| t.to_string());
         t.closed = loaded.closed;
-        t.status = SessionStatus::of(loaded.closed, &t.file);
+        t.status = SessionStatus::of(loaded.closed, &t.file, t.failure.as_ref());
         t.torn_line_skipped = loaded.torn_line_skipped;
         t
     }
@@ -157,7 +162,8 @@ impl Transcript {
             created_at: s.created_at().to_string(),
             closed_at: None,
             closed: true,
-            status: SessionStatus::Closed,
+            status: SessionStatus::from_flags(true, false, s.failure()),
+            failure: s.failure().cloned(),
             torn_line_skipped: false,
             parents: l.parents.to_vec(),
             operator: l.operator.to_string(),
@@ -189,7 +195,8 @@ impl Transcript {
             created_at: f.created_at.to_string(),
             closed_at: f.closed_at.map(|t| t.to_string()),
             closed: f.closed,
-            status: SessionStatus::of(f.closed, &f.file),
+            status: SessionStatus::of(f.closed, &f.file, f.failure.as_ref()),
+            failure: f.failure.clone(),
             torn_line_skipped: f.torn_line_skipped,
             parents: f.lineage.parents.to_vec(),
             operator: f.lineage.operator.to_string(),
@@ -225,8 +232,14 @@ impl Transcript {
         if !self.file.is_empty() {
             let _ = writeln!(o, "file      {}", self.file);
         }
-        let status = self.status.describe(self.closed_at.as_deref());
+        let status = SessionStatus::describe(self.closed, self.closed_at.as_deref());
         let _ = writeln!(o, "created   {}; {status}", self.created_at);
+        if let Some(f) = &self.failure {
+            let _ = writeln!(o, "FAILED    {}", failure_text(f));
+            for a in &f.attempts {
+                let _ = writeln!(o, "  attempt {}: {}", a.attempt, a.error);
+            }
+        }
         if self.torn_line_skipped {
             let _ = writeln!(o, "warning   a torn last line was skipped");
         }
@@ -600,7 +613,7 @@ pub fn describe_chunk(c: &Chunk) -> (String, String) {
         }
         ChunkBody::ModelCall(m) => {
             let who = m.agent.as_deref().unwrap_or("-");
-            let text = format!(
+            let mut text = format!(
                 "agent={who} provider={} model={} finish={} usage={} messages={} {}ms",
                 m.provider,
                 m.model.as_deref().unwrap_or("-"),
@@ -609,6 +622,15 @@ pub fn describe_chunk(c: &Chunk) -> (String, String) {
                 m.messages_sent,
                 fmt_ms(m.elapsed_ms)
             );
+            // How the answer was fetched, when the provider recorded anything notable.
+            for key in ["stream_fallback", "stream_skipped"] {
+                if let Some(v) = m.detail.get(key).and_then(|v| v.as_str()) {
+                    text.push_str(&format!(" {key}={v}"));
+                }
+            }
+            if let Some(a) = m.detail.get("attempts").and_then(|v| v.as_array()) {
+                text.push_str(&format!(" attempts={}", a.len()));
+            }
             (format!("model_call {}", m.request_id), text)
         }
         ChunkBody::RouteDecision(r) => {
@@ -660,6 +682,13 @@ pub fn describe_chunk(c: &Chunk) -> (String, String) {
             )
         }
         ChunkBody::Note(n) => (format!("note {}", n.author), n.text.clone()),
+        ChunkBody::RunFailure(f) => {
+            let mut text = failure_text(f);
+            for a in &f.attempts {
+                let _ = write!(text, "\nattempt {}: {}", a.attempt, a.error);
+            }
+            (format!("run_failure {}", f.kind), text)
+        }
         _ => (c.kind().as_str().to_owned(), String::new()),
     }
 }
