@@ -9,8 +9,11 @@
 //! ```
 //!
 //! Without `--store` the store is `$OPENRATH_HOME/memory/local/memory-assisted/` (else
-//! `./.openrath/memory/local/memory-assisted/`). Sessions use the deterministic stamper, so
-//! every run prints the same bytes. No model is called: run 1's answer is scripted.
+//! `./.openrath/memory/local/memory-assisted/`). Each run saves its sessions to the session
+//! store the OPENRATH_HOME rules resolve (`$OPENRATH_HOME/sessions`, else
+//! `./.openrath/sessions`, else `~/.openrath/sessions`), so `rath sessions` shows both runs.
+//! Sessions use the deterministic stamper, so every run prints the same bytes. No model is
+//! called: run 1's answer is scripted.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -25,6 +28,21 @@ const STORE_ID: &str = "memory-assisted";
 const AGENT: &str = "assistant";
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// Saves `sessions` (replacing earlier files with the same ids) to the session store.
+fn save(sessions: &[&Session]) -> Result<()> {
+    let store = rath_persist::Store::default_location();
+    for s in sessions {
+        store.delete(s.id())?;
+        store.save(s)?;
+    }
+    println!(
+        "saved {} session(s) to {}",
+        sessions.len(),
+        store.dir().display()
+    );
+    Ok(())
+}
 
 fn policy() -> MemoryPolicy {
     MemoryPolicy {
@@ -64,6 +82,7 @@ fn phase1(store: &Option<PathBuf>) -> Result<()> {
         .and_then(|e| e.commit_id.clone())
         .ok_or("run 1 made no commit")?;
     println!("commit_id={commit}");
+    save(&[&output])?;
     Ok(())
 }
 
@@ -81,6 +100,7 @@ fn phase2(store: &Option<PathBuf>) -> Result<()> {
         .ok_or("run 2 made no recall")?;
     let named = recall.commit_id.clone().ok_or("run 2 recalled nothing")?;
     println!("recalled_commit_id={named}");
+    save(&[&ready])?;
     Ok(())
 }
 

@@ -20,9 +20,11 @@ fn second_run_recalls_the_first_runs_commit() {
     };
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
+    let home = dir.path().join("home");
     let out = Command::new(&bin)
         .arg("--store")
         .arg(&store)
+        .env("OPENRATH_HOME", &home)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -50,16 +52,38 @@ fn second_run_recalls_the_first_runs_commit() {
     assert_eq!(chunk["payload"]["operation"], "recall");
     assert_eq!(chunk["payload"]["hits"][0]["commit_id"], commit);
 
+    // Both runs' sessions are in the session store, and they load.
+    let sessions = rath_persist::Store::at(home.join("sessions"));
+    let listed = sessions.list().expect("list sessions");
+    assert!(!listed.is_empty(), "no sessions stored");
+    let recalled_in_store = listed.iter().any(|s| {
+        let loaded = sessions.load(&s.id).expect("load session");
+        loaded.session.chunks().iter().any(|c| {
+            matches!(c.body(), rath_session::ChunkBody::MemoryEvent(e)
+                if e.operation == "recall" && e.commit_id.as_deref() == Some(commit))
+        })
+    });
+    assert!(
+        recalled_in_store,
+        "run 2's recall event is not in the session store"
+    );
+
     // Deterministic: a second pair of runs on a fresh store prints the same bytes.
     let store2 = dir.path().join("store2");
+    let home2 = dir.path().join("home2");
     let again = Command::new(&bin)
         .arg("--store")
         .arg(&store2)
+        .env("OPENRATH_HOME", &home2)
         .output()
         .unwrap();
     let again = String::from_utf8_lossy(&again.stdout);
     assert_eq!(
-        stdout.replace("store", ""),
-        again.replace("store2", "").replace("store", "")
+        stdout.replace("store", "").replace("home", ""),
+        again
+            .replace("store2", "")
+            .replace("store", "")
+            .replace("home2", "")
+            .replace("home", "")
     );
 }

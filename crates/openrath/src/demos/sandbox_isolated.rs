@@ -129,9 +129,12 @@ pub async fn run(config: DemoConfig) -> Result<SandboxOutcome, DemoError> {
             "isolated",
             SandboxSpec::working_dir(workspace.to_string_lossy().into_owned()),
         );
-    let out = agent.forward_in(root.clone(), &cx).await?;
-
     let store_dir = config.store_dir();
+    let out = agent
+        .forward_in(root.clone(), &cx)
+        .await
+        .map_err(|e| super::keep_failed(&store_dir, vec![root.clone()], e))?;
+
     save_all(&store_dir, &[root, out.clone()])?;
     config.step(format!("saved 2 sessions to {}", display(&store_dir)));
 
