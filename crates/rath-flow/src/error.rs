@@ -163,36 +163,36 @@ pub(crate) fn attempts_of(e: &FlowError) -> Vec<FailedAttempt> {
     let attempt = |n: u32, err: &ProviderError, error: String| FailedAttempt {
         attempt: n,
         outcome: provider_outcome(err).to_owned(),
-        status: match err {
-            ProviderError::Http { status, .. } => Some(*status),
-            _ => None,
-        },
+        status: err.status(),
         error,
     };
     match p {
         ProviderError::BudgetExceeded { .. } | ProviderError::Config(_) => Vec::new(),
-        ProviderError::RetriesExhausted { attempts, last } => (1..=*attempts)
-            .map(|n| {
-                let text = if n == *attempts {
-                    one_line(&last.to_string())
-                } else {
-                    "a retryable failure (only the last error is kept)".to_owned()
-                };
-                attempt(n, last, text)
-            })
-            .collect(),
+        ProviderError::RetriesExhausted { last, history, .. } => {
+            let n = history.len();
+            history
+                .iter()
+                .enumerate()
+                .map(|(i, a)| FailedAttempt {
+                    attempt: a.attempt,
+                    outcome: a.outcome.clone(),
+                    status: a.status,
+                    // Mode, time, fallback and backoff of every attempt; the last one's
+                    // error text too.
+                    error: if i + 1 == n {
+                        format!("{}: {}", a.describe(), one_line(&last.to_string()))
+                    } else {
+                        a.describe()
+                    },
+                })
+                .collect()
+        }
         other => vec![attempt(1, other, one_line(&other.to_string()))],
     }
 }
 
 fn provider_outcome(e: &ProviderError) -> &'static str {
-    match e {
-        ProviderError::Http { .. } => "http",
-        ProviderError::Timeout { .. } => "timeout",
-        ProviderError::Connection(_) => "connection",
-        ProviderError::InvalidResponse(_) => "invalid_response",
-        _ => "error",
-    }
+    e.kind()
 }
 
 /// `error` with the session it stopped: `session` plus a `run_failure` chunk (a

@@ -79,8 +79,10 @@ pub struct LoopOptions {
     pub temperature: Option<f32>,
     /// Completion token limit override.
     pub max_tokens: Option<u32>,
-    /// Use the provider's streaming call (text deltas reach the observer). Only used when the
-    /// context has an observer.
+    /// Use the provider's streaming call, so text deltas reach the observer (on by
+    /// default). A stream is requested only when someone consumes the deltas: the
+    /// context has an observer and asked for them ([`FlowContext::with_text_deltas`]);
+    /// otherwise every call is a plain, non-streamed one.
     pub stream: bool,
 }
 
@@ -511,7 +513,7 @@ impl SessionLoop {
         cx: &FlowContext,
     ) -> Result<ProviderResponse, rath_provider::ProviderError> {
         match cx.observer() {
-            Some(obs) if self.options.stream => {
+            Some(obs) if self.options.stream && cx.wants_text_deltas() => {
                 let obs = obs.clone();
                 let agent = self.agent.clone();
                 let mut sink = move |ev: StreamEvent| {

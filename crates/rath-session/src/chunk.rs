@@ -272,6 +272,11 @@ pub struct ModelCall {
     pub messages_sent: u64,
     /// Elapsed milliseconds (0 in deterministic mode).
     pub elapsed_ms: f64,
+    /// Anything else the provider wants on record (how the answer was fetched: `stream`,
+    /// `stream_fallback`, `stream_skipped`, the `attempts` when there were several). Never
+    /// headers or keys. Omitted when empty, so plain calls serialise as before.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub detail: BTreeMap<String, Value>,
 }
 
 /// A selector's decision.

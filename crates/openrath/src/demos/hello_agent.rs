@@ -108,7 +108,7 @@ pub fn provider(
     name: &str,
 ) -> Result<Arc<dyn Provider>, DemoError> {
     if live {
-        let mut config = OpenAiConfig::from_env();
+        let mut config = OpenAiConfig::from_env()?;
         if config.max_tokens.is_none() {
             config = config.with_max_tokens(LIVE_MAX_TOKENS);
         }

@@ -274,7 +274,7 @@ pub fn describe_chunk(c: &Chunk) -> (String, String) {
         }
         ChunkBody::ModelCall(m) => {
             let who = m.agent.as_deref().unwrap_or("-");
-            let text = format!(
+            let mut text = format!(
                 "agent={who} provider={} model={} finish={} usage={} messages={} {}ms",
                 m.provider,
                 m.model.as_deref().unwrap_or("-"),
@@ -283,6 +283,15 @@ pub fn describe_chunk(c: &Chunk) -> (String, String) {
                 m.messages_sent,
                 fmt_ms(m.elapsed_ms)
             );
+            // How the answer was fetched, when the provider recorded anything notable.
+            for key in ["stream_fallback", "stream_skipped"] {
+                if let Some(v) = m.detail.get(key).and_then(|v| v.as_str()) {
+                    text.push_str(&format!(" {key}={v}"));
+                }
+            }
+            if let Some(a) = m.detail.get("attempts").and_then(|v| v.as_array()) {
+                text.push_str(&format!(" attempts={}", a.len()));
+            }
             (format!("model_call {}", m.request_id), text)
         }
         ChunkBody::RouteDecision(r) => {
