@@ -26,7 +26,10 @@ async fn main() -> anyhow::Result<()> {
         },
         display(&config.store_dir())
     );
-    let r = run(config).await?;
+    let r = match run(config).await {
+        Ok(r) => r,
+        Err(e) => openrath::demos::exit_failed("dynamic_selector", &e),
+    };
     println!("\nRoute decisions (route_decision chunks of the final session):");
     for (i, d) in r.decisions.iter().enumerate() {
         println!(

@@ -19,6 +19,7 @@ use openrath::demos::engineering_team::{TeamConfig, run};
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = TeamConfig::from_env();
+    let live = config.live;
     println!(
         "engineering_team ({}), store under {}",
         if config.live {
@@ -28,10 +29,22 @@ async fn main() -> anyhow::Result<()> {
         },
         openrath::demos::engineering_team::display(&config.home)
     );
-    let report = run(config).await?;
+    let report = match run(config).await {
+        Ok(r) => r,
+        Err(e) => openrath::demos::exit_failed("engineering_team", &e),
+    };
     println!();
     print!("{}", report.summary);
     if !report.qa_passed {
+        if live {
+            // A real model may not fix the code within the live bounds; the run itself
+            // finished and is stored, which is what the live tier checks.
+            println!(
+                "QA's tests did not pass within the live bounds (exit {:?}); the run is stored.",
+                report.qa_exit_code
+            );
+            return Ok(());
+        }
         anyhow::bail!("QA's tests did not pass (exit {:?})", report.qa_exit_code);
     }
     Ok(())

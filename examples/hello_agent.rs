@@ -27,7 +27,10 @@ async fn main() -> anyhow::Result<()> {
         },
         display(&config.store_dir())
     );
-    let report = run(config).await?;
+    let report = match run(config).await {
+        Ok(r) => r,
+        Err(e) => openrath::demos::exit_failed("hello_agent", &e),
+    };
     println!();
     print!("{}", report.summary);
     Ok(())

@@ -25,7 +25,10 @@ async fn main() -> anyhow::Result<()> {
         },
         display(&config.store_dir())
     );
-    let r = run(config).await?;
+    let r = match run(config).await {
+        Ok(r) => r,
+        Err(e) => openrath::demos::exit_failed("lineage_export", &e),
+    };
     println!("\n== {} ==\n{}", display(&r.jsonl_path), r.jsonl);
     println!("== {} ==\n{}", display(&r.dot_path), r.dot);
     println!("== {} ==\n{}", display(&r.mermaid_path), r.mermaid);

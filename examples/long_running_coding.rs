@@ -45,7 +45,10 @@ async fn main() -> anyhow::Result<()> {
         if config.resume { "resume" } else { "fresh run" },
         config.store_dir.display()
     );
-    let report = run(config).await?;
+    let report = match run(config).await {
+        Ok(r) => r,
+        Err(e) => openrath::demos::exit_failed("long_running_coding", &e),
+    };
     print!("{}", report.summary);
     if report.check_exit_code != Some(0) {
         anyhow::bail!("the check did not pass (exit {:?})", report.check_exit_code);

@@ -26,7 +26,10 @@ async fn main() -> anyhow::Result<()> {
         },
         display(&config.store_dir())
     );
-    let r = run(config).await?;
+    let r = match run(config).await {
+        Ok(r) => r,
+        Err(e) => openrath::demos::exit_failed("research_synthesis", &e),
+    };
     println!("\nRoute decisions:");
     for (choice, reason) in &r.routes {
         println!("  -> {choice}: {reason}");

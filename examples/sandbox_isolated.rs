@@ -26,7 +26,11 @@ async fn main() -> anyhow::Result<()> {
         },
         display(&config.store_dir())
     );
-    match run(config).await? {
+    let outcome = match run(config).await {
+        Ok(r) => r,
+        Err(e) => openrath::demos::exit_failed("sandbox_isolated", &e),
+    };
+    match outcome {
         SandboxOutcome::Unavailable(reason) => {
             println!("\nSkipped: the isolated backend is unavailable here: {reason}");
         }

@@ -130,7 +130,11 @@ fn session_list(o: &mut String, ts: &[&Transcript]) {
     o.push_str("<section id=\"list\"><h2>Sessions</h2>\n<table>\n<thead><tr><th>id</th><th>created</th><th>operator</th><th>kind</th><th>chunks</th><th>status</th><th>usage</th></tr></thead>\n<tbody>\n");
     for t in ts {
         let conv = t.chunks.iter().filter(|c| c.conversation).count();
-        let status = if t.closed { "closed" } else { "not closed" };
+        let status = match t.status {
+            "failed" => "failed",
+            _ if t.closed => "closed",
+            _ => "not closed",
+        };
         let _ = writeln!(
             o,
             "<tr class=\"row\" data-session-id=\"{}\"><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{conv} + {} evidence</td><td>{status}</td><td>{}</td></tr>",
@@ -265,6 +269,12 @@ fn panel(o: &mut String, i: usize, t: &Transcript, ts: &[&Transcript]) {
         None => "<strong>not closed</strong> (crashed, or still being written)".to_owned(),
     };
     fact("created", format!("{}; {status}", esc(&t.created_at)));
+    if let Some(f) = &t.failure {
+        fact(
+            "failed",
+            format!("<strong>{}</strong>", esc(&crate::inspect::failure_text(f))),
+        );
+    }
     fact(
         "lineage",
         format!("{} / {}", esc(&t.operator), esc(&t.kind)),

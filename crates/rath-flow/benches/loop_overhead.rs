@@ -84,6 +84,7 @@ impl Provider for Canned {
             usage: Some(Usage::new(10, 1)),
             model: None,
             provider: "canned".to_owned(),
+            detail: Default::default(),
         })
     }
     fn manifest(&self) -> ProviderManifest {

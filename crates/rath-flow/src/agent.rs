@@ -28,6 +28,7 @@ use rath_session::Session;
 
 use crate::FlowError;
 use crate::context::{FlowContext, SessionSink};
+use crate::error::{FailedAt, fail_from};
 use crate::memory::MemoryHook;
 use crate::policy::ToolPolicy;
 use crate::session_loop::{LoopOptions, SessionLoop};
@@ -151,12 +152,22 @@ impl Agent {
     pub async fn resume(&self, stopped: &Session, cx: &FlowContext) -> Result<Session, FlowError> {
         let agent = self.agent_session(stopped, cx);
         let out = self.0.looper.resume(stopped, &agent, cx).await?;
-        self.commit(stopped, out)
+        self.commit(stopped, out, cx)
     }
 
-    fn commit(&self, input: &Session, out: Session) -> Result<Session, FlowError> {
+    fn commit(
+        &self,
+        input: &Session,
+        out: Session,
+        cx: &FlowContext,
+    ) -> Result<Session, FlowError> {
         match &self.0.memory {
-            Some(m) if out.pending().is_empty() => m.after_forward(input, &out, Some(&self.0.name)),
+            Some(m) if out.pending().is_empty() => m
+                .after_forward(input, &out, Some(&self.0.name))
+                .map_err(|e| {
+                    let at = FailedAt::new(Some(&self.0.name), "memory");
+                    fail_from(e, &out, "Agent.commit_memory", at, cx)
+                }),
             _ => Ok(out),
         }
     }
@@ -179,7 +190,7 @@ impl Workflow for Agent {
         Box::pin(async move {
             let agent = self.agent_session(&session, cx);
             let out = self.0.looper.run(&session, &agent, cx).await?;
-            self.commit(&session, out)
+            self.commit(&session, out, cx)
         })
     }
 

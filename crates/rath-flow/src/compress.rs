@@ -36,6 +36,7 @@ use rath_session::{
 
 use crate::FlowError;
 use crate::context::{FlowContext, FlowEvent};
+use crate::error::{FailedAt, fail_from};
 use crate::session_loop::carry_usage;
 use crate::workflow::Workflow;
 
@@ -260,7 +261,10 @@ impl Workflow for SummaryCompressor {
         cx: &'a FlowContext,
     ) -> BoxFuture<'a, Result<Session, FlowError>> {
         Box::pin(async move {
-            let out = self.compress(&session, cx).await?;
+            let out = self.compress(&session, cx).await.map_err(|e| {
+                let at = FailedAt::new(Some(&self.name), "compress");
+                fail_from(e, &session, "SummaryCompressor.compress", at, cx)
+            })?;
             cx.record(&out);
             Ok(out)
         })

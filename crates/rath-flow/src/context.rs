@@ -184,6 +184,7 @@ impl SessionSink for StoreSink {
 pub struct FlowContext {
     backends: Arc<BackendRegistry>,
     observer: Option<Arc<dyn Observer>>,
+    text_deltas: bool,
     cancel: CancellationToken,
 }
 
@@ -192,6 +193,7 @@ impl fmt::Debug for FlowContext {
         f.debug_struct("FlowContext")
             .field("backends", &self.backends)
             .field("observer", &self.observer.is_some())
+            .field("text_deltas", &self.text_deltas)
             .field("cancelled", &self.cancel.is_cancelled())
             .finish()
     }
@@ -209,6 +211,7 @@ impl FlowContext {
         Self {
             backends: Arc::new(BackendRegistry::with_defaults()),
             observer: None,
+            text_deltas: false,
             cancel: CancellationToken::new(),
         }
     }
@@ -229,6 +232,22 @@ impl FlowContext {
     pub fn with_shared_observer(mut self, observer: Arc<dyn Observer>) -> Self {
         self.observer = Some(observer);
         self
+    }
+
+    /// Asks for [`FlowEvent::TextDelta`]s: with `on` and an observer, session loops use the
+    /// provider's streaming call (when their [`crate::LoopOptions::stream`] allows it) and
+    /// pass the reply text to the observer as it arrives. Off by default: a loop whose
+    /// deltas nobody reads makes plain, non-streamed calls, which every compatible server
+    /// answers (some cannot stream tool calls).
+    pub fn with_text_deltas(mut self, on: bool) -> Self {
+        self.text_deltas = on;
+        self
+    }
+
+    /// True when someone consumes text deltas: an observer is attached and
+    /// [`FlowContext::with_text_deltas`] asked for them.
+    pub fn wants_text_deltas(&self) -> bool {
+        self.text_deltas && self.observer.is_some()
     }
 
     /// Uses `token` for cancellation (cancel it to stop every loop running in this context).

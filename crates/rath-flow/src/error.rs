@@ -4,7 +4,12 @@ use rath_backend::BackendError;
 use rath_memory::MemoryError;
 use rath_persist::PersistError;
 use rath_provider::ProviderError;
-use rath_session::{Session, SessionError};
+use rath_session::{
+    Chunk, ChunkBody, FailedAttempt, Lineage, LineageKind, RunFailure, Session, SessionError,
+};
+
+use crate::context::FlowContext;
+use crate::session_loop::carry_usage;
 
 /// Everything that can stop a flow component.
 ///
@@ -64,4 +69,210 @@ pub enum FlowError {
     /// A component is misconfigured (empty parallel, unknown candidate, ...).
     #[error("configuration error: {0}")]
     Config(String),
+    /// The run stopped on `error` part way. `session` is the session as far as it got,
+    /// ending in a `run_failure` chunk that records the error (kind, message, agent, step,
+    /// provider attempts): a valid session to persist, so a failed run is kept, not lost.
+    /// The message is `error`'s.
+    #[error("{error}")]
+    Failed {
+        /// What stopped the run.
+        error: Box<FlowError>,
+        /// The session it had reached, its last chunk the `run_failure`.
+        session: Box<Session>,
+    },
+}
+
+impl FlowError {
+    /// The session a failed or cancelled run left behind (see [`FlowError::Failed`] and
+    /// [`FlowError::Cancelled`]); `None` for errors raised before any session existed.
+    pub fn partial_session(&self) -> Option<&Session> {
+        match self {
+            FlowError::Failed { session, .. } | FlowError::Cancelled { session } => Some(session),
+            _ => None,
+        }
+    }
+
+    /// Like [`FlowError::partial_session`], by value.
+    pub fn into_partial_session(self) -> Option<Session> {
+        match self {
+            FlowError::Failed { session, .. } | FlowError::Cancelled { session } => Some(*session),
+            _ => None,
+        }
+    }
+
+    /// The error itself, without the [`FlowError::Failed`] wrapper.
+    pub fn cause(&self) -> &FlowError {
+        match self {
+            FlowError::Failed { error, .. } => error.cause(),
+            e => e,
+        }
+    }
+
+    /// The failure record of the partial session, if it carries one.
+    pub fn failure(&self) -> Option<&RunFailure> {
+        self.partial_session().and_then(Session::failure)
+    }
+
+    /// The `run_failure` kind of this error: `provider`, `budget_exhausted`, `cancelled`,
+    /// `backend`, `persist`, `session`, `memory` or `config`.
+    pub fn failure_kind(&self) -> &'static str {
+        match self.cause() {
+            FlowError::Provider(ProviderError::BudgetExceeded { .. }) => "budget_exhausted",
+            FlowError::Provider(_) => "provider",
+            FlowError::Backend(_) => "backend",
+            FlowError::Persist(_) => "persist",
+            FlowError::Session(_) => "session",
+            FlowError::Memory(_) => "memory",
+            FlowError::Cancelled { .. } => "cancelled",
+            FlowError::AwaitingDecision { .. } => "awaiting_decision",
+            _ => "config",
+        }
+    }
+}
+
+/// Where a failure happened, for its `run_failure` chunk.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FailedAt {
+    pub agent: Option<String>,
+    pub step: &'static str,
+    pub round: Option<u64>,
+    pub request_id: Option<String>,
+}
+
+impl FailedAt {
+    pub(crate) fn new(agent: Option<&str>, step: &'static str) -> Self {
+        FailedAt {
+            agent: agent.map(str::to_owned),
+            step,
+            ..FailedAt::default()
+        }
+    }
+
+    pub(crate) fn request(mut self, id: &str) -> Self {
+        self.request_id = Some(id.to_owned());
+        self
+    }
+}
+
+/// Every attempt of the failed provider call in `e`, first included (empty when no
+/// provider call failed, or none was sent).
+pub(crate) fn attempts_of(e: &FlowError) -> Vec<FailedAttempt> {
+    let FlowError::Provider(p) = e.cause() else {
+        return Vec::new();
+    };
+    let attempt = |n: u32, err: &ProviderError, error: String| FailedAttempt {
+        attempt: n,
+        outcome: provider_outcome(err).to_owned(),
+        status: err.status(),
+        error,
+    };
+    match p {
+        ProviderError::BudgetExceeded { .. } | ProviderError::Config(_) => Vec::new(),
+        ProviderError::RetriesExhausted { last, history, .. } => {
+            let n = history.len();
+            history
+                .iter()
+                .enumerate()
+                .map(|(i, a)| FailedAttempt {
+                    attempt: a.attempt,
+                    outcome: a.outcome.clone(),
+                    status: a.status,
+                    // Mode, time, fallback and backoff of every attempt; the last one's
+                    // error text too.
+                    error: if i + 1 == n {
+                        format!("{}: {}", a.describe(), one_line(&last.to_string()))
+                    } else {
+                        a.describe()
+                    },
+                })
+                .collect()
+        }
+        other => vec![attempt(1, other, one_line(&other.to_string()))],
+    }
+}
+
+fn provider_outcome(e: &ProviderError) -> &'static str {
+    e.kind()
+}
+
+/// `error` with the session it stopped: `session` plus a `run_failure` chunk (a
+/// cancellation carries its own session and gets the chunk on that). An error that already
+/// carries its failure (an inner component failed) passes through unchanged, and so does
+/// one with no session to attach it to.
+pub(crate) fn failed(error: FlowError, session: Option<Session>, at: FailedAt) -> FlowError {
+    match error {
+        FlowError::Failed { .. } => error,
+        FlowError::Cancelled { session } => {
+            if session.failure().is_some() {
+                return FlowError::Cancelled { session };
+            }
+            let chunk = failure_chunk(
+                "cancelled",
+                "the run was cancelled".to_owned(),
+                Vec::new(),
+                at,
+            );
+            FlowError::Cancelled {
+                session: Box::new(session.push(chunk)),
+            }
+        }
+        // Not a failure of a run: a resume that waits for a reviewer.
+        e @ FlowError::AwaitingDecision { .. } => e,
+        error => match session {
+            None => error,
+            Some(session) => {
+                let attempts = attempts_of(&error);
+                let chunk = failure_chunk(
+                    error.failure_kind(),
+                    one_line(&error.to_string()),
+                    attempts,
+                    at,
+                );
+                FlowError::Failed {
+                    error: Box::new(error),
+                    session: Box::new(session.push(chunk)),
+                }
+            }
+        },
+    }
+}
+
+fn failure_chunk(kind: &str, message: String, attempts: Vec<FailedAttempt>, at: FailedAt) -> Chunk {
+    Chunk::new(ChunkBody::RunFailure(RunFailure {
+        kind: kind.to_owned(),
+        message,
+        agent: at.agent,
+        step: at.step.to_owned(),
+        round: at.round,
+        request_id: at.request_id,
+        attempts,
+    }))
+}
+
+/// `error` as the failure of a step that had `input` in hand: a new session derived from
+/// `input` (parents `[input]`, `operator`, kind `op_annotate`) carries the `run_failure`, so
+/// no stored session is rewritten; it is recorded in `cx`. Errors that already carry their
+/// session pass through.
+pub(crate) fn fail_from(
+    error: FlowError,
+    input: &Session,
+    operator: &'static str,
+    at: FailedAt,
+    cx: &FlowContext,
+) -> FlowError {
+    if error.partial_session().is_some() || matches!(error, FlowError::AwaitingDecision { .. }) {
+        return failed(error, None, at);
+    }
+    let lineage = Lineage::new(vec![input.id().clone()], operator, LineageKind::OpAnnotate);
+    let out = carry_usage(input, input.derive(lineage));
+    let e = failed(error, Some(out), at);
+    if let Some(s) = e.partial_session() {
+        cx.record(s);
+    }
+    e
+}
+
+/// `text` on one line (newlines and runs of whitespace become one space).
+pub(crate) fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }

@@ -41,6 +41,7 @@ use serde_json::{Value, json};
 use crate::FlowError;
 use crate::agent::Agent;
 use crate::context::{FlowContext, FlowEvent};
+use crate::error::{FailedAt, failed};
 use crate::session_loop::carry_usage;
 use crate::workflow::{EmptyWorkflow, SharedWorkflow, Workflow};
 
@@ -136,7 +137,9 @@ impl Selector {
 
     /// A selector that asks `provider`: the model sees the candidates' names and
     /// descriptions and the conversation, and answers with a `route` tool call
-    /// (`{"choice": <name or "done">, "reason": ...}`) or a bare candidate name.
+    /// (`{"choice": <name or "done">, "reason": ...}`) or a bare candidate name. A choice
+    /// that names no candidate (small models do that) finishes the selector, recorded with a
+    /// `fallback:` reason, so a confused model cannot stall or crash the run.
     pub fn by_model(name: impl Into<String>, provider: Arc<dyn Provider>) -> Self {
         Self::with_decider(
             name,
@@ -235,20 +238,28 @@ impl Selector {
                 (d, format!("model:{who}"))
             }
         };
-        let chosen = match &decision.choice {
+        let mut decision = decision;
+        let choice = decision.choice.clone();
+        let chosen = match &choice {
             None => None,
-            Some(name) => Some(
-                self.candidates
-                    .iter()
-                    .find(|c| c.name() == name)
-                    .cloned()
-                    .ok_or_else(|| {
-                        FlowError::Config(format!(
-                            "selector {} chose {name:?}, which is not a candidate",
-                            self.name
-                        ))
-                    })?,
-            ),
+            Some(name) => match self.candidates.iter().find(|c| c.name() == name) {
+                Some(c) => Some(c.clone()),
+                // A model may name anything: finish, and say so in the record.
+                None if matches!(self.decider, Decider::Model { .. }) => {
+                    decision = Decision::done(format!(
+                        "fallback: the model chose {name:?}, which is not a candidate ({})",
+                        decision.reason
+                    ));
+                    None
+                }
+                None => {
+                    let e = FlowError::Config(format!(
+                        "selector {} chose {name:?}, which is not a candidate",
+                        self.name
+                    ));
+                    return Err(self.failed(e, out, None, cx));
+                }
+            },
         };
         out.push_mut(Chunk::new(ChunkBody::RouteDecision(RouteDecision {
             selector: self.name.clone(),
@@ -309,7 +320,13 @@ impl Selector {
             request: &req,
         });
         let timer = session.stamper().start_timer();
-        let resp = provider.complete(&req).await?;
+        let resp = match provider.complete(&req).await {
+            Ok(r) => r,
+            Err(e) => {
+                let out = session.clone();
+                return Err(self.failed(e.into(), out, Some(&req.request_id), cx));
+            }
+        };
         let mut out = session.push(resp.model_call_chunk(&req, timer.elapsed_ms()));
         if let Some(u) = resp.usage {
             out = out.with_usage(Some(&self.name), u);
@@ -320,6 +337,25 @@ impl Selector {
         }
         let decision = parse_decision(&resp.chunk, infos);
         Ok((out, decision))
+    }
+}
+
+impl Selector {
+    /// `e` as this selector's failure, on the annotated session `out` it had reached.
+    fn failed(
+        &self,
+        e: FlowError,
+        out: Session,
+        request_id: Option<&str>,
+        cx: &FlowContext,
+    ) -> FlowError {
+        let mut at = FailedAt::new(Some(&self.name), "route");
+        at.request_id = request_id.map(str::to_owned);
+        let e = failed(e, Some(out), at);
+        if let Some(s) = e.partial_session() {
+            cx.record(s);
+        }
+        e
     }
 }
 

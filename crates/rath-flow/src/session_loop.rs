@@ -41,6 +41,7 @@ use serde_json::Value;
 
 use crate::FlowError;
 use crate::context::{FlowContext, FlowEvent, SessionSink};
+use crate::error::{FailedAt, failed};
 use crate::memory::MemoryHook;
 use crate::policy::{ToolPolicy, Verdict, decision_for};
 use crate::tool::{Registered, ToolContext, ToolError, ToolOutput, ToolSet, error_kind};
@@ -78,8 +79,10 @@ pub struct LoopOptions {
     pub temperature: Option<f32>,
     /// Completion token limit override.
     pub max_tokens: Option<u32>,
-    /// Use the provider's streaming call (text deltas reach the observer). Only used when the
-    /// context has an observer.
+    /// Use the provider's streaming call, so text deltas reach the observer (on by
+    /// default). A stream is requested only when someone consumes the deltas: the
+    /// context has an observer and asked for them ([`FlowContext::with_text_deltas`]);
+    /// otherwise every call is a plain, non-streamed one.
     pub stream: bool,
 }
 
@@ -284,11 +287,16 @@ impl SessionLoop {
             LineageKind::OpSessionLoop,
         );
         let mut out = carry_usage(user, user.derive(lineage));
-        if let Some(sink) = &self.sink {
-            sink.begin(&out)?;
+        if let Some(sink) = &self.sink
+            && let Err(e) = sink.begin(&out)
+        {
+            return self.fail(e, Some(out), self.at("persist", 0), cx);
         }
         if let Some(m) = &self.memory {
-            out = m.before_model_call(&out, self.agent.as_deref())?;
+            out = match m.before_model_call(&out, self.agent.as_deref()) {
+                Ok(s) => s,
+                Err(e) => return self.fail(e, Some(out), self.at("memory", 0), cx),
+            };
         }
         self.drive(out, agent, cx, Vec::new(), 0).await
     }
@@ -346,8 +354,10 @@ impl SessionLoop {
             };
             work.push((p.call, gate));
         }
-        if let Some(sink) = &self.sink {
-            sink.begin(&out)?;
+        if let Some(sink) = &self.sink
+            && let Err(e) = sink.begin(&out)
+        {
+            return self.fail(e, Some(out), self.at("persist", rounds), cx);
         }
         self.drive(out, agent, cx, work, rounds).await
     }
@@ -376,16 +386,18 @@ impl SessionLoop {
             match self.answer_calls(out, resumed, cx).await {
                 Ok(Step::Continue(s)) => out = s,
                 Ok(Step::Stopped(s)) => return self.stop(s, rounds, cx),
-                Err(e) => return self.fail(e, cx),
+                Err(e) => return self.fail(e, None, self.at("tool_calls", rounds), cx),
             }
-            self.append(&out)?;
+            if let Err(e) = self.append(&out) {
+                return self.fail(e, Some(out), self.at("persist", rounds), cx);
+            }
             sync_messages(&mut req.messages, &out, &mut synced);
         }
 
         let mut truncated = false;
         loop {
             if cx.is_cancelled() {
-                return self.fail(cancelled(out), cx);
+                return self.fail(cancelled(out), None, self.at("model_call", rounds), cx);
             }
             req.request_id = out.stamper().next_token("req");
             cx.emit(&FlowEvent::Request {
@@ -395,12 +407,18 @@ impl SessionLoop {
             let timer = out.stamper().start_timer();
             let resp = tokio::select! {
                 biased;
-                () = cx.cancel_token().cancelled() => return self.fail(cancelled(out), cx),
+                () = cx.cancel_token().cancelled() => {
+                    let at = self.at("model_call", rounds).request(&req.request_id);
+                    return self.fail(cancelled(out), None, at, cx);
+                }
                 r = self.call_model(&req, cx) => r,
             };
             let resp = match resp {
                 Ok(r) => r,
-                Err(e) => return self.fail(e.into(), cx),
+                Err(e) => {
+                    let at = self.at("model_call", rounds).request(&req.request_id);
+                    return self.fail(e.into(), Some(out), at, cx);
+                }
             };
             out = self.apply(out, &req, &resp, timer.elapsed_ms());
             if let Some(u) = resp.usage {
@@ -428,17 +446,27 @@ impl SessionLoop {
                 match self.answer_calls(out, work, cx).await {
                     Ok(Step::Continue(s)) => out = s,
                     Ok(Step::Stopped(s)) => return self.stop(s, rounds, cx),
-                    Err(e) => return self.fail(e, cx),
+                    Err(e) => return self.fail(e, None, self.at("tool_calls", rounds), cx),
                 }
             }
-            self.append(&out)?;
+            if let Err(e) = self.append(&out) {
+                return self.fail(e, Some(out), self.at("persist", rounds), cx);
+            }
             sync_messages(&mut req.messages, &out, &mut synced);
         }
-        if let Some(sink) = &self.sink {
-            sink.finish(&out)?;
+        if let Some(sink) = &self.sink
+            && let Err(e) = sink.finish(&out)
+        {
+            return self.fail(e, Some(out), self.at("persist", rounds), cx);
         }
         cx.record(&out);
         Ok(out)
+    }
+
+    fn at(&self, step: &'static str, rounds: usize) -> FailedAt {
+        let mut at = FailedAt::new(self.agent.as_deref(), step);
+        at.round = Some(rounds as u64);
+        at
     }
 
     fn append(&self, out: &Session) -> Result<(), FlowError> {
@@ -459,10 +487,20 @@ impl SessionLoop {
         Ok(out)
     }
 
-    fn fail(&self, e: FlowError, cx: &FlowContext) -> Result<Session, FlowError> {
-        if let FlowError::Cancelled { session } = &e {
+    /// Ends a failed run: `e` with the session it reached (`out`, or the one a cancellation
+    /// carries) plus a `run_failure` chunk; the session is closed in the sink and recorded,
+    /// so a failed run is kept. A failure to close the sink does not hide `e`.
+    fn fail(
+        &self,
+        e: FlowError,
+        out: Option<Session>,
+        at: FailedAt,
+        cx: &FlowContext,
+    ) -> Result<Session, FlowError> {
+        let e = failed(e, out, at);
+        if let Some(session) = e.partial_session() {
             if let Some(sink) = &self.sink {
-                sink.finish(session)?;
+                let _ = sink.finish(session);
             }
             cx.record(session);
         }
@@ -475,7 +513,7 @@ impl SessionLoop {
         cx: &FlowContext,
     ) -> Result<ProviderResponse, rath_provider::ProviderError> {
         match cx.observer() {
-            Some(obs) if self.options.stream => {
+            Some(obs) if self.options.stream && cx.wants_text_deltas() => {
                 let obs = obs.clone();
                 let agent = self.agent.clone();
                 let mut sink = move |ev: StreamEvent| {

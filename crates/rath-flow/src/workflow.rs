@@ -35,6 +35,7 @@ use rath_session::{Chunk, ChunkBody, ChunkList, Lineage, LineageKind, Session};
 use crate::FlowError;
 use crate::agent::Agent;
 use crate::context::{FlowContext, branch_stamper};
+use crate::error::{FailedAt, fail_from};
 
 /// A shared workflow.
 pub type SharedWorkflow = Arc<dyn Workflow>;
@@ -176,7 +177,10 @@ impl Workflow for FnWorkflow {
         cx: &'a FlowContext,
     ) -> BoxFuture<'a, Result<Session, FlowError>> {
         Box::pin(async move {
-            let out = (self.f)(session)?;
+            let out = (self.f)(session.clone()).map_err(|e| {
+                let at = FailedAt::new(Some(&self.name), "function");
+                fail_from(e, &session, "FnWorkflow.forward", at, cx)
+            })?;
             cx.record(&out);
             Ok(out)
         })
@@ -348,8 +352,12 @@ impl Workflow for Parallel {
                 return Ok(session);
             }
             let placement = session.placement();
-            if placement.backend().is_some() && placement.handle().is_none() {
-                cx.backends().sandbox_for(&session).await?;
+            if placement.backend().is_some()
+                && placement.handle().is_none()
+                && let Err(e) = cx.backends().sandbox_for(&session).await
+            {
+                let at = FailedAt::new(Some(&self.name), "fan_out");
+                return Err(fail_from(e.into(), &session, "Parallel.fan_out", at, cx));
             }
             let parent_stamper = session.stamper().clone();
             let forks: Vec<Session> = self
@@ -366,16 +374,23 @@ impl Workflow for Parallel {
                 .iter()
                 .zip(forks)
                 .map(|(b, f)| b.forward_in(f, cx));
-            let outs: Vec<Session> = futures::future::try_join_all(runs)
-                .await?
-                .into_iter()
-                .map(|s| s.with_stamper(parent_stamper.clone()))
-                .collect();
+            // Every branch runs to its end (a failing one does not cut its siblings off
+            // mid-call); the first failure in declared order is the result.
+            let mut outs: Vec<Session> = Vec::with_capacity(self.branches.len());
+            for r in futures::future::join_all(runs).await {
+                outs.push(r?.with_stamper(parent_stamper.clone()));
+            }
 
             // Lineage and the strict placement rule come from pairwise merges in order.
             let mut merged = outs[0].clone();
             for o in &outs[1..] {
-                merged = merged.merge(o)?;
+                merged = match merged.merge(o) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        let at = FailedAt::new(Some(&self.name), "merge");
+                        return Err(fail_from(e.into(), &merged, "Parallel.merge", at, cx));
+                    }
+                };
                 cx.record(&merged);
             }
             if outs.len() == 1 {

@@ -72,6 +72,7 @@ async fn observer_sees_requests_deltas_tools_usage_and_sessions() {
         };
         l.lock().expect("log").push(tag);
     });
+    let cx = cx.with_text_deltas(true);
     let provider = Arc::new(ScriptedProvider::new(vec![
         ScriptedResponse::tool_calls(vec![
             ("c1", "nope", json!({})),
@@ -104,4 +105,91 @@ async fn observer_sees_requests_deltas_tools_usage_and_sessions() {
             "session:op_session_loop"
         ]
     );
+}
+
+/// Counts which provider call the loop makes.
+struct CountingProvider {
+    inner: ScriptedProvider,
+    streams: std::sync::atomic::AtomicUsize,
+    completes: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl rath_provider::Provider for CountingProvider {
+    fn name(&self) -> &str {
+        "counting"
+    }
+    async fn complete(
+        &self,
+        req: &rath_provider::ProviderRequest,
+    ) -> Result<rath_provider::ProviderResponse, rath_provider::ProviderError> {
+        self.completes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.complete(req).await
+    }
+    async fn stream(
+        &self,
+        req: &rath_provider::ProviderRequest,
+        sink: &mut rath_provider::StreamSink<'_>,
+    ) -> Result<rath_provider::ProviderResponse, rath_provider::ProviderError> {
+        self.streams
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.stream(req, sink).await
+    }
+    fn manifest(&self) -> rath_provider::ProviderManifest {
+        rath_provider::ProviderManifest::new("counting")
+    }
+}
+
+/// The loop asks for a stream only when someone consumes the deltas: an observer that
+/// asked for them. An observer alone (progress lines, session tracking) gets plain calls.
+#[tokio::test]
+async fn a_stream_is_requested_only_when_deltas_are_consumed() {
+    use std::sync::atomic::Ordering::Relaxed;
+    for (observer, deltas, expect_stream) in [
+        (false, false, false),
+        (true, false, false),
+        (false, true, false),
+        (true, true, true),
+    ] {
+        let provider = Arc::new(CountingProvider {
+            inner: ScriptedProvider::new(vec![ScriptedResponse::text("ok").usage(2, 1)]),
+            streams: Default::default(),
+            completes: Default::default(),
+        });
+        let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+        let mut cx = FlowContext::new().with_text_deltas(deltas);
+        if observer {
+            let log = seen.clone();
+            cx = cx.with_observer(move |ev: &FlowEvent<'_>| {
+                if let FlowEvent::TextDelta { text, .. } = ev {
+                    log.lock().expect("log").push((*text).to_owned());
+                }
+            });
+        }
+        assert_eq!(cx.wants_text_deltas(), expect_stream);
+        let agent = Agent::new("a", "sys", provider.clone());
+        let out = agent
+            .forward_in(Session::user_with("hi", Stamper::counter()), &cx)
+            .await
+            .expect("forward");
+        assert_eq!(
+            out.messages()
+                .last()
+                .and_then(|m| m.content.clone())
+                .as_deref(),
+            Some("ok")
+        );
+        let (streams, completes) = (
+            provider.streams.load(Relaxed),
+            provider.completes.load(Relaxed),
+        );
+        assert_eq!(
+            (streams, completes),
+            if expect_stream { (1, 0) } else { (0, 1) },
+            "observer={observer} deltas={deltas}"
+        );
+        let seen = seen.lock().expect("log").clone();
+        assert_eq!(seen.is_empty(), !expect_stream, "{seen:?}");
+    }
 }

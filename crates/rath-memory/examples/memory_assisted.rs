@@ -10,11 +10,15 @@
 //! ```
 //!
 //! Without `--store` the store is `$OPENRATH_HOME/memory/local/memory-assisted/` (else
-//! `./.openrath/memory/local/memory-assisted/`). Sessions and commits get unique UUIDv7 ids,
-//! so running it again on the same store adds a second commit under a new id. With
-//! `--deterministic` (or `OPENRATH_DETERMINISTIC=1`) sessions use the counter stamper and every
-//! run on a fresh store prints the same bytes (repeating it on one store repeats the same
-//! commit, which the store keeps once). No model is called: run 1's answer is scripted.
+//! `./.openrath/memory/local/memory-assisted/`). Each run saves its sessions to the session
+//! store the OPENRATH_HOME rules resolve (`$OPENRATH_HOME/sessions`, else
+//! `./.openrath/sessions`, else `~/.openrath/sessions`), so `rath sessions` shows both runs.
+//! Sessions and commits get unique UUIDv7 ids, so running it again on the same stores adds
+//! new sessions and a second commit under new ids, never replacing the first run's. With
+//! `--deterministic` (or `OPENRATH_DETERMINISTIC=1`) run 1 uses the counter stamper and run 2
+//! a seeded one (distinct ids), and every run on fresh stores prints the same bytes; repeating
+//! it on the same stores repeats the same commit and sessions, which are kept once. No model
+//! is called: run 1's answer is scripted.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -30,12 +34,29 @@ const AGENT: &str = "assistant";
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-fn stamper(deterministic: bool) -> Stamper {
-    if deterministic {
-        Stamper::counter()
-    } else {
-        Stamper::system()
+/// Run 1's ids: the counter stamper in deterministic mode, else unique UUIDv7 ids. Run 2
+/// gets `seeded(2)` in deterministic mode, so its sessions never take run 1's ids.
+fn stamper(deterministic: bool, phase: u64) -> Stamper {
+    match (deterministic, phase) {
+        (false, _) => Stamper::system(),
+        (true, 1) => Stamper::counter(),
+        (true, n) => Stamper::seeded(n),
     }
+}
+
+/// Saves `sessions` to the session store. A file already stored under one of their ids is
+/// kept when it holds the same session and is an error otherwise: never replaced.
+fn save(sessions: &[&Session]) -> Result<()> {
+    let store = rath_persist::Store::default_location();
+    for s in sessions {
+        store.save(s)?;
+    }
+    println!(
+        "saved {} session(s) to {}",
+        sessions.len(),
+        store.dir().display()
+    );
+    Ok(())
 }
 
 fn policy() -> MemoryPolicy {
@@ -62,7 +83,7 @@ fn phase1(store: &Option<PathBuf>, deterministic: bool) -> Result<()> {
     let mem = open(store)?;
     let input = Session::user_with(
         "Which port does the staging API listen on?",
-        stamper(deterministic),
+        stamper(deterministic, 1),
     );
     let output = input.push(Chunk::assistant_text(
         "The staging API listens on port 8443, behind the gateway.",
@@ -76,13 +97,17 @@ fn phase1(store: &Option<PathBuf>, deterministic: bool) -> Result<()> {
         .and_then(|e| e.commit_id.clone())
         .ok_or("run 1 made no commit")?;
     println!("commit_id={commit}");
+    save(&[&output])?;
     Ok(())
 }
 
 /// Run 2: a new question; recall-and-inject before the model call.
 fn phase2(store: &Option<PathBuf>, deterministic: bool) -> Result<()> {
     let mem = open(store)?;
-    let input = Session::user_with("What port is the staging API on?", stamper(deterministic));
+    let input = Session::user_with(
+        "What port is the staging API on?",
+        stamper(deterministic, 2),
+    );
     let ready = policy().recall_and_inject(&input, &mem, Some(AGENT))?;
     for chunk in ready.chunks() {
         println!("chunk {}", serde_json::to_string(chunk)?);
@@ -99,6 +124,7 @@ fn phase2(store: &Option<PathBuf>, deterministic: bool) -> Result<()> {
         .filter_map(|h| h.commit_id.as_deref())
         .collect();
     println!("recalled_commit_ids={}", all.join(","));
+    save(&[&ready])?;
     Ok(())
 }
 

@@ -20,10 +20,12 @@ fn second_run_recalls_the_first_runs_commit() {
     };
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
+    let home = dir.path().join("home");
     let out = Command::new(&bin)
         .arg("--store")
         .arg(&store)
         .arg("--deterministic")
+        .env("OPENRATH_HOME", &home)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -51,18 +53,40 @@ fn second_run_recalls_the_first_runs_commit() {
     assert_eq!(chunk["payload"]["operation"], "recall");
     assert_eq!(chunk["payload"]["hits"][0]["commit_id"], commit);
 
+    // Both runs' sessions are in the session store, and they load.
+    let sessions = rath_persist::Store::at(home.join("sessions"));
+    let listed = sessions.list().expect("list sessions");
+    assert!(!listed.is_empty(), "no sessions stored");
+    let recalled_in_store = listed.iter().any(|s| {
+        let loaded = sessions.load(&s.id).expect("load session");
+        loaded.session.chunks().iter().any(|c| {
+            matches!(c.body(), rath_session::ChunkBody::MemoryEvent(e)
+                if e.operation == "recall" && e.commit_id.as_deref() == Some(commit))
+        })
+    });
+    assert!(
+        recalled_in_store,
+        "run 2's recall event is not in the session store"
+    );
+
     // Deterministic: a second pair of runs on a fresh store prints the same bytes.
     let store2 = dir.path().join("store2");
+    let home2 = dir.path().join("home2");
     let again = Command::new(&bin)
         .arg("--store")
         .arg(&store2)
         .arg("--deterministic")
+        .env("OPENRATH_HOME", &home2)
         .output()
         .unwrap();
     let again = String::from_utf8_lossy(&again.stdout);
     assert_eq!(
-        stdout.replace("store", ""),
-        again.replace("store2", "").replace("store", "")
+        stdout.replace("store", "").replace("home", ""),
+        again
+            .replace("store2", "")
+            .replace("store", "")
+            .replace("home2", "")
+            .replace("home", "")
     );
 }
 
@@ -78,8 +102,12 @@ fn commit_ids_in(store: &std::path::Path) -> Vec<String> {
         .collect()
 }
 
-fn run_ok(bin: &std::path::Path, args: &[&std::ffi::OsStr]) -> String {
-    let out = Command::new(bin).args(args).output().unwrap();
+fn run_ok(bin: &std::path::Path, home: &std::path::Path, args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(bin)
+        .args(args)
+        .env("OPENRATH_HOME", home)
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -98,8 +126,9 @@ fn two_runs_on_one_store_never_share_a_commit_id() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     let args = ["--store".as_ref(), store.as_os_str()];
-    let first = run_ok(&bin, &args);
-    let second = run_ok(&bin, &args);
+    let home = dir.path().join("home");
+    let first = run_ok(&bin, &home, &args);
+    let second = run_ok(&bin, &home, &args);
     let id = |out: &str| {
         out.lines()
             .find_map(|l| l.strip_prefix("commit_id="))
@@ -114,6 +143,9 @@ fn two_runs_on_one_store_never_share_a_commit_id() {
     );
     let ids = commit_ids_in(&store);
     assert_eq!(ids, [a, b], "one commit per run, each under its own id");
+    // Both runs' sessions are stored side by side: 2 phases x 2 runs, none replaced.
+    let sessions = rath_persist::Store::at(home.join("sessions"));
+    assert_eq!(sessions.list().expect("list").len(), 4);
 
     // Deterministic runs repeat the same commit; the store keeps it once.
     let det = dir.path().join("det");
@@ -122,7 +154,14 @@ fn two_runs_on_one_store_never_share_a_commit_id() {
         det.as_os_str(),
         "--deterministic".as_ref(),
     ];
-    let (x, y) = (id(&run_ok(&bin, &args)), id(&run_ok(&bin, &args)));
+    let det_home = dir.path().join("det_home");
+    let (x, y) = (
+        id(&run_ok(&bin, &det_home, &args)),
+        id(&run_ok(&bin, &det_home, &args)),
+    );
     assert_eq!(x, y);
     assert_eq!(commit_ids_in(&det), [x]);
+    // Run 1 and run 2 never share a session id, even in deterministic mode.
+    let det_sessions = rath_persist::Store::at(det_home.join("sessions"));
+    assert_eq!(det_sessions.list().expect("list").len(), 2);
 }

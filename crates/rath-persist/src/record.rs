@@ -9,7 +9,9 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use rath_session::{ChunkBody, PendingCall, SandboxSpec, Session, SessionId, Timestamp, Usage};
+use rath_session::{
+    ChunkBody, PendingCall, RunFailure, SandboxSpec, Session, SessionId, Timestamp, Usage,
+};
 use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::ser::SerializeSeq;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -51,6 +53,7 @@ impl Serialize for PayloadRef<'_> {
             ChunkBody::CompressionRecord(p) => p.serialize(s),
             ChunkBody::PolicyDecision(p) => p.serialize(s),
             ChunkBody::Note(p) => p.serialize(s),
+            ChunkBody::RunFailure(p) => p.serialize(s),
             other => {
                 // A kind added to rath-session after this crate: use its own serde shape.
                 let v = serde_json::to_value(other).map_err(serde::ser::Error::custom)?;
@@ -313,6 +316,7 @@ fn typed_payload<'de, A: MapAccess<'de>>(kind: &str, map: &mut A) -> Result<Payl
         "compression_record" => ChunkBody::CompressionRecord(map.next_value()?),
         "policy_decision" => ChunkBody::PolicyDecision(map.next_value()?),
         "note" => ChunkBody::Note(map.next_value()?),
+        "run_failure" => ChunkBody::RunFailure(map.next_value()?),
         _ => return Ok(PayloadIn::Raw(map.next_value()?)),
     }))
 }
@@ -380,12 +384,62 @@ pub(crate) struct SkimLine {
     pub rath_ext: Option<SkimExt>,
 }
 
-/// Only the evidence count of an extension object.
+/// Only the evidence entries' positions and kinds of an extension object (and the payload
+/// of a `run_failure`, which a listing shows).
 #[derive(Deserialize)]
 pub(crate) struct SkimExt {
     #[serde(default)]
-    pub evidence: Vec<IgnoredAny>,
+    pub evidence: Vec<SkimEvidence>,
 }
+
+/// An evidence entry as a listing sees it.
+pub(crate) struct SkimEvidence {
+    /// Position in the whole session.
+    pub at: Option<u64>,
+    /// The failure, for a `run_failure` entry (`None` for every other kind).
+    pub failure: Option<RunFailure>,
+}
+
+impl<'de> Deserialize<'de> for SkimEvidence {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = SkimEvidence;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an evidence entry")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<SkimEvidence, A::Error> {
+                let (mut at, mut kind, mut failure, mut early) = (None, None, None, None);
+                while let Some(key) = map.next_key::<StrIn<'de>>()? {
+                    match &*key.0 {
+                        "at" => at = map.next_value::<Option<u64>>()?,
+                        "kind" => kind = Some(map.next_value::<StrIn<'de>>()?.0),
+                        // Written after `kind`: only a failure's payload is built.
+                        "payload" if kind.as_deref() == Some(RUN_FAILURE) => {
+                            failure = Some(map.next_value::<RunFailure>()?);
+                        }
+                        "payload" if kind.is_some() => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                        "payload" => early = Some(map.next_value::<Value>()?),
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                if kind.as_deref() == Some(RUN_FAILURE)
+                    && let Some(v) = early
+                {
+                    failure = serde_json::from_value(v).ok();
+                }
+                Ok(SkimEvidence { at, failure })
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+const RUN_FAILURE: &str = "run_failure";
 
 /// Turns a `kind` + raw payload into a body (for payloads read before their kind, and for
 /// evidence entries).

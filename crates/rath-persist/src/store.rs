@@ -23,7 +23,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rath_session::{LineageKind, Session, SessionId, Timestamp, Usage};
+use rath_session::{LineageKind, RunFailure, Session, SessionId, Timestamp, Usage};
 
 use crate::PersistError;
 use crate::journal::LineageRow;
@@ -101,6 +101,9 @@ pub struct SessionSummary {
     pub crashed: bool,
     /// Trailer `cumulative_usage` (`None` when absent or not closed).
     pub usage: Option<Usage>,
+    /// The failure that stopped the session's run: its last chunk, when that is a
+    /// `run_failure` evidence entry (see [`rath_session::Session::failure`]).
+    pub failure: Option<RunFailure>,
 }
 
 impl SessionSummary {
@@ -336,6 +339,7 @@ pub fn summarize_file(path: &Path) -> Result<SessionSummary, PersistError> {
     };
     let mut header: Option<SessionSummary> = None;
     let (mut chunks, mut evidence, mut closed, mut usage) = (0u64, 0u64, false, None);
+    let mut last_failure: Option<(u64, RunFailure)> = None;
     for (lineno, line) in lines(&bytes) {
         let Some(line) = line else { continue };
         if is_blank(line) {
@@ -361,6 +365,7 @@ pub fn summarize_file(path: &Path) -> Result<SessionSummary, PersistError> {
                     closed: false,
                     crashed: false,
                     usage: None,
+                    failure: None,
                 });
             }
             continue;
@@ -375,7 +380,16 @@ pub fn summarize_file(path: &Path) -> Result<SessionSummary, PersistError> {
             }
             _ => {}
         }
-        evidence += skim.rath_ext.map_or(0, |e| e.evidence.len() as u64);
+        if let Some(ext) = skim.rath_ext {
+            evidence += ext.evidence.len() as u64;
+            for e in ext.evidence {
+                if let (Some(f), Some(at)) = (e.failure, e.at)
+                    && last_failure.as_ref().is_none_or(|(p, _)| at >= *p)
+                {
+                    last_failure = Some((at, f));
+                }
+            }
+        }
     }
     let mut s = header.ok_or_else(|| PersistError::MissingHeader {
         path: path.to_path_buf(),
@@ -385,5 +399,7 @@ pub fn summarize_file(path: &Path) -> Result<SessionSummary, PersistError> {
     s.closed = closed;
     s.crashed = !closed && path.to_string_lossy().ends_with(PARTIAL_SUFFIX);
     s.usage = usage;
+    // Only a failure at the very end counts (a resumed run continued after it).
+    s.failure = last_failure.and_then(|(at, f)| (at + 1 == chunks + evidence).then_some(f));
     Ok(s)
 }

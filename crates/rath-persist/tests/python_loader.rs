@@ -35,6 +35,24 @@ fn extended(base: &Session) -> Session {
             finish_reason: Some("tool_calls".into()),
             usage: Some(Usage::new(5, 1)),
             messages_sent: 2,
+            // How the provider got the answer: a stream fallback after an empty stream.
+            detail: [
+                ("stream".to_owned(), serde_json::json!(false)),
+                (
+                    "stream_fallback".to_owned(),
+                    serde_json::json!("empty_stream"),
+                ),
+                (
+                    "attempts".to_owned(),
+                    serde_json::json!([
+                        {"attempt": 1, "mode": "stream", "outcome": "empty_stream",
+                         "elapsed_ms": 3, "fallback": true},
+                        {"attempt": 2, "mode": "complete", "outcome": "ok", "elapsed_ms": 41}
+                    ]),
+                ),
+            ]
+            .into_iter()
+            .collect(),
             ..ModelCall::default()
         })))
         .push(Chunk::assistant(None, Some(vec![call.clone()])))

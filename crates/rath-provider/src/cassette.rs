@@ -31,6 +31,7 @@
 //! interleave differently still replay; a request with no match fails with a line diff against
 //! the next unused recording.
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -67,6 +68,9 @@ pub struct RecordedResponse {
     pub model: Option<String>,
     /// The recording provider's name.
     pub provider: String,
+    /// The response's evidence detail (how it was fetched); omitted when empty.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub detail: BTreeMap<String, Value>,
 }
 
 impl RecordedResponse {
@@ -77,6 +81,7 @@ impl RecordedResponse {
             usage: r.usage,
             model: r.model.clone(),
             provider: r.provider.clone(),
+            detail: r.detail.clone(),
         }
     }
 
@@ -88,6 +93,7 @@ impl RecordedResponse {
             usage: self.usage,
             model: self.model.clone(),
             provider: self.provider.clone(),
+            detail: self.detail.clone(),
         }
     }
 }

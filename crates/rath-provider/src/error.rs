@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::Attempt;
+
 /// Everything that can go wrong asking a provider for the next chunk.
 ///
 /// Variants say what the caller can do: [`ProviderError::is_retryable`] tells a retry loop
@@ -29,13 +31,33 @@ pub enum ProviderError {
     /// The connection failed or was cut (for example mid-stream). Retryable.
     #[error("connection to provider failed: {0}")]
     Connection(String),
-    /// Every attempt failed with a retryable error; `last` is the final one.
-    #[error("provider failed after {attempts} attempts; last error: {last}")]
+    /// More than one attempt was made and the last one failed: the retries ran out
+    /// (`max_retries`), the retry time ran out (`retry_max_elapsed`, `retry_budget`), or a
+    /// later attempt failed in a way retrying cannot fix. `history` lists every attempt
+    /// (a single attempt is listed too when `max_retries` is 0); `last` is the final error.
+    #[error(
+        "provider failed after {attempts} attempts ({}; stopped: {stopped}); last error: {last}",
+        crate::attempt::summary(.history)
+    )]
     RetriesExhausted {
-        /// Attempts made, the first included.
+        /// Attempts made, the first (and a stream fallback) included.
         attempts: u32,
         /// The last error seen.
         last: Box<ProviderError>,
+        /// Every attempt, in order.
+        history: Vec<Attempt>,
+        /// Why no further attempt was made: `max_retries`, `retry_max_elapsed`,
+        /// `retry_budget` or `not_retryable`.
+        stopped: String,
+    },
+    /// A streamed answer ended without an answer: no event at all (llama-cpp-python's
+    /// answer to a streamed request offering tools with `tool_choice: auto`), or no finish
+    /// reason. Not retryable: [`crate::OpenAiProvider`] falls back to a non-streamed
+    /// request instead of repeating the stream.
+    #[error("{}", crate::attempt::incomplete_text(.events))]
+    StreamIncomplete {
+        /// Events received before the stream ended.
+        events: usize,
     },
     /// Sending this request could exceed the configured token budget, so it was not sent.
     #[error("token budget exceeded: {used} used of {budget}, this request may need up to {needed}")]
@@ -91,11 +113,15 @@ pub enum ProviderError {
 }
 
 impl ProviderError {
-    /// True when trying the same request again may succeed (429, 5xx, timeout, connection
-    /// failure, malformed answer).
+    /// True when trying the same request again may succeed: HTTP 408, 409, 429 and 5xx,
+    /// timeouts, connection failures and malformed answers. A 400, 401, 403, 404 or 422, an
+    /// incomplete stream (which gets a non-streamed fallback instead), configuration,
+    /// budget, cassette and script errors are not.
     pub fn is_retryable(&self) -> bool {
         match self {
-            ProviderError::Http { status, .. } => *status == 429 || *status >= 500,
+            ProviderError::Http { status, .. } => {
+                matches!(*status, 408 | 409 | 429) || (500..600).contains(status)
+            }
             ProviderError::Timeout { .. }
             | ProviderError::Connection(_)
             | ProviderError::InvalidResponse(_) => true,
@@ -108,6 +134,54 @@ impl ProviderError {
         match self {
             ProviderError::Http { retry_after, .. } => *retry_after,
             _ => None,
+        }
+    }
+
+    /// A short, stable name of the fault, as attempts record it: `http`, `timeout`,
+    /// `connection`, `invalid_response`, `empty_stream`, `no_finish_reason`,
+    /// `retries_exhausted`, `budget_exceeded`, `config`, ...
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ProviderError::Http { .. } => "http",
+            ProviderError::Timeout { .. } => "timeout",
+            ProviderError::Connection(_) => "connection",
+            ProviderError::RetriesExhausted { .. } => "retries_exhausted",
+            ProviderError::StreamIncomplete { events: 0 } => "empty_stream",
+            ProviderError::StreamIncomplete { .. } => "no_finish_reason",
+            ProviderError::BudgetExceeded { .. } => "budget_exceeded",
+            ProviderError::InvalidResponse(_) => "invalid_response",
+            ProviderError::ReplayMismatch { .. } => "replay_mismatch",
+            ProviderError::ReplayExhausted { .. } => "replay_exhausted",
+            ProviderError::Cassette(_) => "cassette",
+            ProviderError::ScriptExhausted { .. } => "script_exhausted",
+            ProviderError::ScriptAssertion { .. } => "script_assertion",
+            ProviderError::Config(_) => "config",
+        }
+    }
+
+    /// The HTTP status, of this error or (for [`ProviderError::RetriesExhausted`]) its last.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ProviderError::Http { status, .. } => Some(*status),
+            ProviderError::RetriesExhausted { last, .. } => last.status(),
+            _ => None,
+        }
+    }
+
+    /// The attempts behind this error: the history of a
+    /// [`ProviderError::RetriesExhausted`], empty for a failure of a single attempt.
+    pub fn attempts(&self) -> &[Attempt] {
+        match self {
+            ProviderError::RetriesExhausted { history, .. } => history,
+            _ => &[],
+        }
+    }
+
+    /// The final error: `last` of a [`ProviderError::RetriesExhausted`], else `self`.
+    pub fn root(&self) -> &ProviderError {
+        match self {
+            ProviderError::RetriesExhausted { last, .. } => last.root(),
+            other => other,
         }
     }
 }

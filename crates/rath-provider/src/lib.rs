@@ -27,9 +27,19 @@
 //! conversation view, tool schemas and a request id from the session's stamper) and returns
 //! a [`ProviderResponse`]; [`ProviderResponse::apply`] puts the assistant chunk, the
 //! `model_call` evidence (carrying the request id) and the usage on a new session.
+//!
+//! [`OpenAiProvider`] copes with real servers: a streamed request that yields no event or
+//! no finish reason gets one non-streamed fallback (recorded as `stream_fallback` in the
+//! evidence's `detail`), a server that cannot stream tool calls can be marked so
+//! ([`OpenAiConfig::stream_tools`], env `OPENAI_STREAM_TOOLS=false`), and faults are
+//! classified: 408/409/429/5xx, timeouts and cut connections are retried with backoff
+//! honouring `Retry-After`, within a per-call and a per-provider time limit; 400, 401, 403,
+//! 404 and 422 are not. Every attempt of a call that needed more than one is recorded
+//! ([`Attempt`]) in the evidence, or in [`ProviderError::RetriesExhausted`].
 
 #![warn(missing_docs)]
 
+mod attempt;
 mod cassette;
 mod error;
 #[cfg(feature = "mock-server")]
@@ -40,13 +50,16 @@ mod scripted;
 mod types;
 mod wire;
 
+pub use attempt::{Attempt, AttemptMode};
 pub use cassette::{
     Interaction, REPLAY_PROVIDER_NAME, RecordedResponse, RecordingProvider, ReplayProvider,
     json_diff,
 };
 pub use error::ProviderError;
 pub use openai::{
-    DEFAULT_BASE_URL, DEFAULT_MODEL, OPENAI_PROVIDER_NAME, OpenAiConfig, OpenAiProvider,
+    DEFAULT_BASE_URL, DEFAULT_MODEL, ENV_MAX_RETRIES, ENV_RETRY_BUDGET_MS,
+    ENV_RETRY_MAX_ELAPSED_MS, ENV_STREAM_TOOLS, ENV_TIMEOUT_MS, OPENAI_PROVIDER_NAME, OpenAiConfig,
+    OpenAiProvider, STREAM_SKIPPED_DISABLED, STREAM_SKIPPED_FAILED_EARLIER,
 };
 pub use provider::{Provider, StreamSink};
 pub use scripted::{RequestAssertion, ScriptedProvider, ScriptedResponse};

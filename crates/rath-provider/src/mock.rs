@@ -181,6 +181,34 @@ pub enum MockFault {
     CutMidStream,
     /// 200 with a body (or SSE event) that is not JSON.
     InvalidJson,
+    /// This HTTP status with a JSON error body, and `Retry-After` when given.
+    Status {
+        /// The status code (400, 401, 503, ...).
+        status: u16,
+        /// Seconds in the `Retry-After` header, if any.
+        retry_after_secs: Option<u64>,
+    },
+    /// 200 and nothing: an SSE stream with no event (not even `[DONE]`), or an empty body.
+    EmptyStream,
+    /// Streamed: text deltas, then `[DONE]` without a finish reason. Non-streamed: a
+    /// completion whose `finish_reason` is null.
+    NoFinishReason,
+    /// This status with the request's `Authorization` header echoed in the body, as a
+    /// careless proxy might: what a key-leak test needs.
+    EchoAuthorization {
+        /// The status code.
+        status: u16,
+    },
+}
+
+impl MockFault {
+    /// `Status { status, retry_after_secs: None }`.
+    pub fn status(status: u16) -> Self {
+        MockFault::Status {
+            status,
+            retry_after_secs: None,
+        }
+    }
 }
 
 /// One step of the mock's script.
@@ -206,6 +234,7 @@ impl From<MockFault> for MockStep {
 
 #[derive(Default)]
 struct MockState {
+    refuse_streamed_tools: bool,
     script: VecDeque<MockStep>,
     fallback: Option<MockReply>,
     requests: Vec<Value>,
@@ -265,6 +294,13 @@ impl MockServer {
         self.lock().fallback = reply;
     }
 
+    /// Behave like llama-cpp-python with `chatml-function-calling`: a streamed request that
+    /// offers tools with `tool_choice: "auto"` (or none) gets HTTP 200 and an empty stream,
+    /// without consuming a script step ("Automatic streaming tool choice is not supported").
+    pub fn refuse_streamed_tools(&self, on: bool) {
+        self.lock().refuse_streamed_tools = on;
+    }
+
     /// Every request body received, in order.
     pub fn requests(&self) -> Vec<Value> {
         self.lock().requests.clone()
@@ -298,20 +334,37 @@ async fn models() -> impl IntoResponse {
 async fn chat(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let streamed = request.get("stream").and_then(Value::as_bool) == Some(true);
+    let offers_tools = request
+        .get("tools")
+        .and_then(Value::as_array)
+        .is_some_and(|t| !t.is_empty());
+    let auto_choice = request
+        .get("tool_choice")
+        .is_none_or(|c| c == &Value::String("auto".to_owned()));
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
     let step = {
         let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+        let refuse = st.refuse_streamed_tools && streamed && offers_tools && auto_choice;
         st.requests.push(request);
         st.headers.push(headers);
-        match st.script.pop_front() {
-            Some(step) => Some(step),
-            None => st.fallback.clone().map(MockStep::Reply),
+        if refuse {
+            Some(MockStep::Fault(MockFault::EmptyStream))
+        } else {
+            match st.script.pop_front() {
+                Some(step) => Some(step),
+                None => st.fallback.clone().map(MockStep::Reply),
+            }
         }
     };
     match step {
         None => (StatusCode::INTERNAL_SERVER_ERROR, "mock script exhausted").into_response(),
         Some(MockStep::Reply(reply)) if streamed => sse(reply.stream_chunks(), false),
         Some(MockStep::Reply(reply)) => axum::Json(reply.completion_json()).into_response(),
-        Some(MockStep::Fault(fault)) => fault_response(fault, streamed).await,
+        Some(MockStep::Fault(fault)) => fault_response(fault, streamed, &authorization).await,
     }
 }
 
@@ -340,7 +393,19 @@ fn sse(chunks: Vec<Value>, cut: bool) -> Response {
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-async fn fault_response(fault: MockFault, streamed: bool) -> Response {
+fn error_json(status: u16, message: &str) -> Response {
+    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    Response::builder()
+        .status(code)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(
+            json!({"error": {"message": message, "type": "mock_error", "code": status}})
+                .to_string(),
+        ))
+        .unwrap_or_else(|_| code.into_response())
+}
+
+async fn fault_response(fault: MockFault, streamed: bool, authorization: &str) -> Response {
     let reply = MockReply::text("partial answer that never completes").usage(1, 1);
     match fault {
         MockFault::RateLimited { retry_after_secs } => Response::builder()
@@ -390,5 +455,48 @@ async fn fault_response(fault: MockFault, streamed: bool) -> Response {
             .header(header::CONTENT_TYPE, "application/json")
             .body(Body::from("{\"choices\": [ this is not json"))
             .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()),
+        MockFault::Status {
+            status,
+            retry_after_secs,
+        } => {
+            let mut r = error_json(status, &format!("mock: status {status}"));
+            if let Some(secs) = retry_after_secs
+                && let Ok(v) = secs.to_string().parse()
+            {
+                r.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+            r
+        }
+        MockFault::EchoAuthorization { status } => error_json(
+            status,
+            &format!("mock: rejected request with authorization {authorization:?}"),
+        ),
+        MockFault::EmptyStream => Response::builder()
+            .header(
+                header::CONTENT_TYPE,
+                if streamed {
+                    "text/event-stream"
+                } else {
+                    "application/json"
+                },
+            )
+            .body(Body::empty())
+            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()),
+        MockFault::NoFinishReason if streamed => {
+            let mut chunks = reply.stream_chunks();
+            for c in &mut chunks {
+                if let Some(choices) = c["choices"].as_array_mut() {
+                    for ch in choices {
+                        ch["finish_reason"] = Value::Null;
+                    }
+                }
+            }
+            sse(chunks, false)
+        }
+        MockFault::NoFinishReason => {
+            let mut body = reply.completion_json();
+            body["choices"][0]["finish_reason"] = Value::Null;
+            axum::Json(body).into_response()
+        }
     }
 }

@@ -262,6 +262,7 @@ impl Provider for ScriptedProvider {
                 usage: entry.usage,
                 model: entry.model.clone().or_else(|| req.model.clone()),
                 provider: self.name.clone(),
+                detail: Default::default(),
             }),
         };
         st.served += 1;

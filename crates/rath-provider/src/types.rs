@@ -218,6 +218,7 @@ impl ProviderRequest {
 ///     usage: Some(Usage::new(5, 1)),
 ///     model: Some("m".into()),
 ///     provider: "scripted".into(),
+///     detail: Default::default(),
 /// };
 /// let next = resp.apply(&s, &req, 0.0);
 /// assert_eq!(next.last().unwrap().kind(), ChunkKind::ModelCall);
@@ -238,6 +239,12 @@ pub struct ProviderResponse {
     pub model: Option<String>,
     /// Provider name (`openai-compatible`, `scripted`, `replay`, ...).
     pub provider: String,
+    /// How the answer was fetched, for the `model_call` evidence's `detail`: the
+    /// OpenAI-compatible provider records `stream` (true/false), `stream_fallback` (why a
+    /// stream was replaced by a non-streamed request), `stream_skipped` (why none was
+    /// tried) and `attempts` (when there were several). Never headers or keys.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub detail: BTreeMap<String, Value>,
 }
 
 impl ProviderResponse {
@@ -270,6 +277,7 @@ impl ProviderResponse {
             usage: self.usage,
             messages_sent: req.messages.len() as u64,
             elapsed_ms,
+            detail: self.detail.clone(),
         }
     }
 

@@ -129,6 +129,47 @@ async fn manifest_and_all_outputs_never_contain_the_key() {
         let bad = server_error_text(&cfg).await;
         format!("{bad}\n{bad:?}")
     };
+    // A server (or proxy) that echoes the Authorization header in its error text: once
+    // final (401), once after retries (503), once after a stream fallback (400).
+    let echoed = {
+        let mut text = String::new();
+        for (status, stream) in [(401u16, false), (503, false), (400, true)] {
+            let echo = common::server().await;
+            for _ in 0..4 {
+                echo.push(rath_provider::mock::MockFault::EchoAuthorization { status });
+            }
+            let mut c = cfg.clone();
+            c.base_url = echo.base_url();
+            let p = OpenAiProvider::new(c.with_max_retries(2)).unwrap();
+            let e = if stream {
+                p.stream(&request(&common::session()), &mut |_| {})
+                    .await
+                    .unwrap_err()
+            } else {
+                p.complete(&request(&common::session())).await.unwrap_err()
+            };
+            assert_eq!(e.status(), Some(status), "{e:?}");
+            assert!(e.to_string().contains("[redacted]"), "{e}");
+            text.push_str(&format!("{e}\n{e:?}\n{:?}\n", e.attempts()));
+        }
+        text
+    };
+    // The evidence of a call that needed a fallback and retries.
+    let fallback_session = {
+        let fb = common::server().await;
+        fb.refuse_streamed_tools(true);
+        fb.push(rath_provider::mock::MockFault::ServerError);
+        fb.push(rath_provider::mock::MockReply::text("ok").usage(1, 1));
+        let mut c = cfg.clone();
+        c.base_url = fb.base_url();
+        let p = OpenAiProvider::new(c).unwrap();
+        let s = common::session();
+        let req = request(&s);
+        let resp = p.stream(&req, &mut |_| {}).await.unwrap();
+        assert!(resp.detail.contains_key("stream_fallback"));
+        assert!(resp.detail.contains_key("attempts"));
+        session_json(&resp.apply(&s, &req, 0.0))
+    };
     let outputs = [
         manifest,
         format!("{cfg:?}"),
@@ -136,6 +177,8 @@ async fn manifest_and_all_outputs_never_contain_the_key() {
         session_json(&session),
         std::fs::read_to_string(&path).unwrap(),
         err,
+        echoed,
+        fallback_session,
     ];
     for (i, out) in outputs.iter().enumerate() {
         assert!(!out.contains(KEY), "output {i} leaks the key:\n{out}");

@@ -241,7 +241,7 @@ async fn fault_exhausts(fault: MockFault, stream: bool) -> ProviderError {
     assert_eq!(session_json(&s), before);
     assert_eq!(server.requests().len(), 3, "{fault:?}");
     match result {
-        Err(ProviderError::RetriesExhausted { attempts, last }) => {
+        Err(ProviderError::RetriesExhausted { attempts, last, .. }) => {
             assert_eq!(attempts, 3);
             *last
         }
@@ -379,8 +379,374 @@ async fn unreachable_server_is_a_connection_error_after_retries() {
     .unwrap();
     let err = p.complete(&request(&session())).await.unwrap_err();
     assert!(
-        matches!(&err, ProviderError::RetriesExhausted { attempts: 2, last }
+        matches!(&err, ProviderError::RetriesExhausted { attempts: 2, last, .. }
             if matches!(**last, ProviderError::Connection(_))),
         "{err:?}"
+    );
+}
+
+// ------------------------------------------------------------ stream fallback and retries
+
+fn detail_str<'a>(resp: &'a rath_provider::ProviderResponse, key: &str) -> Option<&'a str> {
+    resp.detail.get(key).and_then(|v| v.as_str())
+}
+
+fn attempts_of(resp: &rath_provider::ProviderResponse) -> Vec<rath_provider::Attempt> {
+    resp.detail
+        .get("attempts")
+        .map(|v| serde_json::from_value(v.clone()).expect("attempts parse"))
+        .unwrap_or_default()
+}
+
+/// llama-cpp-python with `chatml-function-calling` answers a streamed request offering
+/// tools with `tool_choice: auto` with HTTP 200 and an empty stream. One non-streamed
+/// fallback answers it; nothing is retried; the evidence says so.
+#[tokio::test]
+async fn empty_stream_with_tools_is_answered_by_one_fallback() {
+    let server = server().await;
+    server.refuse_streamed_tools(true);
+    server.push(
+        MockReply::tool_calls(vec![("call_1", "word_count", json!({"text": "a b c"}))])
+            .usage(40, 9),
+    );
+    server.push(MockReply::text("three").usage(50, 2));
+    let p = provider(&server);
+    let s = session();
+    let req = request(&s);
+    let mut events = Vec::new();
+    let started = Instant::now();
+    let resp = p.stream(&req, &mut |e| events.push(e)).await.unwrap();
+    assert!(
+        started.elapsed() < secs(1000),
+        "no backoff before a fallback"
+    );
+    assert_eq!(resp.tool_calls().len(), 1);
+    assert_eq!(resp.tool_calls()[0].function.name, "word_count");
+    let sent = server.requests();
+    assert_eq!(sent.len(), 2, "one stream, one fallback, no retry");
+    assert_eq!(sent[0]["stream"], true);
+    assert_eq!(sent[1]["stream"], false);
+    assert_eq!(detail_str(&resp, "stream_fallback"), Some("empty_stream"));
+    assert_eq!(resp.detail["stream"], json!(false));
+    let attempts = attempts_of(&resp);
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert_eq!(attempts[0].outcome, "empty_stream");
+    assert!(attempts[0].fallback);
+    assert_eq!(attempts[0].backoff_ms, None);
+    assert_eq!(attempts[1].outcome, "ok");
+    assert_eq!(attempts[1].mode, rath_provider::AttemptMode::Complete);
+    // The sink still sees the answer, replayed as events (nothing to discard first).
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, StreamEvent::Retry { .. }))
+    );
+    let mut asm = StreamAssembler::default();
+    events.iter().for_each(|e| asm.push(e));
+    assert_eq!(asm.chunk_for(&resp.request_id), resp.chunk);
+    // The evidence on the session carries it.
+    let next = resp.apply(&s, &req, 0.0);
+    let evidence = serde_json::to_string(next.last().unwrap()).unwrap();
+    assert!(
+        evidence.contains("\"stream_fallback\":\"empty_stream\""),
+        "{evidence}"
+    );
+
+    // The provider remembers: the next tool-offering stream is not tried at all.
+    let resp = p.stream(&request(&s), &mut |_| {}).await.unwrap();
+    assert_eq!(resp.text(), Some("three"));
+    assert_eq!(server.requests().len(), 3);
+    assert_eq!(server.requests()[2]["stream"], false);
+    assert_eq!(
+        detail_str(&resp, "stream_skipped"),
+        Some(rath_provider::STREAM_SKIPPED_FAILED_EARLIER)
+    );
+    assert!(!resp.detail.contains_key("attempts"));
+    // A request without tools still streams.
+    server.push(MockReply::text("plain").usage(5, 1));
+    let plain = rath_provider::ProviderRequest::from_session(&s, vec![]);
+    let resp = p.stream(&plain, &mut |_| {}).await.unwrap();
+    assert_eq!(resp.text(), Some("plain"));
+    assert_eq!(server.requests()[3]["stream"], true);
+    assert_eq!(resp.detail["stream"], json!(true));
+}
+
+#[tokio::test]
+async fn stream_without_finish_reason_is_answered_by_one_fallback() {
+    let server = server().await;
+    server.push(MockFault::NoFinishReason);
+    server.push(MockReply::text("the whole answer").usage(7, 3));
+    let p = provider(&server);
+    let s = session();
+    let mut events = Vec::new();
+    let resp = p
+        .stream(&request(&s), &mut |e| events.push(e))
+        .await
+        .unwrap();
+    assert_eq!(resp.text(), Some("the whole answer"));
+    assert_eq!(resp.finish_reason.as_deref(), Some("stop"));
+    let sent = server.requests();
+    assert_eq!(sent.len(), 2, "one stream, one fallback, no retry");
+    assert_eq!(
+        (sent[0]["stream"].clone(), sent[1]["stream"].clone()),
+        (json!(true), json!(false))
+    );
+    assert_eq!(
+        detail_str(&resp, "stream_fallback"),
+        Some("no_finish_reason")
+    );
+    let attempts = attempts_of(&resp);
+    assert_eq!(attempts.len(), 2);
+    assert_eq!(attempts[0].outcome, "no_finish_reason");
+    assert!(attempts[0].fallback);
+    // Partial text arrived first: a Retry event tells the sink to discard it, and what
+    // the sink assembles is exactly the answer.
+    let retry_at = events
+        .iter()
+        .position(|e| matches!(e, StreamEvent::Retry { attempt: 2, .. }))
+        .expect("a Retry event before the replay");
+    assert!(retry_at > 0, "partial deltas came first: {events:?}");
+    let mut asm = StreamAssembler::default();
+    events.iter().for_each(|e| asm.push(e));
+    assert_eq!(asm.chunk_for(&resp.request_id), resp.chunk);
+}
+
+#[tokio::test]
+async fn client_errors_are_not_retried() {
+    for status in [400u16, 401, 403, 404, 422] {
+        // Non-streamed: exactly one request, the typed HTTP error itself.
+        let server = server().await;
+        server.push(MockFault::status(status));
+        server.set_fallback(Some(MockReply::text("must not be reached")));
+        let p = provider(&server);
+        let err = p.complete(&request(&session())).await.unwrap_err();
+        assert!(
+            matches!(&err, ProviderError::Http { status: s, .. } if *s == status),
+            "{status}: {err:?}"
+        );
+        assert!(!err.is_retryable());
+        assert_eq!(server.requests().len(), 1, "{status} was retried");
+
+        // Streamed: 401/403/404 end at once; 400/422 (a server refusing the stream's shape)
+        // get the one non-streamed fallback, which fails the same way and is final.
+        let server = common::server().await;
+        server.push(MockFault::status(status));
+        server.push(MockFault::status(status));
+        server.set_fallback(Some(MockReply::text("must not be reached")));
+        let p = provider(&server);
+        let err = p
+            .stream(&request(&session()), &mut |_| {})
+            .await
+            .unwrap_err();
+        assert_eq!(err.status(), Some(status), "{err:?}");
+        if matches!(status, 400 | 422) {
+            assert_eq!(
+                server.requests().len(),
+                2,
+                "{status}: stream + one fallback"
+            );
+            match &err {
+                ProviderError::RetriesExhausted {
+                    attempts: 2,
+                    history,
+                    stopped,
+                    ..
+                } => {
+                    assert_eq!(stopped, "not_retryable");
+                    assert!(history[0].fallback);
+                    assert_eq!(history[1].status, Some(status));
+                }
+                other => panic!("{status}: {other:?}"),
+            }
+        } else {
+            assert_eq!(server.requests().len(), 1, "{status} was retried");
+            assert!(matches!(err, ProviderError::Http { .. }), "{err:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn unavailable_then_success_is_retried_honouring_retry_after() {
+    let server = server().await;
+    server.push(MockFault::Status {
+        status: 503,
+        retry_after_secs: Some(1),
+    });
+    server.push(MockFault::status(408));
+    server.push(MockFault::status(409));
+    server.push(MockReply::text("back").usage(2, 1));
+    let p = rath_provider::OpenAiProvider::new(config(&server).with_max_retries(3)).unwrap();
+    let started = Instant::now();
+    let resp = p.complete(&request(&session())).await.unwrap();
+    assert!(started.elapsed() >= secs(1000), "{:?}", started.elapsed());
+    assert_eq!(resp.text(), Some("back"));
+    assert_eq!(server.requests().len(), 4);
+    let attempts = attempts_of(&resp);
+    let statuses: Vec<_> = attempts.iter().map(|a| a.status).collect();
+    assert_eq!(statuses, [Some(503), Some(408), Some(409), None]);
+    assert_eq!(attempts[0].retry_after_ms, Some(1000));
+    assert_eq!(attempts[0].backoff_ms, Some(1000));
+    assert!(
+        attempts[..3]
+            .iter()
+            .all(|a| a.backoff_ms.is_some() && !a.fallback)
+    );
+    assert_eq!(attempts[3].outcome, "ok");
+    assert_eq!(resp.detail["stream"], json!(false));
+    assert!(p.retry_time_spent() >= secs(1000));
+}
+
+#[tokio::test]
+async fn retry_time_is_bounded_per_call_and_per_provider() {
+    // Every request is a 500 (empty script); retries would go on for 50 attempts.
+    let server = server().await;
+    let cfg = config(&server)
+        .with_max_retries(50)
+        .with_backoff(secs(60), secs(60))
+        .with_retry_max_elapsed(secs(500))
+        .with_retry_budget(None);
+    let p = rath_provider::OpenAiProvider::new(cfg).unwrap();
+    let started = Instant::now();
+    let err = p.complete(&request(&session())).await.unwrap_err();
+    let took = started.elapsed();
+    assert!(took < secs(1500), "took {took:?}");
+    let ProviderError::RetriesExhausted {
+        attempts,
+        history,
+        stopped,
+        last,
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert_eq!(stopped, "retry_max_elapsed");
+    assert!(*attempts >= 3 && (*attempts as usize) < 50, "{attempts}");
+    assert_eq!(history.len(), *attempts as usize);
+    assert_eq!(server.requests().len(), *attempts as usize);
+    assert!(matches!(**last, ProviderError::Http { status: 500, .. }));
+    // The final error lists the attempts.
+    let text = err.to_string();
+    assert!(text.contains("#1 complete http 500"), "{text}");
+    assert!(text.contains("stopped: retry_max_elapsed"), "{text}");
+
+    // The provider-wide budget: once spent, later calls are not retried at all.
+    let server = common::server().await;
+    let cfg = config(&server)
+        .with_max_retries(50)
+        .with_backoff(secs(60), secs(60))
+        .with_retry_max_elapsed(std::time::Duration::from_secs(30))
+        .with_retry_budget(Some(secs(400)));
+    let p = rath_provider::OpenAiProvider::new(cfg).unwrap();
+    let started = Instant::now();
+    let err = p.complete(&request(&session())).await.unwrap_err();
+    assert!(started.elapsed() < secs(1500), "{:?}", started.elapsed());
+    assert!(
+        matches!(&err, ProviderError::RetriesExhausted { stopped, .. } if stopped == "retry_budget"),
+        "{err:?}"
+    );
+    let spent = p.retry_time_spent();
+    assert!(spent <= secs(450), "{spent:?}");
+    // What is left of the budget is less than one backoff (60 ms): a later call gets at
+    // most one more retry, then stops on the budget too.
+    let before = server.requests().len();
+    let err = p.complete(&request(&session())).await.unwrap_err();
+    assert!(
+        server.requests().len() <= before + 2,
+        "retried past the budget"
+    );
+    assert!(
+        matches!(&err, ProviderError::RetriesExhausted { stopped, .. } if stopped == "retry_budget"),
+        "{err:?}"
+    );
+    assert!(p.retry_time_spent() <= secs(450));
+}
+
+#[tokio::test]
+async fn a_retry_gets_only_the_time_that_is_left() {
+    // A hanging server, 1.5 s per attempt, but 0.8 s for the call once it retries: the
+    // first attempt times out, and no retry starts past the limit.
+    let server = server().await;
+    for _ in 0..5 {
+        server.push(MockFault::Hang(secs(10_000)));
+    }
+    let cfg = config(&server)
+        .with_max_retries(5)
+        .with_retry_max_elapsed(secs(800));
+    let p = rath_provider::OpenAiProvider::new(cfg).unwrap();
+    let started = Instant::now();
+    let err = p.complete(&request(&session())).await.unwrap_err();
+    let took = started.elapsed();
+    assert!(took < secs(2500), "took {took:?}");
+    assert_eq!(server.requests().len(), 1);
+    assert!(
+        matches!(&err, ProviderError::RetriesExhausted { stopped, last, .. }
+            if stopped == "retry_max_elapsed" && matches!(**last, ProviderError::Timeout { .. })),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn stream_tools_false_never_streams_with_tools() {
+    let server = server().await;
+    server.refuse_streamed_tools(true);
+    let base = server.base_url();
+    let cfg = rath_provider::OpenAiConfig::from_lookup(|k| match k {
+        "OPENAI_BASE_URL" => Some(base.clone()),
+        "OPENAI_MODEL" => Some("mock-model".into()),
+        "OPENAI_STREAM_TOOLS" => Some("false".into()),
+        _ => None,
+    })
+    .unwrap();
+    assert!(!cfg.stream_tools);
+    let p = rath_provider::OpenAiProvider::new(cfg).unwrap();
+    let s = session();
+    for i in 0..3 {
+        server.push(
+            MockReply::tool_calls(vec![("call_1", "word_count", json!({"text": "x"}))]).usage(9, 3),
+        );
+        let mut events = Vec::new();
+        let resp = p
+            .stream(&request(&s), &mut |e| events.push(e))
+            .await
+            .unwrap();
+        assert_eq!(resp.tool_calls().len(), 1);
+        assert_eq!(
+            detail_str(&resp, "stream_skipped"),
+            Some(rath_provider::STREAM_SKIPPED_DISABLED)
+        );
+        assert!(!resp.detail.contains_key("stream_fallback"));
+        assert!(
+            events
+                .iter()
+                .any(|e| matches!(e, StreamEvent::ToolCallDelta { .. }))
+        );
+        assert_eq!(
+            server.requests().len(),
+            i + 1,
+            "exactly one request per call"
+        );
+    }
+    assert!(server.requests().iter().all(|r| r["stream"] == false));
+    // Without tools it still streams.
+    server.push(MockReply::text("streamed").usage(3, 1).fragment(2));
+    let mut deltas = 0;
+    let plain = rath_provider::ProviderRequest::from_session(&s, vec![]);
+    p.stream(&plain, &mut |e| {
+        if matches!(e, StreamEvent::TextDelta { .. }) {
+            deltas += 1;
+        }
+    })
+    .await
+    .unwrap();
+    assert!(deltas >= 3);
+    assert_eq!(server.requests()[3]["stream"], true);
+
+    let bad = rath_provider::OpenAiConfig::from_lookup(|k| {
+        (k == "OPENAI_RETRY_MAX_ELAPSED_MS").then(|| "soon".to_owned())
+    })
+    .unwrap_err();
+    assert!(
+        bad.to_string().contains("OPENAI_RETRY_MAX_ELAPSED_MS"),
+        "{bad}"
     );
 }

@@ -13,7 +13,8 @@
 //!
 //! Four kinds are conversation, with OpenRath's payload shapes: `system`, `user`, `assistant`,
 //! `tool_result`. The rest are evidence that never reaches a model: tool evidence, model calls,
-//! route decisions, memory events, compression records, policy decisions and notes. A chunk is
+//! route decisions, memory events, compression records, policy decisions, notes and run
+//! failures. A chunk is
 //! reference-counted, so copying one (as fork and merge do) never copies its text.
 
 use std::collections::BTreeMap;
@@ -69,6 +70,8 @@ pub enum ChunkBody {
     PolicyDecision(PolicyDecision),
     /// A free-form annotation.
     Note(Note),
+    /// Why a run stopped before it finished (the last chunk of a failed run's session).
+    RunFailure(RunFailure),
 }
 
 /// The kind of a chunk, without its payload.
@@ -97,6 +100,8 @@ pub enum ChunkKind {
     PolicyDecision,
     /// `note`
     Note,
+    /// `run_failure`
+    RunFailure,
 }
 
 impl ChunkKind {
@@ -114,6 +119,7 @@ impl ChunkKind {
             ChunkKind::CompressionRecord => "compression_record",
             ChunkKind::PolicyDecision => "policy_decision",
             ChunkKind::Note => "note",
+            ChunkKind::RunFailure => "run_failure",
         }
     }
 
@@ -131,6 +137,7 @@ impl ChunkKind {
             "compression_record" => ChunkKind::CompressionRecord,
             "policy_decision" => ChunkKind::PolicyDecision,
             "note" => ChunkKind::Note,
+            "run_failure" => ChunkKind::RunFailure,
             _ => return None,
         })
     }
@@ -265,6 +272,11 @@ pub struct ModelCall {
     pub messages_sent: u64,
     /// Elapsed milliseconds (0 in deterministic mode).
     pub elapsed_ms: f64,
+    /// Anything else the provider wants on record (how the answer was fetched: `stream`,
+    /// `stream_fallback`, `stream_skipped`, the `attempts` when there were several). Never
+    /// headers or keys. Omitted when empty, so plain calls serialise as before.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub detail: BTreeMap<String, Value>,
 }
 
 /// A selector's decision.
@@ -369,6 +381,66 @@ pub struct Note {
     pub author: String,
     /// What it says.
     pub text: String,
+}
+
+/// Why a run stopped before it finished: what failed, the error as the caller saw it, who was
+/// running and what it was doing, and every provider attempt of a failed model call.
+///
+/// A failed workflow leaves this as the last chunk of the session it had reached, so the
+/// session can be stored (closed, valid) and read back as failed. A session that continued
+/// after one (a resumed run) is not failed: only a *last* `run_failure` chunk marks it.
+///
+/// ```
+/// use rath_session::{Chunk, ChunkBody, FailedAttempt, RunFailure, Session, Stamper};
+///
+/// let s = Session::user_with("hi", Stamper::counter()).push(Chunk::new(ChunkBody::RunFailure(RunFailure {
+///     kind: "provider".into(),
+///     message: "HTTP 503 from provider: overloaded".into(),
+///     agent: Some("hello".into()),
+///     step: "model_call".into(),
+///     attempts: vec![FailedAttempt { attempt: 1, outcome: "http".into(), status: Some(503), error: "overloaded".into() }],
+///     ..RunFailure::default()
+/// })));
+/// assert_eq!(s.failure().map(|f| f.kind.as_str()), Some("provider"));
+/// assert!(s.push(Chunk::assistant_text("resumed")).failure().is_none());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct RunFailure {
+    /// What failed: `provider`, `budget_exhausted`, `cancelled`, `backend`, `persist`,
+    /// `session`, `memory` or `config`.
+    pub kind: String,
+    /// The error, as the caller saw it (one line).
+    pub message: String,
+    /// The agent, selector or compressor that was running, if any.
+    pub agent: Option<String>,
+    /// What it was doing: `model_call`, `tool_calls`, `route`, `compress`, `memory`,
+    /// `fan_out`, `persist`, ...
+    pub step: String,
+    /// Tool rounds completed before the failure (session loops only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<u64>,
+    /// The request id of the provider call that failed, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// Every attempt of the failed provider call, first included (empty when no provider
+    /// call failed).
+    #[serde(default)]
+    pub attempts: Vec<FailedAttempt>,
+}
+
+/// One failed attempt of a provider call, in a [`RunFailure`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct FailedAttempt {
+    /// 1-based attempt number.
+    pub attempt: u32,
+    /// The kind of fault (`http`, `timeout`, `connection`, `invalid_response`,
+    /// `empty_stream`, ...).
+    pub outcome: String,
+    /// The HTTP status, when the attempt got one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// What went wrong, for people (one line).
+    pub error: String,
 }
 
 impl Chunk {
@@ -508,6 +580,7 @@ impl ChunkBody {
             ChunkBody::CompressionRecord(_) => ChunkKind::CompressionRecord,
             ChunkBody::PolicyDecision(_) => ChunkKind::PolicyDecision,
             ChunkBody::Note(_) => ChunkKind::Note,
+            ChunkBody::RunFailure(_) => ChunkKind::RunFailure,
         }
     }
 }

@@ -43,8 +43,8 @@ mod usage;
 
 pub use chunk::{
     AssistantPayload, Chunk, ChunkBody, ChunkData, ChunkKind, CompressionRecord, DroppedChunk,
-    FunctionCall, MemoryEvent, MemoryHit, ModelCall, Note, PolicyDecision, RouteDecision,
-    TextPayload, ToolCall, ToolEvidence, ToolResultPayload,
+    FailedAttempt, FunctionCall, MemoryEvent, MemoryHit, ModelCall, Note, PolicyDecision,
+    RouteDecision, RunFailure, TextPayload, ToolCall, ToolEvidence, ToolResultPayload,
 };
 pub use error::SessionError;
 pub use graph::LineageGraph;

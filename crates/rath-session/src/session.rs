@@ -243,6 +243,15 @@ impl Session {
         self.chunks.last()
     }
 
+    /// The failure that stopped this session's run: its last chunk, when that is a
+    /// `run_failure` (see [`crate::RunFailure`]).
+    pub fn failure(&self) -> Option<&crate::RunFailure> {
+        match self.last().map(Chunk::body) {
+            Some(ChunkBody::RunFailure(f)) => Some(f),
+            _ => None,
+        }
+    }
+
     /// Lineage.
     pub fn lineage(&self) -> &Lineage {
         &self.meta.lineage

@@ -12,7 +12,7 @@ use rath_provider::ScriptedResponse;
 use rath_session::{ChunkBody, RouteDecision, Session, SessionId};
 
 use super::DemoError;
-use super::hello_agent::{DemoConfig, provider};
+use super::hello_agent::{DemoConfig, LIVE_MAX_STEPS, provider};
 
 const TASK: &str = "Write a two-sentence release note for rath 1.2, which adds session \
                     compression and a bubblewrap sandbox.";
@@ -123,7 +123,7 @@ fn team(live: bool) -> Result<Selector, DemoError> {
         .candidate(researcher)
         .candidate(writer)
         .candidate(reviewer)
-        .max_steps(8))
+        .max_steps(if live { LIVE_MAX_STEPS } else { 8 }))
 }
 
 /// Runs the selector and saves every session it produced.
@@ -156,7 +156,17 @@ pub async fn run(config: DemoConfig) -> Result<SelectorReport, DemoError> {
     let root = Session::user_with(TASK, config.stamper());
     config.step(format!("task: {TASK}"));
     cx.record(&root);
-    let out = team(config.live)?.forward_in(root, &cx).await?;
+    let out = match team(config.live)?.forward_in(root, &cx).await {
+        Ok(out) => out,
+        Err(e) => {
+            let so_far = collected
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .1
+                .clone();
+            return Err(super::keep_failed(&config.store_dir(), so_far, e));
+        }
+    };
     cx.record(&out);
 
     let sessions = collected

@@ -13,13 +13,15 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use rath_flow::{Agent, Decision, FlowContext, FlowEvent, Parallel, Selector, ToolSet, Workflow};
+use rath_flow::{
+    Agent, Decision, FlowContext, FlowEvent, LoopOptions, Parallel, Selector, ToolSet, Workflow,
+};
 use rath_persist::{LineageRow, Store, export_jsonl_string};
 use rath_provider::ScriptedResponse;
 use rath_session::{ChunkBody, SandboxSpec, Session, SessionId, Usage};
 use serde_json::json;
 
-use super::hello_agent::provider;
+use super::hello_agent::{LIVE_MAX_STEPS, bounded, provider};
 use super::{DemoError, io};
 use crate::inspect::{lineage_tree, usage_text};
 
@@ -145,7 +147,8 @@ fn fixer(live: bool, name: &str, path: &str, fixed: &str, what: &str) -> Result<
         provider(live, script, name)?,
     )
     .describe(format!("Fixes {path}."))
-    .with_tools(ToolSet::builtins()))
+    .with_tools(ToolSet::builtins())
+    .with_options(bounded(live, LoopOptions::default())))
 }
 
 fn team(live: bool) -> Result<Selector, DemoError> {
@@ -171,7 +174,8 @@ fn team(live: bool) -> Result<Selector, DemoError> {
         )?,
     )
     .describe("Plans the work.")
-    .with_tools(ToolSet::builtins());
+    .with_tools(ToolSet::builtins())
+    .with_options(bounded(live, LoopOptions::default()));
     let specialists = Parallel::new("specialists")
         .describe("Two engineers fix their files in parallel.")
         .branch(fixer(
@@ -209,13 +213,14 @@ fn team(live: bool) -> Result<Selector, DemoError> {
         )?,
     )
     .describe("Runs the real tests.")
-    .with_tools(ToolSet::builtins());
+    .with_tools(ToolSet::builtins())
+    .with_options(bounded(live, LoopOptions::default()));
     Ok(Selector::by_function("router", route)
         .describe("Routes lead -> specialists -> qa until the tests pass.")
         .candidate(lead)
         .candidate(specialists)
         .candidate(qa)
-        .max_steps(8))
+        .max_steps(if live { LIVE_MAX_STEPS } else { 8 }))
 }
 
 /// The routing rule, read from evidence only: which agents have spoken (model_call
@@ -366,18 +371,22 @@ pub async fn run(config: TeamConfig) -> Result<TeamReport, DemoError> {
     );
     cx.record(&root);
     let team = team(config.live)?;
-    let out = team.forward_in(root, &cx).await?;
-    cx.record(&out);
-
     let store_dir = home.join("sessions");
-    let store = Store::at(&store_dir);
-    let sessions: Vec<Session> = {
+    let recorded = || -> Vec<Session> {
         let c = collected.lock().unwrap_or_else(|p| p.into_inner());
         c.order
             .iter()
             .filter_map(|id| c.latest.get(id).cloned())
             .collect()
     };
+    let out = match team.forward_in(root, &cx).await {
+        Ok(out) => out,
+        Err(e) => return Err(super::keep_failed(&store_dir, recorded(), e)),
+    };
+    cx.record(&out);
+
+    let store = Store::at(&store_dir);
+    let sessions: Vec<Session> = recorded();
     // Never replaces another run's file: an id already stored with other content is an error.
     for s in &sessions {
         store.save(s)?;

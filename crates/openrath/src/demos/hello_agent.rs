@@ -12,7 +12,7 @@ use rath_flow::{
     FlowContext, LoopOptions, SessionLoop, ToolContext, ToolError, ToolSet, typed_tool,
 };
 use rath_persist::Store;
-use rath_provider::{OpenAiProvider, Provider, ScriptedProvider, ScriptedResponse};
+use rath_provider::{OpenAiConfig, OpenAiProvider, Provider, ScriptedProvider, ScriptedResponse};
 use rath_session::{ChunkBody, Session, Stamper};
 use serde_json::json;
 
@@ -96,14 +96,46 @@ impl DemoConfig {
     }
 }
 
-/// The live provider from the environment, or `script` as a scripted provider named `name`.
+/// Completion tokens per model call in a live run, unless the configuration sets a limit:
+/// small local models ramble, and every token costs time.
+pub const LIVE_MAX_TOKENS: u32 = 160;
+
+/// Tool rounds per session loop in a live run (offline scripts set their own pace).
+pub const LIVE_MAX_TOOL_ROUNDS: usize = 2;
+
+/// Select-and-run steps of a selector in a live run.
+pub const LIVE_MAX_STEPS: usize = 3;
+
+/// `options` bounded for a live run ([`LIVE_MAX_TOOL_ROUNDS`]); unchanged offline.
+pub fn bounded(live: bool, options: LoopOptions) -> LoopOptions {
+    if live {
+        let rounds = options.max_tool_rounds.min(LIVE_MAX_TOOL_ROUNDS);
+        options.max_tool_rounds(rounds)
+    } else {
+        options
+    }
+}
+
+/// The live provider from the environment (temperature 0, seed 0 and at most
+/// [`LIVE_MAX_TOKENS`] per call unless configured otherwise), or `script` as a scripted
+/// provider named `name`.
 pub fn provider(
     live: bool,
     script: Vec<ScriptedResponse>,
     name: &str,
 ) -> Result<Arc<dyn Provider>, DemoError> {
     if live {
-        Ok(Arc::new(OpenAiProvider::from_env()?))
+        let mut config = OpenAiConfig::from_env()?;
+        if config.max_tokens.is_none() {
+            config = config.with_max_tokens(LIVE_MAX_TOKENS);
+        }
+        if config.temperature.is_none() {
+            config = config.with_temperature(0.0);
+        }
+        if config.seed.is_none() {
+            config = config.with_seed(0);
+        }
+        Ok(Arc::new(OpenAiProvider::new(config)?))
     } else {
         Ok(Arc::new(
             ScriptedProvider::new(script).named(format!("scripted:{name}")),
@@ -183,14 +215,18 @@ pub async fn run(config: DemoConfig) -> Result<HelloReport, DemoError> {
             }
         }
     });
+    let store_dir = config.store_dir();
     let out = SessionLoop::new(provider, tools)
         .with_agent_name("hello")
-        .with_options(LoopOptions::default().max_tool_rounds(4))
+        .with_options(bounded(
+            config.live,
+            LoopOptions::default().max_tool_rounds(4),
+        ))
         .run(&user, &agent, &cx)
-        .await?;
+        .await
+        .map_err(|e| super::keep_failed(&store_dir, vec![user.clone(), agent.clone()], e))?;
     config.step("session loop finished");
 
-    let store_dir = config.store_dir();
     save_all(&store_dir, &[user, agent, out.clone()])?;
     config.step(format!(
         "saved 3 sessions to {}",

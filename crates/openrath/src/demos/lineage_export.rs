@@ -100,9 +100,13 @@ pub async fn run(config: DemoConfig) -> Result<LineageReport, DemoError> {
     let looped = SessionLoop::new(provider, ToolSet::new())
         .with_agent_name("summarizer")
         .run(&detached, &agent, &FlowContext::new())
-        .await?;
-    let looped = keep(looped, "loop");
-    let _ = looped;
+        .await;
+    match looped {
+        Ok(s) => {
+            keep(s, "loop");
+        }
+        Err(e) => return Err(super::keep_failed(&config.store_dir(), all, e)),
+    }
 
     let store_dir = config.save_sessions(&all)?;
 

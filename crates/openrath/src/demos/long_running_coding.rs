@@ -329,7 +329,10 @@ pub async fn run(config: CodingConfig) -> Result<CodingReport, DemoError> {
             if progress {
                 println!("resuming {} after {skipped} model turn(s)", stopped.id());
             }
-            looper.resume(&stopped, &agent, &cx).await?
+            looper
+                .resume(&stopped, &agent, &cx)
+                .await
+                .map_err(|e| super::keep_failed(store.dir(), Vec::new(), e))?
         }
         None => {
             let ws = workspace.canonicalize().map_err(io(&workspace))?;
@@ -341,7 +344,10 @@ pub async fn run(config: CodingConfig) -> Result<CodingReport, DemoError> {
             let agent = Session::system_with(SYSTEM, stamper);
             store.save(&user)?;
             store.save(&agent)?;
-            looper.run(&user, &agent, &cx).await?
+            looper
+                .run(&user, &agent, &cx)
+                .await
+                .map_err(|e| super::keep_failed(store.dir(), Vec::new(), e))?
         }
     };
 

@@ -35,7 +35,10 @@ pub mod long_running_coding;
 pub mod research_synthesis;
 pub mod sandbox_isolated;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use rath_flow::FlowError;
+use rath_session::{Session, SessionId};
 
 use rath_session::Stamper;
 
@@ -89,6 +92,23 @@ pub enum DemoError {
     /// OPENAI_API_KEY, OPENAI_MODEL).
     #[error(transparent)]
     Provider(#[from] rath_provider::ProviderError),
+    /// The run failed part way. Every session it made, the failed one included (closed,
+    /// its last chunk a `run_failure` with the error, the agent, the step and the provider
+    /// attempts), is saved in `store_dir`.
+    #[error(
+        "run failed: {error}; {saved} sessions saved in {} (failed session {session}; `rath show {session}` says why)",
+        engineering_team::display(store_dir)
+    )]
+    RunFailed {
+        /// What stopped the run.
+        error: Box<FlowError>,
+        /// The sessions directory.
+        store_dir: PathBuf,
+        /// The failed session.
+        session: SessionId,
+        /// Sessions saved.
+        saved: usize,
+    },
     /// A file next to the store (workspace, report) could not be written.
     #[error("{path}: {source}")]
     Io {
@@ -98,6 +118,50 @@ pub enum DemoError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl DemoError {
+    /// The one line an example prints when it ends with this error.
+    pub fn line(&self) -> String {
+        self.to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// Ends an example that failed: prints `<example>: <the error on one line>` to stderr (for
+/// a failed run, the line names the failure and the store that holds its sessions) and exits
+/// with status 1.
+pub fn exit_failed(example: &str, e: &DemoError) -> ! {
+    eprintln!("{example}: {}", e.line());
+    std::process::exit(1)
+}
+
+/// What a flow error leaves for a demo: when the error carries a partial session (a failed
+/// or cancelled run), `sessions` (the sessions recorded so far) plus that one are saved to
+/// `store_dir` and the error becomes [`DemoError::RunFailed`]; otherwise it is returned as is.
+pub(crate) fn keep_failed(
+    store_dir: &Path,
+    mut sessions: Vec<Session>,
+    error: FlowError,
+) -> DemoError {
+    let Some(failed) = error.partial_session().cloned() else {
+        return DemoError::Flow(error);
+    };
+    match sessions.iter_mut().find(|s| s.id() == failed.id()) {
+        Some(s) => *s = failed.clone(),
+        None => sessions.push(failed.clone()),
+    }
+    if let Err(e) = hello_agent::save_all(store_dir, &sessions) {
+        return e;
+    }
+    DemoError::RunFailed {
+        error: Box::new(error),
+        store_dir: store_dir.to_path_buf(),
+        session: failed.id().clone(),
+        saved: sessions.len(),
+    }
 }
 
 pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> DemoError {

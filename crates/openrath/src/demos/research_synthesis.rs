@@ -11,14 +11,14 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use rath_flow::{
-    Agent, FlowContext, FlowEvent, Selector, Sequence, SummaryCompressor, ToolContext, ToolError,
-    ToolSet, Workflow, typed_tool,
+    Agent, FlowContext, FlowEvent, LoopOptions, Selector, Sequence, SummaryCompressor, ToolContext,
+    ToolError, ToolSet, Workflow, typed_tool,
 };
 use rath_provider::ScriptedResponse;
 use rath_session::{ChunkBody, CompressionRecord, SandboxSpec, Session, SessionId};
 use serde_json::json;
 
-use super::hello_agent::{DemoConfig, provider};
+use super::hello_agent::{DemoConfig, LIVE_MAX_STEPS, bounded, provider};
 use super::{DemoError, io};
 
 const QUESTION: &str = "Does the mean of 2, 4, 6, 8 equal 5? Find the claim and reproduce it.";
@@ -104,7 +104,8 @@ fn pipeline(live: bool) -> Result<Sequence, DemoError> {
         )?,
     )
     .describe("Searches the literature for the claim.")
-    .with_tools(ToolSet::new().with(search)?);
+    .with_tools(ToolSet::new().with(search)?)
+    .with_options(bounded(live, LoopOptions::default()));
     let reproduction = Agent::new(
         "reproduction",
         "You reproduce claimed numbers by running Python with run_code.",
@@ -123,12 +124,13 @@ fn pipeline(live: bool) -> Result<Sequence, DemoError> {
         )?,
     )
     .describe("Re-computes a claimed number with run_code.")
-    .with_tools(ToolSet::builtins());
+    .with_tools(ToolSet::builtins())
+    .with_options(bounded(live, LoopOptions::default()));
     let router = Selector::by_model("router", router_p)
         .describe("Routes literature -> reproduction until the claim is checked.")
         .candidate(literature)
         .candidate(reproduction)
-        .max_steps(6);
+        .max_steps(if live { LIVE_MAX_STEPS } else { 6 });
     let summarizer = provider(
         live,
         vec![
@@ -216,7 +218,17 @@ pub async fn run(config: DemoConfig) -> Result<ResearchReport, DemoError> {
     );
     config.step(format!("question: {QUESTION}"));
     cx.record(&root);
-    let out = pipeline(config.live)?.forward_in(root, &cx).await?;
+    let out = match pipeline(config.live)?.forward_in(root, &cx).await {
+        Ok(out) => out,
+        Err(e) => {
+            let so_far = collected
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .1
+                .clone();
+            return Err(super::keep_failed(&config.store_dir(), so_far, e));
+        }
+    };
     cx.record(&out);
 
     let sessions = collected

@@ -141,15 +141,24 @@ pub async fn run(config: DemoConfig) -> Result<SandboxOutcome, DemoError> {
             "isolated",
             SandboxSpec::working_dir(workspace.to_string_lossy().into_owned()),
         );
-    let out = agent.forward_in(root.clone(), &cx).await?;
-
     let store_dir = config.store_dir();
-    let mut sessions = vec![root];
-    for s in recorded.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-        if s.id() != sessions[0].id() && s.id() != out.id() {
-            sessions.push(s.clone());
-        }
-    }
+    let recorded_now = || -> Vec<Session> {
+        recorded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|s| s.id() != root.id())
+            .cloned()
+            .collect()
+    };
+    let out = agent.forward_in(root.clone(), &cx).await.map_err(|e| {
+        let mut kept = vec![root.clone()];
+        kept.extend(recorded_now());
+        super::keep_failed(&store_dir, kept, e)
+    })?;
+
+    let mut sessions = vec![root.clone()];
+    sessions.extend(recorded_now().into_iter().filter(|s| s.id() != out.id()));
     sessions.push(out.clone());
     save_all(&store_dir, &sessions)?;
     config.step(format!(

@@ -33,7 +33,7 @@ mod verify;
 use std::path::{Path, PathBuf};
 
 use rath_persist::{LoadedSession, SessionSummary, Store};
-use rath_session::{LineageGraph, SessionId, Usage};
+use rath_session::{LineageGraph, RunFailure, SessionId, Usage};
 use serde::Serialize;
 
 pub use diff::{ChunkLine, SessionDiff};
@@ -69,10 +69,49 @@ pub struct SessionRow {
     pub chunks: u64,
     /// Evidence chunks.
     pub evidence: u64,
-    /// `closed`, `crashed` (a `__partial__` file without trailer) or `open`.
+    /// `failed` (the run stopped on an error; see `failure`), `closed`, `crashed` (a
+    /// `__partial__` file without trailer) or `open`; see [`session_status`].
     pub status: &'static str,
     /// Cumulative usage from the trailer.
     pub usage: Option<Usage>,
+    /// Why the run failed, one line (see [`failure_text`]), when the status is `failed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+}
+
+/// The status of a stored session, the one rule `rath sessions` and `rath show` share:
+/// `failed` when its last chunk is a `run_failure` (the run stopped on an error, however the
+/// file ended), else `closed` (a trailer), `crashed` (a `__partial__` file without one: the
+/// writer died) or `open`.
+pub fn session_status(closed: bool, crashed: bool, failure: Option<&RunFailure>) -> &'static str {
+    if failure.is_some() {
+        "failed"
+    } else if closed {
+        "closed"
+    } else if crashed {
+        "crashed"
+    } else {
+        "open"
+    }
+}
+
+/// A failure on one line: `provider in hello at model_call (4 attempts): <message>`.
+pub fn failure_text(f: &RunFailure) -> String {
+    let mut o = f.kind.clone();
+    if let Some(a) = &f.agent {
+        o.push_str(&format!(" in {a}"));
+    }
+    if !f.step.is_empty() {
+        o.push_str(&format!(" at {}", f.step));
+    }
+    match f.attempts.len() {
+        0 => {}
+        1 => o.push_str(" (1 attempt)"),
+        n => o.push_str(&format!(" ({n} attempts)")),
+    }
+    o.push_str(": ");
+    o.push_str(&f.message);
+    o
 }
 
 impl SessionRow {
@@ -86,14 +125,9 @@ impl SessionRow {
             kind: s.kind.as_str().to_owned(),
             chunks: s.chunk_count,
             evidence: s.evidence_count,
-            status: if s.closed {
-                "closed"
-            } else if s.crashed {
-                "crashed"
-            } else {
-                "open"
-            },
+            status: session_status(s.closed, s.crashed, s.failure.as_ref()),
             usage: s.usage,
+            failure: s.failure.as_ref().map(failure_text),
         }
     }
 }
@@ -134,6 +168,11 @@ impl SessionListing {
             ]);
         }
         let mut out = render_table(&table, &[4, 5]);
+        for r in &self.rows {
+            if let Some(f) = &r.failure {
+                out.push_str(&format!("failed {}: {f}\n", r.id));
+            }
+        }
         out.push_str(&format!("{} sessions", self.rows.len()));
         if !self.unreadable.is_empty() {
             out.push_str(&format!(

@@ -3,11 +3,11 @@
 use std::fmt::Write as _;
 
 use rath_persist::LoadedSession;
-use rath_session::{Chunk, ChunkBody, Session, SessionId, Usage};
+use rath_session::{Chunk, ChunkBody, RunFailure, Session, SessionId, Usage};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{file_name, usage_text};
+use super::{failure_text, file_name, session_status, usage_text};
 
 /// One chunk of a [`Transcript`].
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -44,6 +44,11 @@ pub struct Transcript {
     pub closed_at: Option<String>,
     /// `closed` or `not closed` (crashed or still being written).
     pub closed: bool,
+    /// `failed`, `closed`, `crashed` or `open` (see [`super::session_status`]).
+    pub status: &'static str,
+    /// Why the run failed, when it did: the session's last chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<RunFailure>,
     /// True when a torn last line was skipped on load.
     pub torn_line_skipped: bool,
     /// Parent ids.
@@ -74,6 +79,8 @@ impl Transcript {
         t.created_at = loaded.created_at.to_string();
         t.closed_at = loaded.closed_at.map(|t| t.to_string());
         t.closed = loaded.closed;
+        let crashed = !loaded.closed && t.file.ends_with(rath_persist::PARTIAL_SUFFIX);
+        t.status = session_status(loaded.closed, crashed, t.failure.as_ref());
         t.torn_line_skipped = loaded.torn_line_skipped;
         t
     }
@@ -100,6 +107,8 @@ impl Transcript {
             created_at: s.created_at().to_string(),
             closed_at: None,
             closed: true,
+            status: session_status(true, false, s.failure()),
+            failure: s.failure().cloned(),
             torn_line_skipped: false,
             parents: l.parents.to_vec(),
             operator: l.operator.to_string(),
@@ -135,6 +144,12 @@ impl Transcript {
             (None, false) => "NOT closed (crashed, or still being written)".to_owned(),
         };
         let _ = writeln!(o, "created   {}; {status}", self.created_at);
+        if let Some(f) = &self.failure {
+            let _ = writeln!(o, "FAILED    {}", failure_text(f));
+            for a in &f.attempts {
+                let _ = writeln!(o, "  attempt {}: {}", a.attempt, a.error);
+            }
+        }
         if self.torn_line_skipped {
             let _ = writeln!(o, "warning   a torn last line was skipped");
         }
@@ -259,7 +274,7 @@ pub fn describe_chunk(c: &Chunk) -> (String, String) {
         }
         ChunkBody::ModelCall(m) => {
             let who = m.agent.as_deref().unwrap_or("-");
-            let text = format!(
+            let mut text = format!(
                 "agent={who} provider={} model={} finish={} usage={} messages={} {}ms",
                 m.provider,
                 m.model.as_deref().unwrap_or("-"),
@@ -268,6 +283,15 @@ pub fn describe_chunk(c: &Chunk) -> (String, String) {
                 m.messages_sent,
                 fmt_ms(m.elapsed_ms)
             );
+            // How the answer was fetched, when the provider recorded anything notable.
+            for key in ["stream_fallback", "stream_skipped"] {
+                if let Some(v) = m.detail.get(key).and_then(|v| v.as_str()) {
+                    text.push_str(&format!(" {key}={v}"));
+                }
+            }
+            if let Some(a) = m.detail.get("attempts").and_then(|v| v.as_array()) {
+                text.push_str(&format!(" attempts={}", a.len()));
+            }
             (format!("model_call {}", m.request_id), text)
         }
         ChunkBody::RouteDecision(r) => {
@@ -319,6 +343,13 @@ pub fn describe_chunk(c: &Chunk) -> (String, String) {
             )
         }
         ChunkBody::Note(n) => (format!("note {}", n.author), n.text.clone()),
+        ChunkBody::RunFailure(f) => {
+            let mut text = failure_text(f);
+            for a in &f.attempts {
+                let _ = write!(text, "\nattempt {}: {}", a.attempt, a.error);
+            }
+            (format!("run_failure {}", f.kind), text)
+        }
         _ => (c.kind().as_str().to_owned(), String::new()),
     }
 }
