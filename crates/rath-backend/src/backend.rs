@@ -34,21 +34,127 @@ pub struct Capabilities {
     pub payloads: Vec<PayloadKind>,
     /// Whether sandboxed work can reach a network.
     pub network: bool,
+    /// What sandboxed work can see of the host file system, when the backend states it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filesystem: Option<FilesystemView>,
 }
 
 impl Capabilities {
-    /// A claim for every payload kind.
+    /// A claim for every payload kind (no file system claim).
     pub fn all_payloads(isolation: IsolationLevel, network: bool) -> Self {
         Self {
             isolation,
             payloads: PayloadKind::ALL.to_vec(),
             network,
+            filesystem: None,
         }
+    }
+
+    /// The same claim, stating what the sandbox sees of the file system.
+    pub fn with_filesystem(mut self, view: FilesystemView) -> Self {
+        self.filesystem = Some(view);
+        self
     }
 
     /// True when `kind` is claimed.
     pub fn supports(&self, kind: PayloadKind) -> bool {
         self.payloads.contains(&kind)
+    }
+}
+
+/// How file payloads (read, write, list, exists) are kept inside the workspace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FileConfinement {
+    /// Every path is resolved beneath an open descriptor of the workspace directory
+    /// (`openat2` with `RESOLVE_BENEATH`, or an `O_NOFOLLOW` walk), so no symlink or rename
+    /// race reaches outside; writes never follow a final symlink; a file with more than one
+    /// hard link is refused.
+    WorkspaceHandle,
+    /// Only the path text is checked (no absolute paths, no `..` above the root); the
+    /// sandbox itself (a remote server) keeps the rest confined.
+    Lexical,
+}
+
+/// How one path of a command's view is provided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum MountAccess {
+    /// The host path, writable.
+    ReadWrite,
+    /// The host path, read-only.
+    ReadOnly,
+    /// A fresh, private, empty tmpfs.
+    Tmpfs,
+    /// A minimal `/dev` (null, zero, full, random, urandom, tty, shm, pts).
+    Devices,
+    /// A `/proc` of the sandbox's own pid namespace.
+    Proc,
+    /// A symlink (the target is in [`Mount::target`]).
+    Symlink,
+}
+
+/// One path visible to a command in the sandbox.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Mount {
+    /// The path inside the sandbox (`<workspace>` for the workspace, at its host path).
+    pub path: String,
+    /// How it is provided.
+    pub access: MountAccess,
+    /// A symlink's target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
+impl Mount {
+    /// A mount of `path` provided as `access`.
+    pub fn new(path: impl Into<String>, access: MountAccess) -> Self {
+        Self {
+            path: path.into(),
+            access,
+            target: None,
+        }
+    }
+
+    /// A symlink at `path` to `target`.
+    pub fn symlink(path: impl Into<String>, target: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            access: MountAccess::Symlink,
+            target: Some(target.into()),
+        }
+    }
+}
+
+/// What sandboxed work sees of the host file system.
+///
+/// ```
+/// use rath_backend::{Backend, FileConfinement, local::LocalBackend};
+///
+/// let view = LocalBackend::new().capabilities().filesystem.unwrap();
+/// assert_eq!(view.file_tools, FileConfinement::WorkspaceHandle);
+/// assert!(view.command_view.is_none()); // `local` commands see the host as the user does
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct FilesystemView {
+    /// How file payloads are confined.
+    pub file_tools: FileConfinement,
+    /// Everything a command sees, in mount order; nothing else of the host is visible.
+    /// `None` when commands see the host file system as the user does.
+    pub command_view: Option<Vec<Mount>>,
+}
+
+impl FilesystemView {
+    /// A view: file payloads confined as `file_tools`, commands seeing `command_view`.
+    pub fn new(file_tools: FileConfinement, command_view: Option<Vec<Mount>>) -> Self {
+        Self {
+            file_tools,
+            command_view,
+        }
     }
 }
 

@@ -45,8 +45,11 @@ pub struct ProcessSpec {
     pub argv: Vec<String>,
     /// The complete environment.
     pub env: BTreeMap<String, String>,
-    /// Host working directory.
+    /// Host working directory (its path; what `isolated` names inside its view).
     pub cwd: PathBuf,
+    /// The same directory, opened beneath the workspace root: when set, the child enters it
+    /// with `fchdir` instead of by path, so a symlink swapped in meanwhile is not followed.
+    pub cwd_fd: Option<std::os::fd::OwnedFd>,
     /// Stdin bytes.
     pub stdin: Option<Vec<u8>>,
     /// Timeout.
@@ -94,23 +97,41 @@ pub async fn run(
         return Err(ToolExecutionFailure::exception("empty command line"));
     };
     let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args)
-        .env_clear()
-        .envs(&spec.env)
-        .current_dir(&spec.cwd)
-        .stdin(if spec.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+    cmd.args(args).env_clear().envs(&spec.env);
+    match &spec.cwd_fd {
+        Some(fd) => {
+            let raw = std::os::fd::AsRawFd::as_raw_fd(fd);
+            // SAFETY: the closure runs in the forked child before exec and calls only
+            // fchdir(2), which is async-signal-safe; `raw` stays open until spawn returns
+            // (`spec.cwd_fd` outlives the spawn below).
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::fchdir(raw) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
+        None => {
+            cmd.current_dir(&spec.cwd);
+        }
+    }
+    cmd.stdin(if spec.stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .process_group(0)
+    .kill_on_drop(true);
     let mut child = cmd.spawn().map_err(|e| {
         ToolExecutionFailure::exception(format!("cannot start {program:?}: {e}"))
             .with_detail(json!({ "program": program }))
     })?;
+    drop(spec.cwd_fd);
     let pid = child.id();
     let stdin_pipe = child.stdin.take();
     let stdout = child.stdout.take();

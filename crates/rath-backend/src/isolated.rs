@@ -9,13 +9,34 @@
 //!     println!("isolated unavailable: {reason}");
 //! }
 //! assert!(!backend.capabilities().network);
+//! // The claim lists every path a command can see; the workspace is the only writable one
+//! // besides a private /tmp.
+//! let view = backend.capabilities().filesystem.unwrap().command_view.unwrap();
+//! assert!(view.iter().any(|m| m.path == "/usr"));
+//! assert!(!view.iter().any(|m| m.path == "/home" || m.path == "/root"));
 //! ```
 //!
-//! The sandbox: all namespaces unshared (so no network), a read-only view of the root with
-//! home directories, `/tmp`, `/run` and password hashes masked, the workspace bound
-//! read-write at its host path, a fresh `/tmp`, `/dev` and `/proc`, all capabilities dropped,
-//! and `--die-with-parent` so a killed dispatch takes everything inside down with it. File
-//! payloads run on the host side of the workspace with `local`'s path confinement.
+//! The sandbox: all namespaces unshared (so no network), all capabilities dropped, and
+//! `--die-with-parent` so a killed dispatch takes everything inside down with it. Its file
+//! system is built from nothing (bubblewrap's empty root, remounted read-only once set up):
+//!
+//! - `/usr`, `/bin`, `/sbin`, `/lib`, `/lib32`, `/lib64`, `/libx32` where the host has them,
+//!   read-only (the top-level ones recreated as symlinks where the host's are, merged /usr);
+//! - a minimal `/etc`, read-only: `passwd`, `group` (no `shadow`), `hosts`, `host.conf`,
+//!   `nsswitch.conf`, `protocols`, `services`, `ld.so.cache`, `ld.so.conf(.d)`,
+//!   `alternatives`, `ssl/certs`, `ssl/openssl.cnf` (not `ssl/private`), `localtime`,
+//!   `timezone` and `python3*`, each where present;
+//! - the installation prefix of the Python interpreter code payloads use, read-only, only
+//!   when it lies outside those directories (a pyenv or `/opt` install);
+//! - bubblewrap's minimal `/dev`, a `/proc` of the sandbox's own pid namespace, a private
+//!   empty `/tmp`, and the workspace read-write at its host path.
+//!
+//! Nothing else of the host (home directories, `/work`-style trees, `/opt`, `/var`, `/run`,
+//! `/srv`, `/mnt`) exists inside. [`Capabilities::filesystem`](crate::Capabilities) states
+//! exactly this list, as computed on the running host. File payloads run on the host side
+//! and resolve beneath the workspace descriptor exactly as under `local` (see
+//! [`local`](crate::local)), so a command swapping directories for symlinks inside the
+//! workspace cannot make them read or write anything outside it.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -23,24 +44,47 @@ use std::sync::OnceLock;
 use async_trait::async_trait;
 use rath_session::{SandboxHandle, SandboxSpec, Stamper};
 
-use crate::backend::{Availability, Backend, Capabilities, DispatchContext, IsolationLevel};
+use crate::backend::{
+    Availability, Backend, Capabilities, DispatchContext, FileConfinement, FilesystemView,
+    IsolationLevel, Mount, MountAccess,
+};
 use crate::error::{BackendError, ToolExecutionFailure};
 use crate::exec::ProcessSpec;
 use crate::local::{LocalSandbox, Runner, WorkspaceBackend};
 use crate::payload::{Output, Payload};
 
-/// Directories hidden behind an empty tmpfs inside the sandbox.
-const MASKED_DIRS: &[&str] = &[
-    "/root", "/home", "/tmp", "/var/tmp", "/run", "/mnt", "/media",
+/// The path the workspace mount is named by in the claim (it is bound at its host path).
+pub const WORKSPACE: &str = "<workspace>";
+
+/// System directories bound read-only (or recreated as the symlinks they are on the host,
+/// as on merged-/usr systems), where present.
+const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
 ];
-/// Files replaced by an empty file inside the sandbox.
-const MASKED_FILES: &[&str] = &[
-    "/etc/shadow",
-    "/etc/gshadow",
-    "/etc/shadow-",
-    "/etc/gshadow-",
+
+/// What of `/etc` a command sees, where present: accounts (no password hashes), name
+/// resolution files, the dynamic linker's configuration, Debian's alternatives, TLS
+/// certificates and OpenSSL's configuration (not `/etc/ssl/private`), the time zone, and
+/// Python's configuration directories (`/etc/python3*`, added by prefix).
+const ETC_FILES: &[&str] = &[
+    "passwd",
+    "group",
+    "hosts",
+    "host.conf",
+    "nsswitch.conf",
+    "protocols",
+    "services",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "localtime",
+    "timezone",
 ];
-/// PATH inside the sandbox (host PATH entries may point into masked home directories).
+
+/// PATH inside the sandbox.
 const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 fn find_bwrap() -> Option<PathBuf> {
@@ -51,25 +95,109 @@ fn find_bwrap() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// One host path of the view: a read-only bind or a symlink, as found on this host.
+fn host_entry(path: &Path) -> Option<Mount> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    let name = path.to_string_lossy().into_owned();
+    if meta.file_type().is_symlink() {
+        let target = std::fs::read_link(path).ok()?;
+        Some(Mount::symlink(name, target.to_string_lossy().into_owned()))
+    } else {
+        Some(Mount::new(name, MountAccess::ReadOnly))
+    }
+}
+
+/// True when `p` lies under one of the system directories bound above.
+fn under_system_dirs(p: &Path) -> bool {
+    SYSTEM_DIRS.iter().any(|d| p.starts_with(d))
+}
+
+/// The mounts of every sandbox on this host, in the order bwrap makes them. Computed once.
+fn view() -> &'static [Mount] {
+    static VIEW: OnceLock<Vec<Mount>> = OnceLock::new();
+    VIEW.get_or_init(|| {
+        let mut v: Vec<Mount> = SYSTEM_DIRS
+            .iter()
+            .filter_map(|d| host_entry(Path::new(d)))
+            .collect();
+        let mut etc: Vec<PathBuf> = ETC_FILES
+            .iter()
+            .map(|f| Path::new("/etc").join(f))
+            .collect();
+        if let Ok(rd) = std::fs::read_dir("/etc") {
+            let mut py: Vec<PathBuf> = rd
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+                .map(|e| e.path())
+                .collect();
+            py.sort();
+            etc.extend(py);
+        }
+        v.extend(etc.iter().filter_map(|p| host_entry(p)));
+        // The interpreter code payloads run: when it lives outside the system directories
+        // (a pyenv or /opt install), its installation prefix is bound read-only too.
+        if let Ok(py) = std::fs::canonicalize(crate::exec::python())
+            && !under_system_dirs(&py)
+            && let Some(prefix) = py.parent().and_then(Path::parent)
+        {
+            v.push(Mount::new(
+                prefix.to_string_lossy().into_owned(),
+                MountAccess::ReadOnly,
+            ));
+        }
+        v.extend([
+            Mount::new("/dev", MountAccess::Devices),
+            Mount::new("/proc", MountAccess::Proc),
+            Mount::new("/tmp", MountAccess::Tmpfs),
+            Mount::new(WORKSPACE, MountAccess::ReadWrite),
+        ]);
+        v
+    })
+}
+
+/// The bwrap arguments for `view()`, with the workspace at `root` and the working
+/// directory `cwd`, up to and including `--`.
+fn bwrap_args(root: &str, cwd: &str) -> Vec<String> {
+    let mut a: Vec<String> = ["--unshare-all", "--die-with-parent"]
+        .map(String::from)
+        .to_vec();
+    for m in view() {
+        let path = if m.path == WORKSPACE { root } else { &m.path };
+        let flag_args: Vec<&str> = match m.access {
+            MountAccess::ReadOnly => vec!["--ro-bind", path, path],
+            MountAccess::ReadWrite => vec!["--bind", path, path],
+            MountAccess::Tmpfs => vec!["--tmpfs", path],
+            MountAccess::Devices => vec!["--dev", path],
+            MountAccess::Proc => vec!["--proc", path],
+            MountAccess::Symlink => vec!["--symlink", m.target.as_deref().unwrap_or(""), path],
+        };
+        a.extend(flag_args.into_iter().map(String::from));
+    }
+    // The tmpfs root bwrap builds (holding the mount points above) becomes read-only.
+    a.extend(
+        [
+            "--remount-ro",
+            "/",
+            "--chdir",
+            cwd,
+            "--cap-drop",
+            "ALL",
+            "--",
+        ]
+        .map(String::from),
+    );
+    a
+}
+
 fn probe() -> Result<PathBuf, String> {
     let bwrap = find_bwrap().ok_or_else(|| {
         "`bwrap` is not installed (Debian: apt-get install bubblewrap)".to_owned()
     })?;
+    let probe_dir = std::env::temp_dir();
+    let dir = probe_dir.to_string_lossy();
     let out = std::process::Command::new(&bwrap)
-        .args([
-            "--unshare-all",
-            "--die-with-parent",
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--cap-drop",
-            "ALL",
-            "true",
-        ])
+        .args(bwrap_args(&dir, &dir))
+        .arg("true")
         .env_clear()
         .env("PATH", SANDBOX_PATH)
         .output()
@@ -94,48 +222,12 @@ struct Bubblewrap {
     bwrap: PathBuf,
 }
 
-fn arg(list: &mut Vec<String>, parts: &[&str]) {
-    list.extend(parts.iter().map(|s| (*s).to_owned()));
-}
-
 impl Runner for Bubblewrap {
     fn wrap(&self, sandbox: &LocalSandbox, mut spec: ProcessSpec) -> ProcessSpec {
         let root = sandbox.root().to_string_lossy().into_owned();
         let cwd = spec.cwd.to_string_lossy().into_owned();
         let mut argv = vec![self.bwrap.to_string_lossy().into_owned()];
-        arg(
-            &mut argv,
-            &["--unshare-all", "--die-with-parent", "--ro-bind", "/", "/"],
-        );
-        for d in MASKED_DIRS {
-            if Path::new(d).is_dir() {
-                arg(&mut argv, &["--tmpfs", d]);
-            }
-        }
-        for f in MASKED_FILES {
-            if Path::new(f).is_file() {
-                arg(&mut argv, &["--ro-bind", "/dev/null", f]);
-            }
-        }
-        arg(
-            &mut argv,
-            &[
-                "--dev",
-                "/dev",
-                "--proc",
-                "/proc",
-                "--tmpfs",
-                "/tmp",
-                "--bind",
-                &root,
-                &root,
-                "--chdir",
-                &cwd,
-                "--cap-drop",
-                "ALL",
-                "--",
-            ],
-        );
+        argv.extend(bwrap_args(&root, &cwd));
         argv.append(&mut spec.argv);
         spec.argv = argv;
         spec.env.insert("PATH".into(), SANDBOX_PATH.into());
@@ -190,7 +282,9 @@ impl Backend for IsolatedBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::all_payloads(IsolationLevel::Namespace, false)
+        Capabilities::all_payloads(IsolationLevel::Namespace, false).with_filesystem(
+            FilesystemView::new(FileConfinement::WorkspaceHandle, Some(view().to_vec())),
+        )
     }
 
     async fn open(

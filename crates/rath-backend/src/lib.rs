@@ -23,7 +23,7 @@
 //! [`isolated::IsolatedBackend`] (the same under bubblewrap). A sandbox is a
 //! [`rath_session::SandboxHandle`] whose lease a backend implements: forks share it, and the
 //! last holder's drop (or an explicit close) closes it exactly once. With the `conformance`
-//! feature, [`conformance`] holds the suite every backend must pass.
+//! feature, the `conformance` module holds the suite every backend must pass.
 //!
 //! This crate knows nothing of providers, tools or the flow loop.
 
@@ -42,7 +42,10 @@ pub mod conformance;
 pub mod isolated;
 pub mod local;
 
-pub use backend::{Availability, Backend, Capabilities, DispatchContext, IsolationLevel};
+pub use backend::{
+    Availability, Backend, Capabilities, DispatchContext, FileConfinement, FilesystemView,
+    IsolationLevel, Mount, MountAccess,
+};
 pub use confine::confine_relative;
 pub use error::{BackendError, FailureKind, ToolExecutionFailure};
 pub use evidence::{DispatchEvidence, Dispatched};

@@ -20,12 +20,20 @@
 //! ```
 //!
 //! The workspace is `spec.working_dir` (created if missing, kept on close) or a fresh temp
-//! dir that the sandbox owns and removes on close. `local` confines paths, not processes: a
-//! command can still read any file the user can. Use `isolated` for that.
+//! dir that the sandbox owns and removes on close. A directory descriptor of it is opened
+//! when the sandbox opens, and every file payload (read, write with its missing parents,
+//! list, exists) and every command's working directory is resolved beneath that descriptor
+//! (`openat2` with `RESOLVE_BENEATH`, or an `O_NOFOLLOW` walk where the kernel lacks it),
+//! then used through the descriptor it opened, never reopened by path. So a command that
+//! swaps a directory for a symlink to a host directory while payloads run cannot make them
+//! read or write outside the workspace; writes never follow a final symlink, and files with
+//! more than one hard link are refused. Details: the `confine` module in the source.
+//!
+//! `local` confines paths, not processes: a command itself can still read any file the user
+//! can. Use `isolated` for that.
 
 use std::any::Any;
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,13 +41,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rath_session::{SandboxHandle, SandboxLease, SandboxSpec, Stamper};
-use serde_json::json;
 
-use crate::backend::{Availability, Backend, Capabilities, DispatchContext, IsolationLevel};
-use crate::confine;
+use crate::backend::{
+    Availability, Backend, Capabilities, DispatchContext, FileConfinement, FilesystemView,
+    IsolationLevel,
+};
+use crate::confine::Root;
 use crate::error::{BackendError, FailureKind, ToolExecutionFailure};
 use crate::exec::{self, ProcessSpec};
-use crate::payload::{CodePayload, CommandPayload, EntryKind, FileEntry, Output, Payload};
+use crate::payload::{CodePayload, CommandPayload, Output, Payload};
 
 /// The largest file a read returns.
 pub const READ_LIMIT: u64 = 16 << 20;
@@ -52,7 +62,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 pub struct LocalSandbox {
     id: String,
     backend: &'static str,
-    root: PathBuf,
+    root: Arc<Root>,
     owned: Mutex<Option<tempfile::TempDir>>,
     live: AtomicBool,
     env: BTreeMap<String, String>,
@@ -63,7 +73,7 @@ pub struct LocalSandbox {
 impl LocalSandbox {
     /// The workspace directory (canonical host path).
     pub fn root(&self) -> &Path {
-        &self.root
+        self.root.path()
     }
 
     /// Closes now: removes an owned temp dir. True the first time, false after.
@@ -156,7 +166,8 @@ impl WorkspaceBackend {
             }
         };
         let root = std::fs::canonicalize(&dir)
-            .map_err(|e| open_err(format!("cannot resolve {dir:?}: {e}")))?;
+            .and_then(|p| Root::open(&p))
+            .map_err(|e| open_err(format!("cannot open the workspace {dir:?}: {e}")))?;
         let timeout = spec
             .timeout_seconds
             .filter(|s| s.is_finite() && *s > 0.0)
@@ -164,7 +175,7 @@ impl WorkspaceBackend {
         Ok(SandboxHandle::new(LocalSandbox {
             id: stamper.next_token("sbx"),
             backend: self.name,
-            root,
+            root: Arc::new(root),
             owned: Mutex::new(owned),
             live: AtomicBool::new(true),
             env: spec.env.clone().unwrap_or_default(),
@@ -228,31 +239,47 @@ impl WorkspaceBackend {
         match payload {
             Payload::Command(c) => command(runner, sandbox, c, cx).await.map(Output::Command),
             Payload::Code(c) => code(runner, sandbox, c, cx).await.map(Output::Code),
-            Payload::ReadFile { path } => read_file(sandbox, path).await,
+            Payload::ReadFile { path } => {
+                let path = path.clone();
+                on_root(sandbox, move |r| r.read_file(&path, READ_LIMIT))
+                    .await
+                    .map(Output::FileContent)
+            }
             Payload::WriteFile {
                 path,
                 content,
                 mode,
-            } => write_file(sandbox, path, content, *mode).await,
-            Payload::ListDir { path } => list_dir(sandbox, path).await,
+            } => {
+                let (path, content, mode) = (path.clone(), content.clone(), *mode);
+                on_root(sandbox, move |r| r.write_file(&path, &content, mode))
+                    .await
+                    .map(|bytes| Output::FileWritten { bytes })
+            }
+            Payload::ListDir { path } => {
+                let path = path.clone();
+                on_root(sandbox, move |r| r.list(&path))
+                    .await
+                    .map(Output::Listing)
+            }
             Payload::Exists { path } => {
-                let p = confine::resolve(&sandbox.root, path)?;
-                Ok(Output::Exists(
-                    tokio::fs::symlink_metadata(&p).await.is_ok(),
-                ))
+                let path = path.clone();
+                on_root(sandbox, move |r| r.exists(&path))
+                    .await
+                    .map(Output::Exists)
             }
         }
     }
 }
 
-fn io_failure(what: &str, path: &str, e: &std::io::Error) -> ToolExecutionFailure {
-    let kind = if e.kind() == std::io::ErrorKind::NotFound {
-        FailureKind::NotFound
-    } else {
-        FailureKind::ToolExecutionException
-    };
-    ToolExecutionFailure::new(kind, format!("cannot {what} {path:?}: {e}"))
-        .with_detail(json!({ "path": path }))
+/// Runs a blocking file operation on the sandbox's workspace root off the async threads.
+async fn on_root<T: Send + 'static>(
+    sandbox: &LocalSandbox,
+    op: impl FnOnce(&Root) -> Result<T, ToolExecutionFailure> + Send + 'static,
+) -> Result<T, ToolExecutionFailure> {
+    let root = sandbox.root.clone();
+    tokio::task::spawn_blocking(move || op(&root))
+        .await
+        .map_err(|e| ToolExecutionFailure::exception(format!("file operation failed: {e}")))?
 }
 
 async fn command(
@@ -261,14 +288,13 @@ async fn command(
     c: &CommandPayload,
     cx: &DispatchContext,
 ) -> Result<crate::payload::CommandOutput, ToolExecutionFailure> {
-    let cwd = match &c.cwd {
-        Some(d) => confine::resolve(&sandbox.root, d)?,
-        None => sandbox.root.clone(),
-    };
+    let rel = c.cwd.clone().unwrap_or_default();
+    let (cwd_fd, cwd) = on_root(sandbox, move |r| r.open_dir(&rel)).await?;
     let spec = ProcessSpec {
         argv: c.line.to_argv(),
-        env: exec::scrubbed_env(&sandbox.root, [&sandbox.env, &c.env]),
+        env: exec::scrubbed_env(sandbox.root(), [&sandbox.env, &c.env]),
         cwd,
+        cwd_fd: Some(cwd_fd),
         stdin: c.stdin.clone(),
         timeout: c.timeout.or(sandbox.timeout).or(Some(DEFAULT_TIMEOUT)),
     };
@@ -281,103 +307,18 @@ async fn code(
     c: &CodePayload,
     cx: &DispatchContext,
 ) -> Result<crate::payload::CodeOutput, ToolExecutionFailure> {
+    let (cwd_fd, cwd) = on_root(sandbox, |r| r.open_dir("")).await?;
     let spec = ProcessSpec {
         argv: vec![exec::python(), "-".into()],
-        env: exec::scrubbed_env(&sandbox.root, [&sandbox.env]),
-        cwd: sandbox.root.clone(),
+        env: exec::scrubbed_env(sandbox.root(), [&sandbox.env]),
+        cwd,
+        cwd_fd: Some(cwd_fd),
         stdin: Some(c.code.clone().into_bytes()),
         timeout: c.timeout.or(sandbox.timeout).or(Some(DEFAULT_TIMEOUT)),
     };
     exec::run(runner.wrap(sandbox, spec), cx)
         .await
         .map(exec::code_output)
-}
-
-async fn read_file(sandbox: &LocalSandbox, path: &str) -> Result<Output, ToolExecutionFailure> {
-    let p = confine::resolve(&sandbox.root, path)?;
-    let meta = tokio::fs::metadata(&p)
-        .await
-        .map_err(|e| io_failure("read", path, &e))?;
-    if meta.len() > READ_LIMIT {
-        return Err(ToolExecutionFailure::new(
-            FailureKind::OutputLimit,
-            format!(
-                "{path:?} is {} bytes; reads return at most {READ_LIMIT}",
-                meta.len()
-            ),
-        ));
-    }
-    tokio::fs::read(&p)
-        .await
-        .map(Output::FileContent)
-        .map_err(|e| io_failure("read", path, &e))
-}
-
-async fn write_file(
-    sandbox: &LocalSandbox,
-    path: &str,
-    content: &[u8],
-    mode: Option<u32>,
-) -> Result<Output, ToolExecutionFailure> {
-    let p = confine::resolve(&sandbox.root, path)?;
-    if p == sandbox.root {
-        return Err(ToolExecutionFailure::exception(
-            "cannot write the workspace root",
-        ));
-    }
-    if let Some(parent) = p.parent() {
-        tokio::fs::create_dir_all(parent)
-            .await
-            .map_err(|e| io_failure("create the parent of", path, &e))?;
-        // Creating parents may have raced with a symlink swap; check again.
-        confine::resolve(&sandbox.root, path)?;
-    }
-    tokio::fs::write(&p, content)
-        .await
-        .map_err(|e| io_failure("write", path, &e))?;
-    if let Some(m) = mode {
-        tokio::fs::set_permissions(&p, std::fs::Permissions::from_mode(m & 0o7777))
-            .await
-            .map_err(|e| io_failure("set the mode of", path, &e))?;
-    }
-    Ok(Output::FileWritten {
-        bytes: content.len() as u64,
-    })
-}
-
-async fn list_dir(sandbox: &LocalSandbox, path: &str) -> Result<Output, ToolExecutionFailure> {
-    let p = confine::resolve(&sandbox.root, path)?;
-    let mut rd = tokio::fs::read_dir(&p)
-        .await
-        .map_err(|e| io_failure("list", path, &e))?;
-    let mut entries = Vec::new();
-    while let Some(e) = rd
-        .next_entry()
-        .await
-        .map_err(|e| io_failure("list", path, &e))?
-    {
-        let meta = e
-            .metadata()
-            .await
-            .map_err(|err| io_failure("list", path, &err))?;
-        let ft = meta.file_type();
-        let kind = if ft.is_symlink() {
-            EntryKind::Symlink
-        } else if ft.is_dir() {
-            EntryKind::Dir
-        } else if ft.is_file() {
-            EntryKind::File
-        } else {
-            EntryKind::Other
-        };
-        entries.push(FileEntry {
-            name: e.file_name().to_string_lossy().into_owned(),
-            kind,
-            size: if ft.is_file() { meta.len() } else { 0 },
-        });
-    }
-    entries.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(Output::Listing(entries))
 }
 
 /// The `local` backend.
@@ -418,6 +359,7 @@ impl Backend for LocalBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::all_payloads(IsolationLevel::Process, true)
+            .with_filesystem(FilesystemView::new(FileConfinement::WorkspaceHandle, None))
     }
 
     async fn open(
