@@ -19,6 +19,12 @@
 //! data-session-id=...>`, evidence included). Clicking a node, a list row or a parent link
 //! shows that session's panel. Parents that are not on the page are named in the panel, not
 //! drawn.
+//!
+//! Each panel holds at most [`ViewOptions::transcript_chunks`] chunks from the start of the
+//! session and as many from its end; a longer session's panel says which chunks are left out
+//! and gives the `rath show ID --from K --limit N` command that prints them. A store is read
+//! file by file in bounded memory ([`crate::inspect::TranscriptStream`]), so the page and the
+//! memory it takes to make it stay small whatever the size of the sessions.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -26,7 +32,10 @@ use std::fmt::Write as _;
 use rath_persist::LoadedSession;
 use rath_session::{Session, SessionId};
 
-use crate::inspect::{InspectError, StoreView, Transcript, usage_text};
+use crate::inspect::{
+    FileWarning, InspectError, Page, SessionStatus, StoreView, Transcript, TranscriptEntry,
+    TranscriptStream, show_command, usage_text,
+};
 
 /// What to put on the page besides the sessions.
 #[derive(Clone, Debug)]
@@ -36,16 +45,22 @@ pub struct ViewOptions {
     pub title: String,
     /// Where the sessions came from (shown under the title).
     pub source: Option<String>,
-    /// Messages about files that could not be read (shown as a warning list).
-    pub unreadable: Vec<String>,
+    /// Files left out (unreadable, duplicate ids), shown as a warning list.
+    pub warnings: Vec<FileWarning>,
+    /// Chunks shown from the start, and again from the end, of each session's transcript.
+    pub transcript_chunks: usize,
 }
+
+/// The default of [`ViewOptions::transcript_chunks`].
+pub const TRANSCRIPT_CHUNKS: usize = 50;
 
 impl Default for ViewOptions {
     fn default() -> Self {
         ViewOptions {
             title: "openrath sessions".to_owned(),
             source: None,
-            unreadable: Vec::new(),
+            warnings: Vec::new(),
+            transcript_chunks: TRANSCRIPT_CHUNKS,
         }
     }
 }
@@ -62,14 +77,41 @@ impl ViewOptions {
         self.source = Some(source.into());
         self
     }
+
+    /// Sets how many chunks each panel shows from the start and from the end.
+    pub fn transcript_chunks(mut self, n: usize) -> Self {
+        self.transcript_chunks = n;
+        self
+    }
 }
 
-/// Renders every readable session of a store; unreadable files are listed on the page.
+/// Renders every readable session of a store (one per id); the files left out are listed
+/// on the page.
 pub fn render_store(view: &StoreView, options: ViewOptions) -> Result<String, InspectError> {
-    let (loaded, unreadable) = view.load_all()?;
+    Ok(render_store_report(view, options)?.0)
+}
+
+/// [`render_store`], also returning the files left out (the caller may report them).
+pub fn render_store_report(
+    view: &StoreView,
+    options: ViewOptions,
+) -> Result<(String, Vec<FileWarning>), InspectError> {
+    let (facts, mut warnings) = view.facts()?;
+    let n = options.transcript_chunks;
+    let mut transcripts = Vec::with_capacity(facts.len());
+    for f in &facts {
+        // A file that read through once but fails now (changed meanwhile) is left out too.
+        match TranscriptStream::open(f, Page::default()).and_then(|t| t.collect_ends(n)) {
+            Ok(t) => transcripts.push(t),
+            Err(e) => warnings.push(crate::inspect::FileWarning::unreadable_text(
+                f.file.clone(),
+                e.to_string(),
+            )),
+        }
+    }
     let mut options = options;
-    options.unreadable.extend(unreadable);
-    Ok(render_loaded(&loaded, &options))
+    options.warnings.extend(warnings.iter().cloned());
+    Ok((render_transcripts(&transcripts, &options), warnings))
 }
 
 /// Renders in-memory sessions (they get no file name or timestamps beyond their own).
@@ -92,6 +134,7 @@ fn render_transcripts(all: &[Transcript], options: &ViewOptions) -> String {
     o.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
     let _ = writeln!(o, "<title>{}</title>", esc(&options.title));
     let _ = writeln!(o, "<style>{CSS}</style>\n</head>\n<body>");
+    let keep = options.transcript_chunks;
     let _ = writeln!(o, "<header><h1>{}</h1>", esc(&options.title));
     let links = ts
         .iter()
@@ -107,10 +150,10 @@ fn render_transcripts(all: &[Transcript], options: &ViewOptions) -> String {
         let _ = write!(o, " &middot; {}", esc(src));
     }
     o.push_str("</p>\n");
-    if !options.unreadable.is_empty() {
+    if !options.warnings.is_empty() {
         o.push_str("<ul class=\"unreadable\">\n");
-        for m in &options.unreadable {
-            let _ = writeln!(o, "<li>unreadable: {}</li>", esc(m));
+        for w in &options.warnings {
+            let _ = writeln!(o, "<li>{}</li>", esc(&w.line()));
         }
         o.push_str("</ul>\n");
     }
@@ -119,7 +162,7 @@ fn render_transcripts(all: &[Transcript], options: &ViewOptions) -> String {
     graph(&mut o, &ts);
     o.push_str("<section id=\"panels\">\n<p id=\"hint\">Click a session in the list or the graph to see its transcript.</p>\n");
     for (i, t) in ts.iter().enumerate() {
-        panel(&mut o, i, t, &ts);
+        panel(&mut o, i, t, &ts, keep);
     }
     o.push_str("</section>\n</main>\n");
     let _ = writeln!(o, "<script>{JS}</script>\n</body>\n</html>");
@@ -129,12 +172,8 @@ fn render_transcripts(all: &[Transcript], options: &ViewOptions) -> String {
 fn session_list(o: &mut String, ts: &[&Transcript]) {
     o.push_str("<section id=\"list\"><h2>Sessions</h2>\n<table>\n<thead><tr><th>id</th><th>created</th><th>operator</th><th>kind</th><th>chunks</th><th>status</th><th>usage</th></tr></thead>\n<tbody>\n");
     for t in ts {
-        let conv = t.chunks.iter().filter(|c| c.conversation).count();
-        let status = match t.status {
-            "failed" => "failed",
-            _ if t.closed => "closed",
-            _ => "not closed",
-        };
+        let conv = t.conversation_count;
+        let status = t.status.as_str();
         let _ = writeln!(
             o,
             "<tr class=\"row\" data-session-id=\"{}\"><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{conv} + {} evidence</td><td>{status}</td><td>{}</td></tr>",
@@ -143,7 +182,7 @@ fn session_list(o: &mut String, ts: &[&Transcript]) {
             esc(&t.created_at),
             esc(&t.operator),
             esc(&t.kind),
-            t.chunks.len() - conv,
+            t.chunk_count.saturating_sub(conv),
             esc(&usage_text(t.usage)),
         );
     }
@@ -228,7 +267,11 @@ fn graph(o: &mut String, ts: &[&Transcript]) {
     o.push_str("</g>\n<g id=\"nodes\">\n");
     for (i, t) in ts.iter().enumerate() {
         let (x, y) = pos(i);
-        let crashed = if t.closed { "" } else { " open" };
+        let crashed = if t.status.is_unfinished() {
+            " open"
+        } else {
+            ""
+        };
         let _ = writeln!(
             o,
             "<g class=\"node{crashed}\" data-session-id=\"{}\" tabindex=\"0\"><title>{}</title><rect x=\"{x}\" y=\"{y}\" width=\"{NODE_W}\" height=\"{NODE_H}\" rx=\"6\"/><text x=\"{}\" y=\"{}\">{}</text><text class=\"sub\" x=\"{}\" y=\"{}\">{} &middot; {} chunks</text></g>",
@@ -240,13 +283,13 @@ fn graph(o: &mut String, ts: &[&Transcript]) {
             x + 8,
             y + 35,
             esc(&clip(&t.operator, 18)),
-            t.chunks.len()
+            t.chunk_count
         );
     }
     o.push_str("</g>\n</svg>\n</section>\n");
 }
 
-fn panel(o: &mut String, i: usize, t: &Transcript, ts: &[&Transcript]) {
+fn panel(o: &mut String, i: usize, t: &Transcript, ts: &[&Transcript], keep: usize) {
     let _ = writeln!(
         o,
         "<article class=\"transcript\" id=\"t{i}\" data-session-id=\"{}\" hidden>",
@@ -263,11 +306,7 @@ fn panel(o: &mut String, i: usize, t: &Transcript, ts: &[&Transcript]) {
     if !t.file.is_empty() {
         fact("file", esc(&t.file));
     }
-    let status = match &t.closed_at {
-        Some(c) => format!("closed at {}", esc(c)),
-        None if t.closed => "closed".to_owned(),
-        None => "<strong>not closed</strong> (crashed, or still being written)".to_owned(),
-    };
+    let status = esc(&SessionStatus::describe(t.closed, t.closed_at.as_deref()));
     fact("created", format!("{}; {status}", esc(&t.created_at)));
     if let Some(f) = &t.failure {
         fact(
@@ -318,8 +357,23 @@ fn panel(o: &mut String, i: usize, t: &Transcript, ts: &[&Transcript]) {
     for p in &t.pending {
         fact("pending", esc(p));
     }
+    let shown = bounded(&t.chunks, keep);
+    if shown.len() < t.chunk_count {
+        fact(
+            "chunks",
+            format!(
+                "{} in all; the first and last {keep} are on this page",
+                t.chunk_count
+            ),
+        );
+    }
     o.push_str("</dl>\n<ol class=\"chunks\">\n");
-    for c in &t.chunks {
+    let mut next = 0usize;
+    for c in shown {
+        if c.index > next {
+            omitted(o, t, next, c.index);
+        }
+        next = c.index + 1;
         let class = if c.conversation { "conv" } else { "evidence" };
         let branch = c
             .branch
@@ -335,7 +389,33 @@ fn panel(o: &mut String, i: usize, t: &Transcript, ts: &[&Transcript]) {
             esc(&c.text)
         );
     }
+    if next < t.chunk_count {
+        omitted(o, t, next, t.chunk_count);
+    }
     o.push_str("</ol>\n</article>\n");
+}
+
+/// The first and last `keep` of `chunks` (all of them when there are at most `2 * keep`).
+fn bounded(chunks: &[TranscriptEntry], keep: usize) -> Vec<&TranscriptEntry> {
+    if chunks.len() <= keep.saturating_mul(2) {
+        chunks.iter().collect()
+    } else {
+        chunks[..keep]
+            .iter()
+            .chain(&chunks[chunks.len() - keep..])
+            .collect()
+    }
+}
+
+/// The note standing in for chunks `from..to`, with the command that prints them.
+fn omitted(o: &mut String, t: &Transcript, from: usize, to: usize) {
+    let n = to - from;
+    let _ = writeln!(
+        o,
+        "<li class=\"omitted\" value=\"{from}\">{n} chunk(s) ({from} to {}) are not on this page; print them with <code>{}</code></li>",
+        to - 1,
+        esc(&show_command(&t.id, from, Some(n)))
+    );
 }
 
 fn short(id: &str) -> String {
@@ -398,6 +478,7 @@ ol.chunks{padding-left:36px}
 .chunk .label{font-weight:600;font-size:12px}
 .kind-user{border-left-color:#2f9e44}.kind-system{border-left-color:#7048e8}.kind-tool_result{border-left-color:#e8590c}
 .branch{font-weight:400;color:#7048e8}
+.omitted{margin:6px 0;padding:6px 8px;border-left:3px dashed #b0b7c3;color:#5b6475;font-style:italic}
 pre{margin:4px 0 0;white-space:pre-wrap;word-break:break-word;font:12px/1.35 monospace}
 "#;
 

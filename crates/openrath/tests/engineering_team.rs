@@ -71,7 +71,7 @@ fn engineering_team_offline_passes_real_tests_in_the_sandbox() {
     // Store, lineage export, report and view exist and agree.
     let view = StoreView::open(tmp.path()).expect("store");
     let listing = view.sessions().expect("list");
-    assert!(listing.unreadable.is_empty());
+    assert!(listing.warnings.is_empty());
     assert_eq!(listing.rows.len(), report.sessions);
     assert!(view.verify().expect("verify").is_clean());
     let lineage = std::fs::read_to_string(&report.lineage_path).expect("lineage export");

@@ -3,13 +3,17 @@
 //! A thin shell over [`openrath::inspect`], and [`openrath::view`]: it
 //! parses arguments, picks the store, prints what the library returns (human text, or JSON
 //! with `--json`) and turns every error into one line on stderr with exit code 2.
+//!
+//! Exit codes: 0 done; 1 done, but files of the store were left out of the output (each is
+//! named in one `rath: warning:` line on stderr and, with `--json`, under `warnings`), or
+//! `replay` found a difference; 2 an error (one `rath:` line on stderr).
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use openrath::inspect::{InspectError, StoreView, lineage_tree};
+use openrath::inspect::{FileWarning, InspectError, Page, StoreView, lineage_tree};
 use openrath::persist::{export_jsonl_string, to_dot, to_mermaid};
 
 /// Inspect, compare, replay and view openrath session stores.
@@ -32,9 +36,17 @@ enum Command {
     /// List sessions: id, created, operator, kind, chunks, status, usage.
     Sessions,
     /// Show one session's transcript with evidence, route decisions, memory events, usage.
+    /// Streams from the file: memory stays small whatever the session's size.
     Show {
-        /// Session id (or a unique prefix or suffix of one).
+        /// Session id as its file's header names it (or a unique prefix or suffix of one, or
+        /// the file's name).
         id: String,
+        /// First chunk to show (its index, as printed in `[K]`).
+        #[arg(long, value_name = "K", default_value_t = 0)]
+        from: usize,
+        /// Show at most N chunks.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
     },
     /// Print the lineage of every session in the store.
     Lineage {
@@ -60,11 +72,15 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         cassette: PathBuf,
     },
-    /// Write one self-contained HTML page: session list, lineage graph, transcripts.
+    /// Write one self-contained HTML page: session list, lineage graph, transcripts (the
+    /// first and last chunks of each; the page says how to print the rest).
     View {
         /// Where to write the page.
         #[arg(long, value_name = "FILE", default_value = "rath-view.html")]
         out: PathBuf,
+        /// Chunks shown from the start, and again from the end, of each transcript.
+        #[arg(long, value_name = "N", default_value_t = openrath::view::TRANSCRIPT_CHUNKS)]
+        transcript_chunks: usize,
     },
 }
 
@@ -85,10 +101,11 @@ impl From<InspectError> for Failure {
     }
 }
 
-/// What a command produced: text for stdout, an optional line for stderr and the exit code.
+/// What a command produced: text for stdout (unless it streamed there itself), lines for
+/// stderr and the exit code.
 struct Output {
     stdout: String,
-    stderr: Option<String>,
+    stderr: Vec<String>,
     code: u8,
 }
 
@@ -96,9 +113,20 @@ impl Output {
     fn ok(stdout: String) -> Self {
         Output {
             stdout,
-            stderr: None,
+            stderr: Vec::new(),
             code: 0,
         }
+    }
+
+    /// The one way every command reports files it left out: one `warning:` line per file on
+    /// stderr (JSON output lists the same under `warnings`). When `partial`, the output would
+    /// have included those files, and the exit code becomes 1.
+    fn warn(mut self, warnings: &[FileWarning], partial: bool) -> Self {
+        self.stderr.extend(warnings.iter().map(FileWarning::line));
+        if partial && !warnings.is_empty() && self.code == 0 {
+            self.code = 1;
+        }
+        self
     }
 }
 
@@ -117,14 +145,15 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return clap_failure(&e),
     };
-    let out = match run(&cli) {
+    let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+    let out = match run(&cli, &mut stdout) {
         Ok(out) => out,
         Err(Failure(msg)) => {
+            let _ = stdout.flush();
             eprintln!("rath: {}", one_line(&msg));
             return ExitCode::from(2);
         }
     };
-    let mut stdout = std::io::stdout().lock();
     if let Err(e) = stdout
         .write_all(out.stdout.as_bytes())
         .and_then(|()| stdout.flush())
@@ -133,7 +162,7 @@ fn main() -> ExitCode {
         eprintln!("rath: cannot write output: {e}");
         return ExitCode::from(2);
     }
-    if let Some(line) = out.stderr {
+    for line in out.stderr {
         eprintln!("rath: {}", one_line(&line));
     }
     ExitCode::from(out.code)
@@ -193,42 +222,54 @@ fn json<T: serde::Serialize>(value: &T) -> Result<String, Failure> {
         .map_err(|e| Failure(format!("cannot render JSON: {e}")))
 }
 
-fn run(cli: &Cli) -> Result<Output, Failure> {
+fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
     let store = open_store(cli)?;
     match &cli.command {
         Command::Sessions => {
             let listing = store.sessions()?;
-            let mut out = Output::ok(if cli.json {
+            let out = Output::ok(if cli.json {
                 json(&listing)?
             } else {
                 listing.render()
             });
-            if !listing.unreadable.is_empty() && cli.json {
-                out.stderr = Some(format!(
-                    "warning: {} unreadable file(s) skipped (run `rath verify`)",
-                    listing.unreadable.len()
-                ));
-            }
-            Ok(out)
+            Ok(out.warn(&listing.warnings, true))
         }
-        Command::Show { id } => {
-            let t = store.transcript(&store.resolve(id)?)?;
-            Ok(Output::ok(if cli.json { json(&t)? } else { t.render() }))
+        Command::Show { id, from, limit } => {
+            let id = store.resolve(id)?;
+            let (t, warnings) = store.transcript_stream(&id, Page::new(*from, *limit))?;
+            let written = if cli.json {
+                t.write_json(stdout)
+            } else {
+                t.write_text(stdout)
+            };
+            match written {
+                Ok(()) => {}
+                Err(InspectError::Write { source })
+                    if source.kind() == std::io::ErrorKind::BrokenPipe => {}
+                Err(e) => return Err(e.into()),
+            }
+            Ok(Output::ok(String::new()).warn(&warnings, false))
         }
         Command::Lineage { format } => {
-            let rows = store.lineage_rows()?;
+            let listing = store.lineage()?;
+            let rows = &listing.rows;
             let text = match (cli.json, format) {
-                (true, _) => json(&rows)?,
-                (false, LineageFormat::Tree) => lineage_tree(&rows),
-                (false, LineageFormat::Jsonl) => export_jsonl_string(&rows),
-                (false, LineageFormat::Dot) => to_dot(&rows),
-                (false, LineageFormat::Mermaid) => to_mermaid(&rows),
+                (true, _) => json(&listing)?,
+                (false, LineageFormat::Tree) => lineage_tree(rows),
+                (false, LineageFormat::Jsonl) => export_jsonl_string(rows),
+                (false, LineageFormat::Dot) => to_dot(rows),
+                (false, LineageFormat::Mermaid) => to_mermaid(rows),
             };
-            Ok(Output::ok(text))
+            Ok(Output::ok(text).warn(&listing.warnings, true))
         }
         Command::Diff { a, b } => {
-            let d = store.diff(&store.resolve(a)?, &store.resolve(b)?)?;
-            Ok(Output::ok(if cli.json { json(&d)? } else { d.render() }))
+            let (a, b) = (store.resolve(a)?, store.resolve(b)?);
+            let d = store.diff(&a, &b)?;
+            let mut warnings = store.locate(&a)?.1;
+            if a != b {
+                warnings.extend(store.locate(&b)?.1);
+            }
+            Ok(Output::ok(if cli.json { json(&d)? } else { d.render() }).warn(&warnings, false))
         }
         Command::Verify => {
             let report = store.verify()?;
@@ -238,7 +279,7 @@ fn run(cli: &Cli) -> Result<Output, Failure> {
                 report.render()
             });
             if !report.is_clean() {
-                out.stderr = Some(format!(
+                out.stderr.push(format!(
                     "verify: {} of {} file(s) failed to load consistently",
                     report.errors(),
                     report.files.len()
@@ -248,7 +289,9 @@ fn run(cli: &Cli) -> Result<Output, Failure> {
             Ok(out)
         }
         Command::Replay { id, cassette } => {
-            let report = store.replay(&store.resolve(id)?, cassette)?;
+            let id = store.resolve(id)?;
+            let report = store.replay(&id, cassette)?;
+            let warnings = store.locate(&id)?.1;
             let mut out = Output::ok(if cli.json {
                 json(&report)?
             } else {
@@ -257,20 +300,25 @@ fn run(cli: &Cli) -> Result<Output, Failure> {
             if !report.identical {
                 out.code = 1;
             }
-            Ok(out)
+            Ok(out.warn(&warnings, false))
         }
-        Command::View { out } => view(cli, &store, out),
+        Command::View {
+            out,
+            transcript_chunks,
+        } => view(cli, &store, out, *transcript_chunks),
     }
 }
 
-fn view(cli: &Cli, store: &StoreView, out: &Path) -> Result<Output, Failure> {
+fn view(cli: &Cli, store: &StoreView, out: &Path, chunks: usize) -> Result<Output, Failure> {
     let source = cli
         .store
         .as_ref()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| "the default store".to_owned());
-    let options = openrath::view::ViewOptions::default().source(source);
-    let page = openrath::view::render_store(store, options)?;
+    let options = openrath::view::ViewOptions::default()
+        .source(source)
+        .transcript_chunks(chunks);
+    let (page, warnings) = openrath::view::render_store_report(store, options)?;
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty())
         && !parent.is_dir()
     {
@@ -290,6 +338,7 @@ fn view(cli: &Cli, store: &StoreView, out: &Path) -> Result<Output, Failure> {
             "sessions": nodes,
             "edges": edges,
             "bytes": page.len(),
+            "warnings": warnings,
         }))?
     } else {
         format!(
@@ -297,5 +346,6 @@ fn view(cli: &Cli, store: &StoreView, out: &Path) -> Result<Output, Failure> {
             out.display(),
             page.len()
         )
-    }))
+    })
+    .warn(&warnings, true))
 }

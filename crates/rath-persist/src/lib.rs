@@ -41,6 +41,7 @@ pub mod loader;
 mod mapped;
 mod record;
 pub mod store;
+pub mod stream;
 pub mod writer;
 
 pub use error::PersistError;

@@ -121,14 +121,14 @@ pub fn load_bytes(path: &Path, bytes: &[u8]) -> Result<LoadedSession, PersistErr
 
 /// The file being read: its bytes and, when the whole file is valid UTF-8, the same bytes
 /// as text.
-struct Source<'a> {
-    bytes: &'a [u8],
-    text: Option<&'a str>,
+pub(crate) struct Source<'a> {
+    pub(crate) bytes: &'a [u8],
+    pub(crate) text: Option<&'a str>,
 }
 
 /// One line, parsed, and for a chunk record already turned into a chunk: the work either
 /// thread can do without knowing what came before.
-enum Item<'a> {
+pub(crate) enum Item<'a> {
     Blank,
     Chunk(Result<(Chunk, Option<Box<ExtIn>>), PersistError>),
     Record(Box<RawLine<'a>>),
@@ -142,7 +142,7 @@ impl<'a> Source<'a> {
         self.text?.get(start..start.checked_add(line.len())?)
     }
 
-    fn prepare(&self, path: &Path, lineno: usize, line: &'a [u8]) -> Item<'a> {
+    pub(crate) fn prepare(&self, path: &Path, lineno: usize, line: &'a [u8]) -> Item<'a> {
         if is_blank(line) {
             return Item::Blank;
         }
@@ -246,24 +246,24 @@ pub(crate) fn is_blank(line: &[u8]) -> bool {
     line.iter().all(u8::is_ascii_whitespace)
 }
 
-struct Header {
-    id: SessionId,
-    created_at: Timestamp,
-    lineage: Lineage,
-    placement: Placement,
+pub(crate) struct Header {
+    pub(crate) id: SessionId,
+    pub(crate) created_at: Timestamp,
+    pub(crate) lineage: Lineage,
+    pub(crate) placement: Placement,
 }
 
 #[derive(Default)]
-struct LoadState {
-    header: Option<Header>,
-    conv: Vec<Chunk>,
-    evidence: Vec<(u64, Chunk)>,
-    closed_at: Option<Timestamp>,
-    final_chunk_count: Option<u64>,
-    closed: bool,
-    usage: Option<Usage>,
-    agent_usage: BTreeMap<String, Usage>,
-    pending: Vec<PendingCall>,
+pub(crate) struct LoadState {
+    pub(crate) header: Option<Header>,
+    pub(crate) conv: Vec<Chunk>,
+    pub(crate) evidence: Vec<(u64, Chunk)>,
+    pub(crate) closed_at: Option<Timestamp>,
+    pub(crate) final_chunk_count: Option<u64>,
+    pub(crate) closed: bool,
+    pub(crate) usage: Option<Usage>,
+    pub(crate) agent_usage: BTreeMap<String, Usage>,
+    pub(crate) pending: Vec<PendingCall>,
 }
 
 fn corrupt(path: &Path, line: usize, message: impl Into<String>) -> PersistError {
@@ -283,7 +283,12 @@ fn structure(path: &Path, line: usize, message: impl Into<String>) -> PersistErr
 }
 
 impl LoadState {
-    fn apply(&mut self, path: &Path, lineno: usize, item: Item<'_>) -> Result<(), PersistError> {
+    pub(crate) fn apply(
+        &mut self,
+        path: &Path,
+        lineno: usize,
+        item: Item<'_>,
+    ) -> Result<(), PersistError> {
         match item {
             Item::Blank => Ok(()),
             Item::Chunk(chunk) => {

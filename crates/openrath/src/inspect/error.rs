@@ -16,12 +16,17 @@ pub enum InspectError {
     },
     /// No session with this id (or id prefix/suffix) is in the store. `rath sessions` lists
     /// the ids.
-    #[error("no session {id:?} in {dir} (`rath sessions` lists the ids)")]
+    #[error(
+        "no session {id:?} in {dir} (`rath sessions` lists the ids){}",
+        unreadable_note(*unreadable)
+    )]
     UnknownSession {
         /// The id asked for.
         id: String,
         /// The store directory.
         dir: PathBuf,
+        /// Files whose header could not be read (one of them may hold the session).
+        unreadable: usize,
     },
     /// An abbreviated id matches more than one session. Give more characters.
     #[error("session id {id:?} is ambiguous: it matches {matches} sessions; give more of it")]
@@ -44,6 +49,13 @@ pub enum InspectError {
         #[source]
         source: std::io::Error,
     },
+    /// Writing output (a transcript streamed to stdout, ...) failed.
+    #[error("cannot write output: {source}")]
+    Write {
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The cassette given to `rath replay` could not be read or is not a cassette (JSONL of
     /// recorded interactions). Check the path, or record one with `RecordingProvider`.
     #[error("cassette {path}: {message}")]
@@ -53,4 +65,12 @@ pub enum InspectError {
         /// What is wrong with it.
         message: String,
     },
+}
+
+fn unreadable_note(n: usize) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        format!("; {n} unreadable file(s) could not be searched (run `rath verify`)")
+    }
 }

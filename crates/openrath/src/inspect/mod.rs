@@ -25,6 +25,7 @@
 
 mod diff;
 mod error;
+mod index;
 mod replay;
 mod show;
 mod tree;
@@ -32,67 +33,101 @@ mod verify;
 
 use std::path::{Path, PathBuf};
 
-use rath_persist::{LoadedSession, SessionSummary, Store};
+use rath_persist::LoadedSession;
 use rath_session::{LineageGraph, RunFailure, SessionId, Usage};
 use serde::Serialize;
 
 pub use diff::{ChunkLine, SessionDiff};
 pub use error::InspectError;
+pub use index::{FileFacts, FileWarning, StoreIndex, StoredFile, WarningKind, file_facts};
 pub use replay::{ReplayDifference, ReplayReport};
-pub use show::{Transcript, TranscriptEntry, describe_chunk};
-pub use tree::lineage_tree;
+pub use show::{Page, Transcript, TranscriptEntry, TranscriptStream, describe_chunk, show_command};
+pub use tree::{MAX_TREE_DEPTH, lineage_tree};
 pub use verify::{FileCheck, FileStatus, VerifyReport, verify_dir};
 
 /// A session store opened for reading.
 #[derive(Clone, Debug)]
 pub struct StoreView {
-    store: Store,
+    dir: PathBuf,
 }
 
-/// One line of `rath sessions`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// Where a stored session stands. The one place statuses are decided, named and described,
+/// for `sessions`, `show` and the viewer alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
-pub struct SessionRow {
-    /// Session id.
-    pub id: SessionId,
-    /// File name inside the store (`<id>.jsonl` or `<id>.jsonl.__partial__`).
-    pub file: String,
-    /// Header `created_at`, ISO-8601.
-    pub created_at: String,
-    /// Parent ids.
-    pub parents: Vec<SessionId>,
-    /// Lineage operator.
-    pub operator: String,
-    /// Lineage kind.
-    pub kind: String,
-    /// Conversation chunks.
-    pub chunks: u64,
-    /// Evidence chunks.
-    pub evidence: u64,
-    /// `failed` (the run stopped on an error; see `failure`), `closed`, `crashed` (a
-    /// `__partial__` file without trailer) or `open`; see [`session_status`].
-    pub status: &'static str,
-    /// Cumulative usage from the trailer.
-    pub usage: Option<Usage>,
-    /// Why the run failed, one line (see [`failure_text`]), when the status is `failed`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub failure: Option<String>,
+pub enum SessionStatus {
+    /// The run stopped on an error: the session's last chunk is a `run_failure` (however the
+    /// file ended).
+    Failed,
+    /// The writer closed it (it has a trailer).
+    Closed,
+    /// A `__partial__` file without trailer: the writer crashed or abandoned it.
+    Crashed,
+    /// No trailer, but not a `__partial__` file (still being written, or cut short).
+    Open,
 }
 
-/// The status of a stored session, the one rule `rath sessions` and `rath show` share:
-/// `failed` when its last chunk is a `run_failure` (the run stopped on an error, however the
-/// file ended), else `closed` (a trailer), `crashed` (a `__partial__` file without one: the
-/// writer died) or `open`.
-pub fn session_status(closed: bool, crashed: bool, failure: Option<&RunFailure>) -> &'static str {
-    if failure.is_some() {
-        "failed"
-    } else if closed {
-        "closed"
-    } else if crashed {
-        "crashed"
-    } else {
-        "open"
+impl SessionStatus {
+    /// The status of a file, from its last chunk's failure, whether it has a trailer, and its
+    /// name.
+    pub fn of(closed: bool, file: &str, failure: Option<&RunFailure>) -> Self {
+        Self::from_flags(
+            closed,
+            !closed && file.ends_with(rath_persist::PARTIAL_SUFFIX),
+            failure,
+        )
     }
+
+    /// The rule itself: `failed` when the last chunk is a failure, else `closed` (a trailer),
+    /// `crashed` (a `__partial__` file without one: the writer died) or `open`.
+    pub fn from_flags(closed: bool, crashed: bool, failure: Option<&RunFailure>) -> Self {
+        if failure.is_some() {
+            SessionStatus::Failed
+        } else if closed {
+            SessionStatus::Closed
+        } else if crashed {
+            SessionStatus::Crashed
+        } else {
+            SessionStatus::Open
+        }
+    }
+
+    /// The one-word form (`failed`, `closed`, `crashed`, `open`), as in `rath sessions`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionStatus::Failed => "failed",
+            SessionStatus::Closed => "closed",
+            SessionStatus::Crashed => "crashed",
+            SessionStatus::Open => "open",
+        }
+    }
+
+    /// How the file ended, for a transcript: `closed at T`, `closed`, or a warning. (A
+    /// failure is described on a line of its own; see [`failure_text`].)
+    pub fn describe(closed: bool, closed_at: Option<&str>) -> String {
+        match (closed, closed_at) {
+            (true, Some(t)) => format!("closed at {t}"),
+            (true, None) => "closed".to_owned(),
+            (false, _) => "NOT closed (crashed, or still being written)".to_owned(),
+        }
+    }
+
+    /// True unless the session is closed.
+    pub fn is_unfinished(self) -> bool {
+        self != SessionStatus::Closed
+    }
+}
+
+impl PartialEq<&str> for SessionStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// The status word of a stored session ([`SessionStatus::from_flags`]).
+pub fn session_status(closed: bool, crashed: bool, failure: Option<&RunFailure>) -> &'static str {
+    SessionStatus::from_flags(closed, crashed, failure).as_str()
 }
 
 /// A failure on one line: `provider in hello at model_call (4 attempts): <message>`.
@@ -114,32 +149,67 @@ pub fn failure_text(f: &RunFailure) -> String {
     o
 }
 
+impl std::fmt::Display for SessionStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One line of `rath sessions`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct SessionRow {
+    /// Session id (from the file's header).
+    pub id: SessionId,
+    /// File name inside the store (normally `<id>.jsonl` or `<id>.jsonl.__partial__`).
+    pub file: String,
+    /// Header `created_at`, ISO-8601.
+    pub created_at: String,
+    /// Parent ids.
+    pub parents: Vec<SessionId>,
+    /// Lineage operator.
+    pub operator: String,
+    /// Lineage kind.
+    pub kind: String,
+    /// Conversation chunks.
+    pub chunks: u64,
+    /// Evidence chunks.
+    pub evidence: u64,
+    /// See [`SessionStatus`].
+    pub status: SessionStatus,
+    /// Cumulative usage from the trailer.
+    pub usage: Option<Usage>,
+    /// Why the run failed, one line (see [`failure_text`]), when the status is `failed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+}
+
 impl SessionRow {
-    fn from_summary(s: &SessionSummary) -> Self {
+    fn from_facts(f: &FileFacts) -> Self {
         SessionRow {
-            id: s.id.clone(),
-            file: file_name(&s.path),
-            created_at: s.created_at.to_string(),
-            parents: s.parents.clone(),
-            operator: s.operator.clone(),
-            kind: s.kind.as_str().to_owned(),
-            chunks: s.chunk_count,
-            evidence: s.evidence_count,
-            status: session_status(s.closed, s.crashed, s.failure.as_ref()),
-            usage: s.usage,
-            failure: s.failure.as_ref().map(failure_text),
+            id: f.id.clone(),
+            file: f.file.clone(),
+            created_at: f.created_at.to_string(),
+            parents: f.lineage.parents.to_vec(),
+            operator: f.lineage.operator.to_string(),
+            kind: f.lineage.kind.as_str().to_owned(),
+            chunks: f.conversation,
+            evidence: f.evidence,
+            status: SessionStatus::of(f.closed, &f.file, f.failure.as_ref()),
+            usage: f.usage,
+            failure: f.failure.as_ref().map(failure_text),
         }
     }
 }
 
-/// The readable sessions of a store and the files that could not be read.
+/// The readable sessions of a store and the files left out.
 #[derive(Clone, Debug, Serialize)]
 #[non_exhaustive]
 pub struct SessionListing {
-    /// Oldest first.
+    /// Oldest first, one per id.
     pub rows: Vec<SessionRow>,
-    /// One message per unreadable file (`rath verify` says more).
-    pub unreadable: Vec<String>,
+    /// One entry per file left out (unreadable, or a second file holding a listed id).
+    pub warnings: Vec<FileWarning>,
 }
 
 impl SessionListing {
@@ -163,7 +233,7 @@ impl SessionListing {
                 r.kind.clone(),
                 r.chunks.to_string(),
                 r.evidence.to_string(),
-                r.status.to_owned(),
+                r.status.as_str().to_owned(),
                 usage_text(r.usage),
             ]);
         }
@@ -174,15 +244,29 @@ impl SessionListing {
             }
         }
         out.push_str(&format!("{} sessions", self.rows.len()));
-        if !self.unreadable.is_empty() {
-            out.push_str(&format!(
-                ", {} unreadable file(s) skipped (run `rath verify`)",
-                self.unreadable.len()
-            ));
-        }
+        out.push_str(&left_out_note(&self.warnings));
         out.push('\n');
         out
     }
+}
+
+/// `", N file(s) left out (run `rath verify`)"`, or nothing.
+pub(crate) fn left_out_note(warnings: &[FileWarning]) -> String {
+    if warnings.is_empty() {
+        String::new()
+    } else {
+        format!(", {} file(s) left out (run `rath verify`)", warnings.len())
+    }
+}
+
+/// Lineage rows of a store, one per id, and the files left out.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct LineageListing {
+    /// In listing order (oldest first).
+    pub rows: Vec<rath_persist::LineageRow>,
+    /// One entry per file left out.
+    pub warnings: Vec<FileWarning>,
 }
 
 /// `prompt/completion/total`, or `-`.
@@ -241,13 +325,11 @@ impl StoreView {
         let dir = dir.as_ref();
         let sessions = dir.join("sessions");
         if sessions.is_dir() {
-            return Ok(Self {
-                store: Store::at(sessions),
-            });
+            return Ok(Self { dir: sessions });
         }
         if dir.is_dir() {
             return Ok(Self {
-                store: Store::at(dir),
+                dir: dir.to_path_buf(),
             });
         }
         Err(InspectError::NoStore {
@@ -261,51 +343,52 @@ impl StoreView {
         Self::open(&home).map_err(|_| InspectError::NoStore { dir: home })
     }
 
-    /// The underlying store.
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
-
     /// The sessions directory.
     pub fn dir(&self) -> &Path {
-        self.store.dir()
+        &self.dir
     }
 
-    /// Every readable session (oldest first) and messages for the unreadable files.
+    /// Every readable session (oldest first, one per id) and the files left out.
     pub fn sessions(&self) -> Result<SessionListing, InspectError> {
-        let (ok, bad) = self.store.scan()?;
+        let (facts, warnings) = self.facts()?;
         Ok(SessionListing {
-            rows: ok.iter().map(SessionRow::from_summary).collect(),
-            unreadable: bad
-                .iter()
-                .map(|e| relative_message(e, self.dir()))
-                .collect(),
+            rows: facts.iter().map(SessionRow::from_facts).collect(),
+            warnings,
         })
     }
 
-    /// Resolves an id given in full, or as a unique prefix or suffix of one stored id.
+    /// Resolves a session named by its header id in full, by the exact name of its file
+    /// (with or without the suffix), or by a unique prefix or suffix of one header id.
     pub fn resolve(&self, text: &str) -> Result<SessionId, InspectError> {
+        let index = self.index()?;
+        let unknown = |id: &str| InspectError::UnknownSession {
+            id: id.to_owned(),
+            dir: self.dir().to_path_buf(),
+            unreadable: index.unreadable(),
+        };
         let text = text.trim();
         if text.is_empty() {
-            return Err(InspectError::UnknownSession {
-                id: String::new(),
-                dir: self.dir().to_path_buf(),
-            });
+            return Err(unknown(""));
         }
-        let ids = self.ids()?;
-        if let Some(id) = ids.iter().find(|i| i.as_str() == text) {
-            return Ok(id.clone());
+        if let Some(f) = index.files.iter().find(|f| f.id.as_str() == text) {
+            return Ok(f.id.clone());
         }
-        let matches: Vec<&SessionId> = ids
+        let named = |f: &&StoredFile| {
+            f.file == text
+                || f.file.strip_suffix(rath_persist::SESSION_SUFFIX) == Some(text)
+                || f.file.strip_suffix(rath_persist::PARTIAL_SUFFIX) == Some(text)
+        };
+        if let Some(f) = index.files.iter().find(named) {
+            return Ok(f.id.clone());
+        }
+        let matches: Vec<&StoredFile> = index
+            .files
             .iter()
-            .filter(|i| i.as_str().starts_with(text) || i.as_str().ends_with(text))
+            .filter(|f| f.id.as_str().starts_with(text) || f.id.as_str().ends_with(text))
             .collect();
         match matches.as_slice() {
-            [one] => Ok((*one).clone()),
-            [] => Err(InspectError::UnknownSession {
-                id: text.to_owned(),
-                dir: self.dir().to_path_buf(),
-            }),
+            [one] => Ok(one.id.clone()),
+            [] => Err(unknown(text)),
             many => Err(InspectError::AmbiguousId {
                 id: text.to_owned(),
                 matches: many.len(),
@@ -313,57 +396,31 @@ impl StoreView {
         }
     }
 
-    /// Ids of every session file (readable or not), sorted, without duplicates.
-    fn ids(&self) -> Result<Vec<SessionId>, InspectError> {
-        let entries = std::fs::read_dir(self.dir()).map_err(|e| InspectError::Io {
-            path: self.dir().to_path_buf(),
-            source: e,
-        })?;
-        let mut ids: Vec<String> = entries
-            .filter_map(Result::ok)
-            .filter_map(|e| {
-                let name = e.file_name().to_string_lossy().into_owned();
-                name.strip_suffix(rath_persist::PARTIAL_SUFFIX)
-                    .or_else(|| name.strip_suffix(rath_persist::SESSION_SUFFIX))
-                    .map(str::to_owned)
-            })
-            .collect();
-        ids.sort();
-        ids.dedup();
-        Ok(ids.into_iter().map(SessionId::from).collect())
-    }
-
-    /// Loads one session in full.
+    /// Loads one session in full (found by header id).
     pub fn load(&self, id: &SessionId) -> Result<LoadedSession, InspectError> {
-        self.store.load(id).map_err(InspectError::from)
+        let (file, _) = self.locate(id)?;
+        Ok(rath_persist::load_file(&file.path)?)
     }
 
-    /// Loads every readable session (oldest first), with messages for unreadable files.
-    pub fn load_all(&self) -> Result<(Vec<LoadedSession>, Vec<String>), InspectError> {
-        let (ok, mut bad) = self.store.scan()?;
-        let mut out = Vec::with_capacity(ok.len());
-        for s in &ok {
-            match rath_persist::load_file(&s.path) {
-                Ok(l) => out.push(l),
-                Err(e) => bad.push(e),
-            }
-        }
-        Ok((
-            out,
-            bad.iter()
-                .map(|e| relative_message(e, self.dir()))
-                .collect(),
-        ))
-    }
-
-    /// The transcript of one session.
+    /// The transcript of one session, in full.
     pub fn transcript(&self, id: &SessionId) -> Result<Transcript, InspectError> {
         Ok(Transcript::new(&self.load(id)?))
     }
 
-    /// Lineage rows of every readable session, in listing order.
+    /// Lineage rows of every readable session (one per id, listing order) and the files
+    /// left out.
+    pub fn lineage(&self) -> Result<LineageListing, InspectError> {
+        let (facts, warnings) = self.facts()?;
+        Ok(LineageListing {
+            rows: facts.iter().map(lineage_row).collect(),
+            warnings,
+        })
+    }
+
+    /// Lineage rows of every readable session, in listing order (see [`StoreView::lineage`]
+    /// for the files left out).
     pub fn lineage_rows(&self) -> Result<Vec<rath_persist::LineageRow>, InspectError> {
-        Ok(self.store.lineage_rows()?)
+        Ok(self.lineage()?.rows)
     }
 
     /// The lineage graph of the readable sessions.
@@ -382,9 +439,21 @@ impl StoreView {
         Ok(SessionDiff::new(&la.session, &lb.session, Some(&graph)))
     }
 
-    /// Loads every file in the store and reports what it found. Modifies nothing.
+    /// Reads every file in the store and reports what it found. Modifies nothing.
     pub fn verify(&self) -> Result<VerifyReport, InspectError> {
         verify_dir(self.dir())
+    }
+}
+
+fn lineage_row(f: &FileFacts) -> rath_persist::LineageRow {
+    rath_persist::LineageRow {
+        id: f.id.clone(),
+        parent_session_ids: f.lineage.parents.to_vec(),
+        lineage_operator: f.lineage.operator.to_string(),
+        lineage_kind: f.lineage.kind.clone(),
+        lineage_extras: f.lineage.extras.clone(),
+        chunk_count: f.conversation,
+        cumulative_usage: f.usage,
     }
 }
 

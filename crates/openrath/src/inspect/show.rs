@@ -1,13 +1,20 @@
 //! One session's transcript with its evidence, for people (`render`) and scripts (JSON).
 
 use std::fmt::Write as _;
+use std::io::Write;
 
 use rath_persist::LoadedSession;
-use rath_session::{Chunk, ChunkBody, RunFailure, Session, SessionId, Usage};
+use rath_persist::stream::SessionStream;
+use rath_session::{
+    Chunk, ChunkBody, PendingCall, Placement, RunFailure, Session, SessionId, Usage,
+};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{failure_text, file_name, session_status, usage_text};
+use super::{
+    FileFacts, FileWarning, InspectError, SessionStatus, StoreView, failure_text, file_facts,
+    file_name, usage_text,
+};
 
 /// One chunk of a [`Transcript`].
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -30,7 +37,54 @@ pub struct TranscriptEntry {
     pub payload: Value,
 }
 
-/// A session laid out for reading: header facts, then every chunk in order.
+impl TranscriptEntry {
+    /// The entry as text: a numbered label line (evidence marked `~`), then the body
+    /// indented.
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        let mark = if self.conversation { ' ' } else { '~' };
+        let branch = self
+            .branch
+            .as_deref()
+            .map(|b| format!(" [branch {b}]"))
+            .unwrap_or_default();
+        let _ = writeln!(o, "{mark}[{}] {}{branch}", self.index, self.label);
+        for line in self.text.lines() {
+            let _ = writeln!(o, "      {line}");
+        }
+        o
+    }
+}
+
+/// Which chunks to show: from chunk index `from`, at most `limit` of them (all when `None`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Page {
+    /// First chunk index shown.
+    pub from: usize,
+    /// How many chunks at most.
+    pub limit: Option<usize>,
+}
+
+impl Page {
+    /// Chunks `from..from + limit`.
+    pub fn new(from: usize, limit: Option<usize>) -> Self {
+        Page { from, limit }
+    }
+
+    /// The shown range of a session with `total` chunks.
+    fn range(self, total: usize) -> (usize, usize) {
+        let from = self.from.min(total);
+        let to = match self.limit {
+            Some(n) => from.saturating_add(n).min(total),
+            None => total,
+        };
+        (from, to)
+    }
+}
+
+/// A session laid out for reading: header facts, then its chunks in order (all of them, or
+/// one page).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[non_exhaustive]
 pub struct Transcript {
@@ -42,10 +96,10 @@ pub struct Transcript {
     pub created_at: String,
     /// Trailer `closed_at`, when closed.
     pub closed_at: Option<String>,
-    /// `closed` or `not closed` (crashed or still being written).
+    /// True when closed (false: crashed or still being written).
     pub closed: bool,
-    /// `failed`, `closed`, `crashed` or `open` (see [`super::session_status`]).
-    pub status: &'static str,
+    /// See [`SessionStatus`].
+    pub status: SessionStatus,
     /// Why the run failed, when it did: the session's last chunk.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<RunFailure>,
@@ -67,7 +121,16 @@ pub struct Transcript {
     pub agent_usage: Vec<(String, Usage)>,
     /// Tool calls waiting (for approval, ...), as `name (id): reason`.
     pub pending: Vec<String>,
-    /// Every chunk.
+    /// Chunks in the session (conversation and evidence), shown or not.
+    pub chunk_count: usize,
+    /// Conversation chunks in the session.
+    pub conversation_count: usize,
+    /// Index of the first chunk shown.
+    pub from: usize,
+    /// One past the index of the last chunk shown (`chunk_count` when shown to the end).
+    pub to: usize,
+    /// The chunks shown, each with its index: normally the run `from..to`; the HTML viewer
+    /// leaves out the middle of a long session (the indices show the gap).
     pub chunks: Vec<TranscriptEntry>,
 }
 
@@ -79,8 +142,7 @@ impl Transcript {
         t.created_at = loaded.created_at.to_string();
         t.closed_at = loaded.closed_at.map(|t| t.to_string());
         t.closed = loaded.closed;
-        let crashed = !loaded.closed && t.file.ends_with(rath_persist::PARTIAL_SUFFIX);
-        t.status = session_status(loaded.closed, crashed, t.failure.as_ref());
+        t.status = SessionStatus::of(loaded.closed, &t.file, t.failure.as_ref());
         t.torn_line_skipped = loaded.torn_line_skipped;
         t
     }
@@ -88,14 +150,7 @@ impl Transcript {
     /// Builds the transcript of an in-memory session (no file; counted as closed).
     pub fn from_session(s: &Session) -> Self {
         let l = s.lineage();
-        let p = s.placement();
-        let placement = match (p.backend(), p.handle_id()) {
-            (Some(b), Some(h)) => format!("{b} (sandbox {h})"),
-            (Some(b), None) => b.to_owned(),
-            (None, Some(h)) => format!("sandbox {h}"),
-            (None, None) => "none".to_owned(),
-        };
-        let chunks = s
+        let chunks: Vec<TranscriptEntry> = s
             .chunks()
             .iter()
             .enumerate()
@@ -107,42 +162,77 @@ impl Transcript {
             created_at: s.created_at().to_string(),
             closed_at: None,
             closed: true,
-            status: session_status(true, false, s.failure()),
+            status: SessionStatus::from_flags(true, false, s.failure()),
             failure: s.failure().cloned(),
             torn_line_skipped: false,
             parents: l.parents.to_vec(),
             operator: l.operator.to_string(),
             kind: l.kind.as_str().to_owned(),
             extras: l.extras.clone(),
-            placement,
+            placement: placement_text(s.placement()),
             usage: s.usage(),
             agent_usage: s
                 .agent_usage()
                 .iter()
                 .map(|(k, v)| (k.clone(), *v))
                 .collect(),
-            pending: s
-                .pending()
-                .iter()
-                .map(|p| format!("{} ({}): {}", p.call.function.name, p.call.id, p.reason))
-                .collect(),
+            pending: pending_text(s.pending()),
+            chunk_count: chunks.len(),
+            conversation_count: s.conversation_len(),
+            from: 0,
+            to: chunks.len(),
             chunks,
         }
     }
 
-    /// The transcript as text: a header block, then one numbered entry per chunk. Evidence
-    /// (what the model never saw) is marked with `~`.
+    /// The header of a stored file's transcript (no chunks yet) for the chunks `page` picks.
+    pub fn head(f: &FileFacts, page: Page) -> Self {
+        let total = f.chunks();
+        let (from, to) = page.range(total);
+        Transcript {
+            id: f.id.clone(),
+            file: f.file.clone(),
+            created_at: f.created_at.to_string(),
+            closed_at: f.closed_at.map(|t| t.to_string()),
+            closed: f.closed,
+            status: SessionStatus::of(f.closed, &f.file, f.failure.as_ref()),
+            failure: f.failure.clone(),
+            torn_line_skipped: f.torn_line_skipped,
+            parents: f.lineage.parents.to_vec(),
+            operator: f.lineage.operator.to_string(),
+            kind: f.lineage.kind.as_str().to_owned(),
+            extras: f.lineage.extras.clone(),
+            placement: placement_text(&f.placement),
+            usage: f.usage,
+            agent_usage: f.agent_usage.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            pending: pending_text(&f.pending),
+            chunk_count: total,
+            conversation_count: f.conversation as usize,
+            from,
+            to,
+            chunks: Vec::new(),
+        }
+    }
+
+    /// The transcript as text: a header block, then one numbered entry per chunk shown.
+    /// Evidence (what the model never saw) is marked with `~`.
     pub fn render(&self) -> String {
+        let mut o = self.render_head();
+        for c in &self.chunks {
+            o.push_str(&c.render());
+        }
+        o.push_str(&self.render_foot());
+        o
+    }
+
+    /// The header block and the blank line after it.
+    pub fn render_head(&self) -> String {
         let mut o = String::new();
         let _ = writeln!(o, "session   {}", self.id);
         if !self.file.is_empty() {
             let _ = writeln!(o, "file      {}", self.file);
         }
-        let status = match (&self.closed_at, self.closed) {
-            (Some(t), _) => format!("closed at {t}"),
-            (None, true) => "closed".to_owned(),
-            (None, false) => "NOT closed (crashed, or still being written)".to_owned(),
-        };
+        let status = SessionStatus::describe(self.closed, self.closed_at.as_deref());
         let _ = writeln!(o, "created   {}; {status}", self.created_at);
         if let Some(f) = &self.failure {
             let _ = writeln!(o, "FAILED    {}", failure_text(f));
@@ -183,27 +273,276 @@ impl Transcript {
         for p in &self.pending {
             let _ = writeln!(o, "pending   {p}");
         }
-        let conv = self.chunks.iter().filter(|c| c.conversation).count();
         let _ = writeln!(
             o,
-            "chunks    {} ({conv} conversation, {} evidence)",
-            self.chunks.len(),
-            self.chunks.len() - conv
+            "chunks    {} ({} conversation, {} evidence)",
+            self.chunk_count,
+            self.conversation_count,
+            self.chunk_count - self.conversation_count.min(self.chunk_count)
         );
+        if self.is_paged() {
+            let _ = if self.from == self.to {
+                writeln!(o, "shown     none of the {} chunks", self.chunk_count)
+            } else {
+                writeln!(
+                    o,
+                    "shown     chunks {} to {} of {}",
+                    self.from,
+                    self.to - 1,
+                    self.chunk_count
+                )
+            };
+        }
         o.push('\n');
-        for c in &self.chunks {
-            let mark = if c.conversation { ' ' } else { '~' };
-            let branch = c
-                .branch
-                .as_deref()
-                .map(|b| format!(" [branch {b}]"))
-                .unwrap_or_default();
-            let _ = writeln!(o, "{mark}[{}] {}{branch}", c.index, c.label);
-            for line in c.text.lines() {
-                let _ = writeln!(o, "      {line}");
+        o
+    }
+
+    /// After the chunks: how to see the rest, when a page stopped before the end.
+    pub fn render_foot(&self) -> String {
+        match self.next_command() {
+            Some(cmd) => format!("... {} more chunk(s): {cmd}\n", self.chunk_count - self.to),
+            None => String::new(),
+        }
+    }
+
+    /// True when not every chunk is shown.
+    pub fn is_paged(&self) -> bool {
+        self.from > 0 || self.to < self.chunk_count
+    }
+
+    /// `rath show ID --from K`, the command that continues after the last chunk shown.
+    pub fn next_command(&self) -> Option<String> {
+        (self.to < self.chunk_count).then(|| show_command(&self.id, self.to, None))
+    }
+
+    /// The transcript as pretty JSON (what `rath show --json` prints), ending in a newline.
+    pub fn to_json(&self) -> String {
+        let mut out = Vec::new();
+        let _ = write_json_parts(self, self.chunks.iter().cloned().map(Ok), &mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+}
+
+/// `rath show ID --from K [--limit N]`, with the id quoted for a POSIX shell when needed.
+pub fn show_command(id: &SessionId, from: usize, limit: Option<usize>) -> String {
+    let mut cmd = format!("rath show {} --from {from}", shell_word(id.as_str()));
+    if let Some(n) = limit {
+        let _ = write!(cmd, " --limit {n}");
+    }
+    cmd
+}
+
+fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.,:/+@%=".contains(c));
+    if plain {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+fn placement_text(p: &Placement) -> String {
+    match (p.backend(), p.handle_id()) {
+        (Some(b), Some(h)) => format!("{b} (sandbox {h})"),
+        (Some(b), None) => b.to_owned(),
+        (None, Some(h)) => format!("sandbox {h}"),
+        (None, None) => "none".to_owned(),
+    }
+}
+
+fn pending_text(pending: &[PendingCall]) -> Vec<String> {
+    pending
+        .iter()
+        .map(|p| format!("{} ({}): {}", p.call.function.name, p.call.id, p.reason))
+        .collect()
+}
+
+fn write_err(source: std::io::Error) -> InspectError {
+    InspectError::Write { source }
+}
+
+/// Writes `head` as pretty JSON with `entries` as its `chunks`, one entry at a time: the
+/// same bytes `serde_json::to_string_pretty` gives for the whole transcript, plus a newline.
+fn write_json_parts(
+    head: &Transcript,
+    entries: impl Iterator<Item = Result<TranscriptEntry, InspectError>>,
+    out: &mut dyn Write,
+) -> Result<(), InspectError> {
+    let mut bare = head.clone();
+    bare.chunks.clear();
+    let text = serde_json::to_string_pretty(&bare).map_err(|e| InspectError::Write {
+        source: std::io::Error::other(e),
+    })?;
+    // `chunks` is the last field: the text ends `"chunks": []\n}`.
+    let open = text
+        .strip_suffix("[]\n}")
+        .ok_or_else(|| write_err(std::io::Error::other("unexpected transcript JSON layout")))?;
+    out.write_all(open.as_bytes()).map_err(write_err)?;
+    let mut any = false;
+    for e in entries {
+        let e = e?;
+        let body = serde_json::to_string_pretty(&e).map_err(|e| InspectError::Write {
+            source: std::io::Error::other(e),
+        })?;
+        out.write_all(if any { b",\n    " } else { b"[\n    " })
+            .map_err(write_err)?;
+        out.write_all(body.replace('\n', "\n    ").as_bytes())
+            .map_err(write_err)?;
+        any = true;
+    }
+    out.write_all(if any { b"\n  ]\n}\n" } else { b"[]\n}\n" })
+        .map_err(write_err)?;
+    Ok(())
+}
+
+enum Chunks {
+    Stream(Box<SessionStream>),
+    Loaded(std::vec::IntoIter<(usize, Chunk)>),
+}
+
+/// A stored session's transcript read chunk by chunk: [`Transcript::head`] first (from a
+/// read-through of the file), then the chunks of the page from a second read. Memory stays
+/// bounded by the largest chunk, whatever the file size. (A hand-edited file whose evidence
+/// cannot be placed while streaming is loaded whole instead; see
+/// [`rath_persist::stream`].)
+pub struct TranscriptStream {
+    head: Transcript,
+    chunks: Chunks,
+    done: bool,
+}
+
+impl std::fmt::Debug for TranscriptStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TranscriptStream")
+            .field("id", &self.head.id)
+            .field("from", &self.head.from)
+            .field("to", &self.head.to)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TranscriptStream {
+    /// Opens the transcript of the file `facts` describes, for the chunks `page` picks.
+    pub fn open(facts: &FileFacts, page: Page) -> Result<Self, InspectError> {
+        let head = Transcript::head(facts, page);
+        let chunks = if facts.in_order {
+            Chunks::Stream(Box::new(SessionStream::open(&facts.path)?))
+        } else {
+            let loaded = rath_persist::load_file(&facts.path)?;
+            let picked: Vec<(usize, Chunk)> = loaded
+                .session
+                .chunks()
+                .iter()
+                .enumerate()
+                .skip(head.from)
+                .take(head.to - head.from)
+                .map(|(i, c)| (i, c.clone()))
+                .collect();
+            Chunks::Loaded(picked.into_iter())
+        };
+        Ok(TranscriptStream {
+            head,
+            chunks,
+            done: false,
+        })
+    }
+
+    /// The transcript's header facts (its `chunks` are empty).
+    pub fn head(&self) -> &Transcript {
+        &self.head
+    }
+
+    /// The next chunk of the page.
+    pub fn next_entry(&mut self) -> Result<Option<TranscriptEntry>, InspectError> {
+        if self.done {
+            return Ok(None);
+        }
+        let (from, to) = (self.head.from, self.head.to);
+        loop {
+            let next = match &mut self.chunks {
+                Chunks::Stream(s) => s.next_chunk()?,
+                Chunks::Loaded(it) => it.next(),
+            };
+            match next {
+                Some((i, _)) if i < from => continue,
+                Some((i, c)) if i < to => return Ok(Some(entry(i, &c))),
+                _ => {
+                    self.done = true;
+                    return Ok(None);
+                }
             }
         }
-        o
+    }
+
+    /// Writes [`Transcript::render`]'s text, chunk by chunk.
+    pub fn write_text(mut self, out: &mut dyn Write) -> Result<(), InspectError> {
+        out.write_all(self.head.render_head().as_bytes())
+            .map_err(write_err)?;
+        while let Some(e) = self.next_entry()? {
+            out.write_all(e.render().as_bytes()).map_err(write_err)?;
+        }
+        out.write_all(self.head.render_foot().as_bytes())
+            .map_err(write_err)
+    }
+
+    /// Writes [`Transcript::to_json`]'s text, chunk by chunk.
+    pub fn write_json(mut self, out: &mut dyn Write) -> Result<(), InspectError> {
+        let head = self.head.clone();
+        let entries = std::iter::from_fn(|| self.next_entry().transpose());
+        write_json_parts(&head, entries, out)
+    }
+
+    /// The whole page in memory.
+    pub fn collect(mut self) -> Result<Transcript, InspectError> {
+        let mut chunks = Vec::new();
+        while let Some(e) = self.next_entry()? {
+            chunks.push(e);
+        }
+        let mut t = self.head;
+        t.chunks = chunks;
+        Ok(t)
+    }
+
+    /// The first `n` and the last `n` chunks of the page in memory (all of them when there
+    /// are at most `2n`); the viewer's bounded transcript.
+    pub fn collect_ends(mut self, n: usize) -> Result<Transcript, InspectError> {
+        let mut first = Vec::new();
+        let mut last = std::collections::VecDeque::with_capacity(n);
+        while let Some(e) = self.next_entry()? {
+            if first.len() < n {
+                first.push(e);
+            } else if n > 0 {
+                if last.len() == n {
+                    last.pop_front();
+                }
+                last.push_back(e);
+            }
+        }
+        let mut t = self.head;
+        first.extend(last);
+        t.chunks = first;
+        Ok(t)
+    }
+}
+
+impl StoreView {
+    /// One page of a stored session's transcript, to read chunk by chunk (the session is
+    /// found by header id), and warnings about other files holding the same id.
+    pub fn transcript_stream(
+        &self,
+        id: &SessionId,
+        page: Page,
+    ) -> Result<(TranscriptStream, Vec<FileWarning>), InspectError> {
+        let (file, warnings) = self.locate(id)?;
+        let facts = file_facts(&file.path)?;
+        Ok((TranscriptStream::open(&facts, page)?, warnings))
+    }
+
+    /// One page of a stored session's transcript, in memory.
+    pub fn transcript_page(&self, id: &SessionId, page: Page) -> Result<Transcript, InspectError> {
+        self.transcript_stream(id, page)?.0.collect()
     }
 }
 
@@ -359,5 +698,64 @@ fn fmt_ms(ms: f64) -> String {
         format!("{ms:.0}")
     } else {
         format!("{ms:.1}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rath_persist::Store;
+    use rath_session::{Stamper, ToolCall};
+
+    #[test]
+    fn streamed_output_equals_the_in_memory_transcript() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = Session::system_with("sys\nline two", Stamper::counter());
+        for i in 0..25 {
+            s = s.push(Chunk::user(format!("q{i} \"quoted\"\n\tnext")));
+            s = s.push(Chunk::assistant(
+                None,
+                Some(vec![ToolCall::function(format!("c{i}"), "f", "{\"a\": 1}")]),
+            ));
+            s = s.push(Chunk::note("monitor", format!("evidence {i}")));
+            s = s.push(Chunk::tool_result(format!("c{i}"), "f", "{}"));
+        }
+        Store::at(dir.path()).save(&s).expect("save");
+        let view = StoreView::open(dir.path()).expect("open");
+        for page in [
+            Page::default(),
+            Page::new(7, Some(13)),
+            Page::new(0, Some(0)),
+            Page::new(99, None),
+            Page::new(100, Some(1)),
+        ] {
+            let full = view.transcript(s.id()).expect("transcript");
+            let mut want = full.clone();
+            let (from, to) = page.range(full.chunk_count);
+            want.chunks = full.chunks[from..to].to_vec();
+            want.from = from;
+            want.to = to;
+            let got = view.transcript_page(s.id(), page).expect("page");
+            assert_eq!(got, want, "{page:?}");
+            let (stream, warnings) = view.transcript_stream(s.id(), page).expect("stream");
+            assert!(warnings.is_empty());
+            let mut json = Vec::new();
+            stream.write_json(&mut json).expect("json");
+            let expected = serde_json::to_string_pretty(&want).expect("pretty") + "\n";
+            assert_eq!(
+                String::from_utf8(json).expect("utf-8"),
+                expected,
+                "{page:?}"
+            );
+            assert_eq!(want.to_json(), expected);
+            let (stream, _) = view.transcript_stream(s.id(), page).expect("stream");
+            let mut text = Vec::new();
+            stream.write_text(&mut text).expect("text");
+            assert_eq!(
+                String::from_utf8(text).expect("utf-8"),
+                want.render(),
+                "{page:?}"
+            );
+        }
     }
 }

@@ -1,4 +1,7 @@
-//! Shared by the CLI tests that run `rath` on a store an example left behind.
+//! Shared by the CLI tests: a runner for `rath`, and generators of stores to run it on.
+#![allow(dead_code)] // each test binary uses its own part
+
+pub mod big;
 
 use std::path::Path;
 use std::process::Command;
@@ -18,4 +21,33 @@ pub fn rath(cwd: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
+}
+
+/// Writes a closed session file by hand (so the header id and the file name can disagree):
+/// `<dir>/<file>` with header id `id`, `parents`, and one user chunk per text.
+pub fn write_raw_session(dir: &Path, file: &str, id: &str, parents: &[&str], texts: &[&str]) {
+    let q = |s: &str| serde_json::to_string(s).expect("json string");
+    let parents: Vec<String> = parents.iter().map(|p| q(p)).collect();
+    let mut out = format!(
+        "{{\"record_type\": \"header\", \"schema_version\": 1, \"id\": {}, \"created_at\": \"2026-01-01T00:00:0{}+00:00\", \"parent_session_ids\": [{}], \"lineage_operator\": \"hand\", \"lineage_kind\": \"{}\", \"lineage_extras\": [], \"sandbox_backend\": null, \"sandbox_spec\": null, \"sandbox_handle_id\": null}}\n",
+        q(id),
+        parents.len(),
+        parents.join(", "),
+        if parents.is_empty() {
+            "leaf_user"
+        } else {
+            "op_fork"
+        }
+    );
+    for (i, t) in texts.iter().enumerate() {
+        out.push_str(&format!(
+            "{{\"record_type\": \"chunk\", \"index\": {i}, \"kind\": \"user\", \"payload\": {{\"content\": {}}}}}\n",
+            q(t)
+        ));
+    }
+    out.push_str(&format!(
+        "{{\"record_type\": \"trailer\", \"closed_at\": \"2026-01-01T00:01:00+00:00\", \"final_chunk_count\": {}, \"cumulative_usage\": null}}\n",
+        texts.len()
+    ));
+    std::fs::write(dir.join(file), out).expect("write session");
 }
