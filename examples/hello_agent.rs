@@ -5,6 +5,10 @@
 //! OPENAI_BASE_URL=http://127.0.0.1:8099/v1 cargo run --release --example hello_agent
 //! ```
 //!
+//! Ids are fresh UUIDv7s on every run, so runs sharing a store never collide; pass
+//! `--deterministic` (or set `OPENRATH_DETERMINISTIC=1`) for counter ids and a fixed clock
+//! (the same bytes every run: give each such run its own OPENRATH_HOME).
+//!
 //! Sessions go to the store the OPENRATH_HOME rules resolve ($OPENRATH_HOME, else ./.openrath,
 //! else ~/.openrath).
 

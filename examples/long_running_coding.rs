@@ -9,7 +9,8 @@
 //!
 //! Options: `--store DIR` (an OpenRath home or a sessions directory; default: the
 //! OPENRATH_HOME rules), `--resume`, `--cassette FILE` (record the model calls for
-//! `rath replay`). `RATH_STEP_DELAY_MS` waits before every model call.
+//! `rath replay`), `--deterministic` (counter ids instead of unique UUIDv7 ids; also
+//! `OPENRATH_DETERMINISTIC=1`). `RATH_STEP_DELAY_MS` waits before every model call.
 
 use openrath::demos::long_running_coding::{CodingConfig, run};
 
@@ -20,6 +21,7 @@ async fn main() -> anyhow::Result<()> {
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--resume" => config = config.resume(true),
+            "--deterministic" => config = config.deterministic(true),
             "--store" => {
                 let dir = args
                     .next()
@@ -33,7 +35,8 @@ async fn main() -> anyhow::Result<()> {
                 config = config.cassette(file);
             }
             other => anyhow::bail!(
-                "unknown argument {other:?} (expected --store DIR, --resume, --cassette FILE)"
+                "unknown argument {other:?} (expected --store DIR, --resume, --cassette FILE, \
+                 --deterministic)"
             ),
         }
     }

@@ -1,12 +1,13 @@
 //! Build a session, fork it twice, merge the branches and print the lineage.
 //!
-//! `cargo run --release --example quickstart`
+//! `cargo run --release --example quickstart` (unique UUIDv7 ids), or with `--deterministic`
+//! (or `OPENRATH_DETERMINISTIC=1`) counter ids and a stepping clock: the same output every run.
 
 use openrath::prelude::*;
 
 fn main() -> anyhow::Result<()> {
-    // Counter ids and a stepping clock: the output is the same on every run.
-    let stamper = Stamper::counter();
+    // Unique ids by default; `--deterministic` selects counter ids and a stepping clock.
+    let stamper = openrath::demos::demo_stamper(openrath::demos::deterministic_requested());
     let agent = Session::system_with("You are a careful assistant.", stamper.clone());
     let root = Session::user_with("How many words are in 'the quick brown fox'?", stamper)
         .to_with("local", SandboxSpec::working_dir("/workspace/demo"));

@@ -5,6 +5,10 @@
 //! ```sh
 //! cargo run --release --example sandbox_isolated
 //! ```
+//!
+//! Ids are fresh UUIDv7s on every run, so runs sharing a store never collide; pass
+//! `--deterministic` (or set `OPENRATH_DETERMINISTIC=1`) for counter ids and a fixed clock
+//! (the same bytes every run: give each such run its own OPENRATH_HOME).
 
 use openrath::demos::engineering_team::display;
 use openrath::demos::hello_agent::DemoConfig;

@@ -17,7 +17,9 @@ fn cli_on_the_engineering_team_store() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let report = rt
-        .block_on(run(TeamConfig::offline(tmp.path().join("home"))))
+        .block_on(run(
+            TeamConfig::offline(tmp.path().join("home")).deterministic(true)
+        ))
         .expect("team run");
     assert!(report.qa_passed, "{}", report.summary);
     insta::assert_snapshot!(
@@ -36,8 +38,8 @@ fn cli_on_the_engineering_team_store() {
                 "--store",
                 "home",
                 "diff",
-                "branch_000004.000002",
-                "branch_000005.000002"
+                "7e8ed40a-0fc5-834e-b334-acace87f89fa",
+                "b6f5cfce-c034-87c7-9c9c-0f7705ad597c"
             ]
         )
     );

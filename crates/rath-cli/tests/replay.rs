@@ -15,7 +15,9 @@ fn replay_against_a_recorded_cassette() {
     let cassette = tmp.path().join("run.jsonl");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let report = rt
-        .block_on(run(CodingConfig::offline(&home).cassette(&cassette)))
+        .block_on(run(CodingConfig::offline(&home)
+            .cassette(&cassette)
+            .deterministic(true)))
         .expect("coding run");
     let id = report.final_session.id().to_string();
     let cwd = tmp.path();

@@ -17,15 +17,12 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rath_backend::BackendRegistry;
 use rath_persist::{SessionWriter, Store, WriterOptions};
 use rath_provider::ProviderRequest;
-use rath_session::{
-    CounterSource, Session, SessionId, StampSource, Stamper, Timestamp, ToolCall, Usage,
-};
+use rath_session::{Session, SessionId, Stamper, ToolCall, Usage};
 use tokio_util::sync::CancellationToken;
 
 use crate::FlowError;
@@ -294,43 +291,9 @@ impl FlowContext {
     }
 }
 
-/// Ids, tokens and clock for one parallel branch in deterministic mode, so a branch's stamps
-/// do not depend on how the scheduler interleaves it with its siblings.
-#[derive(Debug)]
-struct BranchSource {
-    tag: String,
-    ids: AtomicU64,
-    tokens: AtomicU64,
-    clock: CounterSource,
-}
-
-impl StampSource for BranchSource {
-    fn next_id(&self) -> SessionId {
-        let n = self.ids.fetch_add(1, Ordering::Relaxed) + 1;
-        SessionId::new(format!("{}.{n:06}", self.tag))
-    }
-    fn next_token(&self, prefix: &str) -> String {
-        let n = self.tokens.fetch_add(1, Ordering::Relaxed) + 1;
-        format!("{prefix}_{}_{n:06}", self.tag)
-    }
-    fn now(&self) -> Timestamp {
-        self.clock.now()
-    }
-    fn is_deterministic(&self) -> bool {
-        true
-    }
-}
-
-/// A stamper for a parallel branch: in deterministic mode a private source tagged from the
-/// parent (one parent token, read before the fan-out), else the parent itself.
+/// A stamper for a parallel branch: [`Stamper::branch`] (in deterministic mode a private
+/// source tagged from the parent, one parent token read before the fan-out, minting UUID-shaped
+/// ids; else the parent itself).
 pub(crate) fn branch_stamper(parent: &Stamper) -> Stamper {
-    if !parent.is_deterministic() {
-        return parent.clone();
-    }
-    Stamper::new(BranchSource {
-        tag: parent.next_token("branch"),
-        ids: AtomicU64::new(0),
-        tokens: AtomicU64::new(0),
-        clock: CounterSource::new(parent.now(), 1_000_000),
-    })
+    parent.branch()
 }

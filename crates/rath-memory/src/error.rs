@@ -23,6 +23,11 @@ pub enum MemoryError {
     /// No item at this address. `list` shows what exists.
     #[error("no memory item at {0}")]
     NotFound(String),
+    /// A commit with this id but other items is already in the store (commit ids are unique;
+    /// repeating the same commit is a no-op). Commit under a fresh id ([`crate::commit_id_for`]
+    /// mints unique ones by default).
+    #[error("memory commit {0} already exists with other items")]
+    CommitExists(String),
     /// Another process holds the store open. Close it, or open a different store id.
     #[error("memory store at {} is locked by another process", path.display())]
     Locked {

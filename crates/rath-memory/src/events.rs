@@ -23,12 +23,40 @@ use sha2::{Digest, Sha256};
 
 use crate::{CommitReceipt, Hit, Memory, MemoryError, MemoryItem, MemoryUri, NewItem, Scope};
 
-/// A fresh commit id: a token from the session's stamper (`commit_000001` in deterministic
-/// mode, a ULID otherwise) and 8 hex digits of a digest of the session id and the items, so
-/// two deterministic runs that commit different things never share an id.
+/// A fresh commit id, UUID-shaped. With a live stamper it is the stamper's next id (a UUIDv7
+/// from [`rath_session::Stamper::system`]: unique across runs and processes, time-ordered).
+/// With a deterministic stamper it is a UUIDv8 from a digest of a stamper token
+/// (`commit_000001`), the session id and the items, so two deterministic runs that commit
+/// different things never share an id (and the same run repeated gives the same id, which a
+/// store treats as the same commit).
+///
+/// ```
+/// use rath_memory::{MemoryUri, NewItem, Scope, commit_id_for};
+/// use rath_session::{Session, Stamper, is_uuid};
+///
+/// let item = NewItem::new(MemoryUri::new(Scope::Agent, "k")?, "text");
+/// let live = Session::user("q");
+/// let (a, b) = (commit_id_for(&live, &[item.clone()]), commit_id_for(&live, &[item.clone()]));
+/// assert!(is_uuid(&a) && a != b);
+/// let det = commit_id_for(&Session::user_with("q", Stamper::counter()), &[item.clone()]);
+/// assert!(is_uuid(&det));
+/// assert_eq!(det, commit_id_for(&Session::user_with("q", Stamper::counter()), &[item]));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn commit_id_for(session: &Session, items: &[NewItem]) -> String {
-    let token = session.stamper().next_token("commit");
+    let stamper = session.stamper();
+    let token = if stamper.is_deterministic() {
+        stamper.next_token("commit")
+    } else {
+        let id = stamper.next_id();
+        if rath_session::is_uuid(id.as_str()) {
+            return id.to_string();
+        }
+        id.to_string()
+    };
     let mut h = Sha256::new();
+    h.update(token.as_bytes());
+    h.update([0]);
     h.update(session.id().as_str().as_bytes());
     for item in items {
         h.update([0]);
@@ -36,7 +64,20 @@ pub fn commit_id_for(session: &Session, items: &[NewItem]) -> String {
         h.update([0]);
         h.update(item.text.as_bytes());
     }
-    format!("{token}-{}", hex::encode(&h.finalize()[..4]))
+    let digest = h.finalize();
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&digest[..16]);
+    b[6] = (b[6] & 0x0f) | 0x80; // version 8
+    b[8] = (b[8] & 0x3f) | 0x80; // RFC 9562 variant
+    let x = hex::encode(b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &x[..8],
+        &x[8..12],
+        &x[12..16],
+        &x[16..20],
+        &x[20..]
+    )
 }
 
 /// The event chunk for a recall. Its `commit_id` is the commit of the best hit, if any; each

@@ -133,6 +133,29 @@ struct ScopeIndex {
 struct State {
     scopes: [ScopeIndex; 4],
     by_uri: HashMap<MemoryUri, u32>,
+    /// Every commit id in the log, with a digest of the items it committed.
+    commits: HashMap<String, [u8; 16]>,
+}
+
+/// A digest of a commit's items, to tell a repeated commit from a different one under the
+/// same id.
+fn items_digest(items: &[NewItem]) -> [u8; 16] {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for item in items {
+        for part in [
+            item.uri.to_string().as_str(),
+            item.text.as_str(),
+            item.agent.as_deref().unwrap_or(""),
+            item.session_id.as_deref().unwrap_or(""),
+        ] {
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part.as_bytes());
+        }
+    }
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&h.finalize()[..16]);
+    out
 }
 
 impl State {
@@ -178,6 +201,9 @@ impl State {
     fn apply(&mut self, record: Record) {
         match record {
             Record::Commit { commit_id, items } => {
+                self.commits
+                    .entry(commit_id.clone())
+                    .or_insert_with(|| items_digest(&items));
                 for item in items {
                     self.put(MemoryItem::from_new(item, Some(commit_id.clone())), None);
                 }
@@ -453,6 +479,7 @@ impl Memory for LocalMemory {
     }
 
     fn commit(&self, commit_id: &str, items: Vec<NewItem>) -> Result<CommitReceipt, MemoryError> {
+        let digest = items_digest(&items);
         let texts: Vec<&str> = items.iter().map(|i| i.text.as_str()).collect();
         let vectors = self.embed(&texts)?;
         let record = Record::Commit {
@@ -460,7 +487,21 @@ impl Memory for LocalMemory {
             items,
         };
         let mut inner = self.write_inner();
+        if let Some(stored) = inner.state.commits.get(commit_id) {
+            let Record::Commit { items, .. } = record else {
+                return Err(MemoryError::CommitExists(commit_id.to_owned()));
+            };
+            // The same commit again (a retry) is a no-op; another one under its id is refused.
+            if *stored == digest {
+                return Ok(CommitReceipt {
+                    commit_id: commit_id.to_owned(),
+                    uris: items.into_iter().map(|i| i.uri).collect(),
+                });
+            }
+            return Err(MemoryError::CommitExists(commit_id.to_owned()));
+        }
         self.append(&mut inner, &record)?;
+        inner.state.commits.insert(commit_id.to_owned(), digest);
         let Record::Commit { items, .. } = record else {
             return Ok(CommitReceipt {
                 commit_id: commit_id.to_owned(),

@@ -24,6 +24,7 @@ fn second_run_recalls_the_first_runs_commit() {
     let out = Command::new(&bin)
         .arg("--store")
         .arg(&store)
+        .arg("--deterministic")
         .env("OPENRATH_HOME", &home)
         .output()
         .unwrap();
@@ -74,6 +75,7 @@ fn second_run_recalls_the_first_runs_commit() {
     let again = Command::new(&bin)
         .arg("--store")
         .arg(&store2)
+        .arg("--deterministic")
         .env("OPENRATH_HOME", &home2)
         .output()
         .unwrap();
@@ -86,4 +88,80 @@ fn second_run_recalls_the_first_runs_commit() {
             .replace("home2", "")
             .replace("home", "")
     );
+}
+
+fn commit_ids_in(store: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(store.join("items.jsonl"))
+        .expect("items.jsonl")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("record");
+            v["commit_id"].as_str().map(str::to_owned)
+        })
+        .collect()
+}
+
+fn run_ok(bin: &std::path::Path, home: &std::path::Path, args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(bin)
+        .args(args)
+        .env("OPENRATH_HOME", home)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn two_runs_on_one_store_never_share_a_commit_id() {
+    let Some(bin) = example_binary() else {
+        eprintln!("skipping: memory_assisted example binary not built (cargo test builds it)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let args = ["--store".as_ref(), store.as_os_str()];
+    let home = dir.path().join("home");
+    let first = run_ok(&bin, &home, &args);
+    let second = run_ok(&bin, &home, &args);
+    let id = |out: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix("commit_id="))
+            .expect("commit id")
+            .to_owned()
+    };
+    let (a, b) = (id(&first), id(&second));
+    assert_ne!(a, b, "the second run reused the first run's commit id");
+    assert!(
+        rath_session::is_uuid(&a) && rath_session::is_uuid(&b),
+        "{a} {b}"
+    );
+    let ids = commit_ids_in(&store);
+    assert_eq!(ids, [a, b], "one commit per run, each under its own id");
+    // Both runs' sessions are stored side by side: 2 phases x 2 runs, none replaced.
+    let sessions = rath_persist::Store::at(home.join("sessions"));
+    assert_eq!(sessions.list().expect("list").len(), 4);
+
+    // Deterministic runs repeat the same commit; the store keeps it once.
+    let det = dir.path().join("det");
+    let args = [
+        "--store".as_ref(),
+        det.as_os_str(),
+        "--deterministic".as_ref(),
+    ];
+    let det_home = dir.path().join("det_home");
+    let (x, y) = (
+        id(&run_ok(&bin, &det_home, &args)),
+        id(&run_ok(&bin, &det_home, &args)),
+    );
+    assert_eq!(x, y);
+    assert_eq!(commit_ids_in(&det), [x]);
+    // Run 1 and run 2 never share a session id, even in deterministic mode.
+    let det_sessions = rath_persist::Store::at(det_home.join("sessions"));
+    assert_eq!(det_sessions.list().expect("list").len(), 2);
 }

@@ -26,6 +26,15 @@ pub enum PersistError {
         /// The locked `__partial__` file.
         path: PathBuf,
     },
+    /// A closed file for this session id already exists and replacing it was not asked for.
+    /// Another run or writer saved a session under this id; write under a fresh id (the
+    /// default stamper's ids never collide), load the stored one, or pass
+    /// `WriterOptions::replace(true)` to overwrite it on purpose. Nothing was written.
+    #[error("{path} already exists: session stored by another run or writer (not replaced)")]
+    Exists {
+        /// The closed `<id>.jsonl` file.
+        path: PathBuf,
+    },
     /// No file for this session id (neither `<id>.jsonl` nor `<id>.jsonl.__partial__`).
     #[error("no persisted session {id} in {dir}")]
     NotFound {
@@ -116,6 +125,7 @@ impl PersistError {
         match self {
             PersistError::Io { path, .. }
             | PersistError::Locked { path }
+            | PersistError::Exists { path }
             | PersistError::Corrupt { path, .. }
             | PersistError::Structure { path, .. }
             | PersistError::UnsupportedSchema { path, .. }

@@ -325,7 +325,7 @@ pub fn parse_lineage_jsonl(path: &Path, text: &str) -> Result<Vec<LineageRow>, P
 
 fn short(id: &SessionId) -> &str {
     let s = id.as_str();
-    // Counter and UUID ids differ at the end; ULIDs at the start but end in random bits too.
+    // Counter and UUID ids differ at the end (UUIDv7s start with the time, end in random bits).
     let n = s.chars().count();
     if n <= 12 {
         s

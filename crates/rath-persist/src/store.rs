@@ -166,6 +166,28 @@ impl Store {
     }
 
     /// Writes `session` whole and closes the file. Returns the final path.
+    ///
+    /// Never replaces another session: when `<id>.jsonl` is already stored closed, saving the
+    /// same session again (same lineage, chunks, usage, pending work and placement) is a
+    /// no-op that returns its path, and saving different content is
+    /// [`PersistError::Exists`]. [`Store::save_with`] with [`WriterOptions::replace`]
+    /// overwrites on purpose.
+    ///
+    /// ```
+    /// use rath_persist::{PersistError, Store, WriterOptions};
+    /// use rath_session::{Chunk, Session, Stamper};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let store = Store::at(dir.path());
+    /// let s = Session::user_with("hi", Stamper::counter());
+    /// let path = store.save(&s)?;
+    /// assert_eq!(store.save(&s)?, path); // identical: nothing rewritten
+    /// let other = s.push(Chunk::assistant_text("a different session under one id"));
+    /// assert!(matches!(store.save(&other), Err(PersistError::Exists { .. })));
+    /// store.save_with(&other, WriterOptions::default().replace(true))?;
+    /// assert_eq!(store.load(s.id())?.session.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn save(&self, session: &Session) -> Result<PathBuf, PersistError> {
         self.save_with(session, WriterOptions::default())
     }
@@ -176,7 +198,17 @@ impl Store {
         session: &Session,
         options: WriterOptions,
     ) -> Result<PathBuf, PersistError> {
-        self.writer(session, options)?.close_with(session)
+        match self.writer(session, options) {
+            Ok(w) => w.close_with(session),
+            Err(PersistError::Exists { path }) => {
+                if holds_same_session(&path, session) {
+                    Ok(path)
+                } else {
+                    Err(PersistError::Exists { path })
+                }
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Loads a session by id: `<id>.jsonl`, falling back to `<id>.jsonl.__partial__`.
@@ -275,6 +307,25 @@ impl Store {
             .map(SessionSummary::lineage_row)
             .collect())
     }
+}
+
+/// True when the closed file at `path` holds `session`: same id, lineage, chunks, usage,
+/// per-agent usage, pending calls and placement. Unreadable or unclosed files never match.
+fn holds_same_session(path: &Path, session: &Session) -> bool {
+    let Ok(stored) = load_file(path) else {
+        return false;
+    };
+    let s = &stored.session;
+    stored.closed
+        && s.id() == session.id()
+        && s.lineage() == session.lineage()
+        && s.usage() == session.usage()
+        && s.agent_usage() == session.agent_usage()
+        && s.pending() == session.pending()
+        && s.placement().backend() == session.placement().backend()
+        && s.placement().spec() == session.placement().spec()
+        && s.placement().handle_id() == session.placement().handle_id()
+        && s.chunks() == session.chunks()
 }
 
 /// Summarises one file: the header in full, then only `record_type` (and usage/evidence

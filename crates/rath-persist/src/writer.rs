@@ -21,11 +21,34 @@
 //! 0600, and is renamed to `<id>.jsonl` after the trailer on [`SessionWriter::close`].
 //! [`SessionWriter::abandon`] (or dropping the writer) leaves the `__partial__` file without
 //! a trailer: the crash signal.
+//!
+//! Writers cannot clobber. Creating a writer for an id whose closed `<id>.jsonl` exists is
+//! [`PersistError::Exists`] unless [`WriterOptions::replace`] was asked. The `__partial__`
+//! file is opened without truncation; after taking the lock the writer checks that its
+//! descriptor is still the file the path names (device and inode of `fstat` against `stat`
+//! of the path; another writer may have renamed it to the closed name meanwhile) and retries
+//! from the start if not, and only then truncates it. So when N processes race on one id,
+//! exactly one writes and the others get [`PersistError::Locked`] or
+//! [`PersistError::Exists`], and no closed file is ever truncated.
+//!
+//! ```
+//! use rath_persist::{PersistError, Store, WriterOptions};
+//! use rath_session::{Session, Stamper};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = Store::at(dir.path());
+//! let s = Session::user_with("hi", Stamper::counter());
+//! store.save(&s)?;
+//! let again = store.writer(&s, WriterOptions::default());
+//! assert!(matches!(again, Err(PersistError::Exists { .. })));
+//! store.writer(&s, WriterOptions::default().replace(true))?.close_with(&s)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use rath_session::{Chunk, Session, SessionId, Stamper};
@@ -69,6 +92,9 @@ pub struct WriterOptions {
     pub durability: Durability,
     /// Where `created_at` / `closed_at` come from; defaults to the session's own stamper.
     pub clock: Option<Stamper>,
+    /// Replace a closed `<id>.jsonl` that already exists (the new file is renamed over it on
+    /// close). Off by default: an existing closed file is [`PersistError::Exists`].
+    pub replace: bool,
 }
 
 impl WriterOptions {
@@ -83,7 +109,18 @@ impl WriterOptions {
         self.clock = Some(clock);
         self
     }
+
+    /// Sets [`WriterOptions::replace`]: when true, an existing closed file for the id is
+    /// replaced instead of refused.
+    pub fn replace(mut self, on: bool) -> Self {
+        self.replace = on;
+        self
+    }
 }
+
+/// How many times [`SessionWriter::create`] starts over when the `__partial__` file it locked
+/// was renamed or replaced before the lock was taken.
+const LOCK_ATTEMPTS: usize = 16;
 
 /// An open, locked session file that chunks are appended to as they are made.
 ///
@@ -111,12 +148,19 @@ pub struct SessionWriter {
     waiting: Vec<(u64, Chunk)>,
     /// The latest session state seen, for the trailer.
     last: Session,
+    /// Whether closing may replace an existing closed file.
+    replace: bool,
 }
 
 impl SessionWriter {
     /// Opens `<path>.__partial__` for `session`, takes the lock, and writes the header.
-    /// `path` is the final file name (`.../<id>.jsonl`). An unlocked leftover `__partial__`
-    /// file is truncated (the session value is the source of truth).
+    /// `path` is the final file name (`.../<id>.jsonl`).
+    ///
+    /// Refused with [`PersistError::Exists`] when `path` (the closed file) exists, unless
+    /// [`WriterOptions::replace`]; with [`PersistError::Locked`] when another writer holds the
+    /// `__partial__` file. An unlocked leftover `__partial__` file (a crashed writer's) is
+    /// truncated once the lock is held and verified (the session value is the source of
+    /// truth).
     pub fn create(
         path: impl Into<PathBuf>,
         session: &Session,
@@ -133,15 +177,8 @@ impl SessionWriter {
             std::fs::create_dir_all(parent).map_err(|e| PersistError::io("mkdir", parent, e))?;
         }
         let mapped = options.durability == Durability::Mapped;
-        let file = OpenOptions::new()
-            .create(true)
-            .read(mapped)
-            .write(mapped)
-            .append(!mapped)
-            .mode(0o600)
-            .open(&partial)
-            .map_err(|e| PersistError::io("open", &partial, e))?;
-        lock_exclusive(&file, &partial)?;
+        let file = open_verified(&partial, &final_path, mapped, options.replace)?;
+        // Only now, holding the lock on the file the path names, is it safe to cut it.
         file.set_len(0)
             .map_err(|e| PersistError::io("truncate", &partial, e))?;
         file.set_permissions(std::fs::Permissions::from_mode(0o600))
@@ -168,6 +205,7 @@ impl SessionWriter {
             rows: 0,
             waiting: Vec::new(),
             last: session.clone(),
+            replace: options.replace,
         };
         let header = HeaderOut::new(session, w.clock.now());
         w.encode(&header)?;
@@ -337,9 +375,9 @@ impl SessionWriter {
             file.sync_all()
                 .map_err(|e| PersistError::io("fsync", &self.partial, e))?;
         }
-        // Rename while still holding the lock, so no other writer can slip in between.
-        std::fs::rename(&self.partial, &self.final_path)
-            .map_err(|e| PersistError::io("rename", &self.partial, e))?;
+        // Rename while still holding the lock, so no other writer can slip in between; and,
+        // unless replacing, never over a closed file that appeared meanwhile.
+        rename_into_place(&self.partial, &self.final_path, self.replace)?;
         if self.durability == Durability::Fsync
             && let Some(dir) = self.final_path.parent()
             && let Ok(d) = File::open(dir)
@@ -434,6 +472,120 @@ fn evidence_out(at: u64, chunk: &Chunk) -> EvidenceOut<'_> {
         payload: PayloadRef(chunk.body()),
         branch: chunk.branch(),
     }
+}
+
+/// Renames `from` to `to`; without `replace`, atomically refuses (as [`PersistError::Exists`])
+/// when `to` exists, where the filesystem supports `RENAME_NOREPLACE`.
+fn rename_into_place(from: &Path, to: &Path, replace: bool) -> Result<(), PersistError> {
+    if !replace {
+        use std::os::unix::ffi::OsStrExt;
+        let (Ok(f), Ok(t)) = (
+            std::ffi::CString::new(from.as_os_str().as_bytes()),
+            std::ffi::CString::new(to.as_os_str().as_bytes()),
+        ) else {
+            return Err(PersistError::io(
+                "rename",
+                from,
+                std::io::Error::from(std::io::ErrorKind::InvalidInput),
+            ));
+        };
+        // SAFETY: both pointers are valid NUL-terminated strings that outlive the call;
+        // AT_FDCWD makes them relative to the working directory like rename(2).
+        let rc = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                f.as_ptr(),
+                libc::AT_FDCWD,
+                t.as_ptr(),
+                libc::RENAME_NOREPLACE,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EEXIST) => {
+                return Err(PersistError::Exists {
+                    path: to.to_path_buf(),
+                });
+            }
+            // The filesystem (or kernel) has no RENAME_NOREPLACE: fall back to rename(2),
+            // still under the lock.
+            Some(libc::EINVAL | libc::ENOSYS) => {}
+            _ => return Err(PersistError::io("rename", from, err)),
+        }
+    }
+    std::fs::rename(from, to).map_err(|e| PersistError::io("rename", from, e))
+}
+
+/// True when `path` exists (as anything: a dangling symlink counts, so it is never followed
+/// over).
+fn exists(path: &Path, at: &Path) -> Result<bool, PersistError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(PersistError::io("stat", at, e)),
+    }
+}
+
+/// Opens (creating if needed, never truncating) and locks `partial`, and makes sure the
+/// locked descriptor is the file `partial` names and that no closed `final_path` exists
+/// (unless `replace`). Starts over when the locked file was renamed or replaced meanwhile.
+fn open_verified(
+    partial: &Path,
+    final_path: &Path,
+    mapped: bool,
+    replace: bool,
+) -> Result<File, PersistError> {
+    let refuse_existing = || -> Result<(), PersistError> {
+        if !replace && exists(final_path, final_path)? {
+            return Err(PersistError::Exists {
+                path: final_path.to_path_buf(),
+            });
+        }
+        Ok(())
+    };
+    for _ in 0..LOCK_ATTEMPTS {
+        refuse_existing()?;
+        let file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .write(mapped)
+            .append(!mapped)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(partial)
+            .map_err(|e| PersistError::io("open", partial, e))?;
+        lock_exclusive(&file, partial)?;
+        let held = file
+            .metadata()
+            .map_err(|e| PersistError::io("fstat", partial, e))?;
+        let named = match std::fs::symlink_metadata(partial) {
+            Ok(m) => Some(m),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(PersistError::io("stat", partial, e)),
+        };
+        if !named.is_some_and(|m| m.dev() == held.dev() && m.ino() == held.ino()) {
+            // The file we locked is no longer at the path: its writer closed it (renamed it
+            // to the final name) or it was deleted and recreated. Start over; the next round
+            // sees the closed file, or locks the new partial.
+            continue;
+        }
+        if let Err(e) = refuse_existing() {
+            // A writer closed this id between our first check and our open, and the partial
+            // we hold is a fresh one. Remove it when it is empty (nobody else's data), so the
+            // store is left as it was.
+            if held.len() == 0 {
+                let _ = std::fs::remove_file(partial);
+            }
+            return Err(e);
+        }
+        return Ok(file);
+    }
+    Err(PersistError::Locked {
+        path: partial.to_path_buf(),
+    })
 }
 
 fn lock_exclusive(file: &File, path: &Path) -> Result<(), PersistError> {

@@ -2,7 +2,8 @@
 //!
 //! Runs `tests/python/check_store.py` with the interpreter named by `RATH_OPENRATH_PYTHON`
 //! (set by `.ci/install.d/30-persist-python.sh`, a venv with `openrath==2.0.0`); skips with a
-//! printed reason when it is absent.
+//! printed reason when it is absent, and fails instead under `RATH_CI=1`. The examples' stores
+//! are covered by `crates/openrath/tests/shared_home.rs` with the same script.
 
 mod common;
 
@@ -95,9 +96,12 @@ fn run(py: &Path, home: &Path, rows: &Path, files: usize) {
 #[test]
 fn python_openrath_loads_our_store() {
     let Some(py) = python() else {
-        eprintln!(
-            "skipping: RATH_OPENRATH_PYTHON is not set to a Python with openrath==2.0.0 (see .ci/install.d/30-persist-python.sh)"
+        let why = "RATH_OPENRATH_PYTHON is not set to a Python with openrath==2.0.0 (see .ci/install.d/30-persist-python.sh)";
+        assert!(
+            std::env::var("RATH_CI").map_or(true, |v| v != "1"),
+            "RATH_CI=1 but {why}"
         );
+        eprintln!("skipping: {why}");
         return;
     };
     let tmp = tempfile::tempdir().expect("tmp");
@@ -126,6 +130,25 @@ fn python_openrath_loads_our_store() {
     let rows_path = tmp.path().join("rows.jsonl");
     std::fs::write(&rows_path, export_jsonl_string(&rows)).expect("rows");
     run(&py, &home, &rows_path, 9);
+
+    // Ids from the default stamper (UUIDv7), a seeded one and a deterministic parallel branch
+    // (UUIDv8) are all UUIDs Python reads, parents included.
+    let live = Session::user("live ids");
+    let fork = live.fork().push(Chunk::assistant_text("a"));
+    let seeded = Session::user_with("seeded", rath_session::Stamper::seeded(9));
+    let branch = Session::user_with("branch", rath_session::Stamper::counter().branch());
+    let merged = branch.fork().merge(&branch).expect("merge");
+    let home2 = tmp.path().join("home2");
+    let store2 = Store::at(home2.join("sessions"));
+    let mut rows2 = Vec::new();
+    for s in [&live, &fork, &seeded, &branch, &merged] {
+        assert!(rath_session::is_uuid(s.id().as_str()), "{}", s.id());
+        store2.save(s).expect("save");
+        rows2.push(LineageRow::from_session(s));
+    }
+    let rows2_path = tmp.path().join("rows2.jsonl");
+    std::fs::write(&rows2_path, export_jsonl_string(&rows2)).expect("rows");
+    run(&py, &home2, &rows2_path, 5);
 
     // And our loader reads back exactly what we wrote, evidence and all.
     let back = store.load(ext.id()).expect("load");

@@ -114,13 +114,18 @@ pub enum ProviderError {
 
 impl ProviderError {
     /// True when trying the same request again may succeed: HTTP 408, 409, 429 and 5xx,
-    /// timeouts, connection failures and malformed answers. A 400, 401, 403, 404 or 422, an
-    /// incomplete stream (which gets a non-streamed fallback instead), configuration,
-    /// budget, cassette and script errors are not.
+    /// timeouts, connection failures and malformed answers. A 400, 401, 403, 404 or 422, a
+    /// 5xx whose text says the request failed schema validation (llama-cpp-python answers
+    /// a request its pydantic schema rejects with 500 "N validation errors"), an incomplete
+    /// stream (which gets a non-streamed fallback instead), configuration, budget,
+    /// cassette and script errors are not.
     pub fn is_retryable(&self) -> bool {
         match self {
-            ProviderError::Http { status, .. } => {
-                matches!(*status, 408 | 409 | 429) || (500..600).contains(status)
+            ProviderError::Http {
+                status, message, ..
+            } => {
+                matches!(*status, 408 | 409 | 429)
+                    || ((500..600).contains(status) && !rejects_request_schema(message))
             }
             ProviderError::Timeout { .. }
             | ProviderError::Connection(_)
@@ -184,4 +189,11 @@ impl ProviderError {
             other => other,
         }
     }
+}
+
+/// True when a server's error text says the request itself failed schema validation:
+/// the same request can never pass, whatever the status says.
+fn rejects_request_schema(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("validation error") || m.contains("validationerror")
 }

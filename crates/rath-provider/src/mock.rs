@@ -188,6 +188,13 @@ pub enum MockFault {
         /// Seconds in the `Retry-After` header, if any.
         retry_after_secs: Option<u64>,
     },
+    /// This HTTP status with this error message (in the JSON error body).
+    StatusWith {
+        /// The status code.
+        status: u16,
+        /// The error message.
+        message: String,
+    },
     /// 200 and nothing: an SSE stream with no event (not even `[DONE]`), or an empty body.
     EmptyStream,
     /// Streamed: text deltas, then `[DONE]` without a finish reason. Non-streamed: a
@@ -467,6 +474,7 @@ async fn fault_response(fault: MockFault, streamed: bool, authorization: &str) -
             }
             r
         }
+        MockFault::StatusWith { status, message } => error_json(status, &message),
         MockFault::EchoAuthorization { status } => error_json(
             status,
             &format!("mock: rejected request with authorization {authorization:?}"),

@@ -25,10 +25,20 @@ pub(crate) fn request_body(req: &ProviderRequest, d: &Defaults, stream: bool) ->
     let mut body = Map::new();
     let model = req.model.clone().unwrap_or_else(|| d.model.clone());
     body.insert("model".into(), json!(model));
-    body.insert(
-        "messages".into(),
-        serde_json::to_value(&req.messages).unwrap_or_else(|_| json!([])),
-    );
+    let mut messages = serde_json::to_value(&req.messages).unwrap_or_else(|_| json!([]));
+    for m in messages.as_array_mut().into_iter().flatten() {
+        // An assistant turn that only calls tools: `"content": ""`, not null. OpenAI takes
+        // either; llama-cpp-python's request schema rejects null (HTTP 500, "Input should
+        // be a valid string"), which broke every second round of a tool loop.
+        if m["role"] == "assistant"
+            && m.get("content").is_none_or(Value::is_null)
+            && m.get("tool_calls").is_some_and(|c| !c.is_null())
+            && let Some(obj) = m.as_object_mut()
+        {
+            obj.insert("content".into(), json!(""));
+        }
+    }
+    body.insert("messages".into(), messages);
     if !req.tools.is_empty() {
         let tools: Vec<Value> = req
             .tools

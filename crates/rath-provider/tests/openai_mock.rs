@@ -750,3 +750,56 @@ async fn stream_tools_false_never_streams_with_tools() {
         "{bad}"
     );
 }
+
+/// llama-cpp-python rejects a request its schema does not accept with HTTP 500 and
+/// "N validation errors": the same request can never pass, so it is not retried.
+#[tokio::test]
+async fn a_schema_rejection_is_not_retried_even_as_500() {
+    let server = server().await;
+    server.push(MockFault::StatusWith {
+        status: 500,
+        message: "7 validation errors:\n {'type': 'string_type', 'loc': ('body', 'messages', 2, \
+                  'ChatCompletionRequestAssistantMessage', 'content'), 'msg': 'Input should be a \
+                  valid string', 'input': None}"
+            .to_owned(),
+    });
+    server.set_fallback(Some(MockReply::text("must not be reached")));
+    let err = provider(&server)
+        .complete(&request(&session()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ProviderError::Http { status: 500, .. }),
+        "{err:?}"
+    );
+    assert!(!err.is_retryable());
+    assert_eq!(server.requests().len(), 1);
+}
+
+/// An assistant turn that only calls tools goes out with `"content": ""`, which every
+/// server takes (llama-cpp-python's schema rejects null).
+#[tokio::test]
+async fn tool_call_turns_are_sent_with_empty_content() {
+    let server = server().await;
+    server.push(MockReply::text("four").usage(9, 1));
+    let call = rath_session::ToolCall::function("call_1", "word_count", r#"{"text":"a b"}"#);
+    let s = session()
+        .push(rath_session::Chunk::assistant(None, Some(vec![call])))
+        .push(rath_session::Chunk::tool_result(
+            "call_1",
+            "word_count",
+            r#"{"words": 2}"#,
+        ));
+    provider(&server).complete(&request(&s)).await.unwrap();
+    let sent = &server.requests()[0]["messages"];
+    assert_eq!(sent[2]["role"], "assistant");
+    assert_eq!(sent[2]["content"], "");
+    assert_eq!(sent[2]["tool_calls"][0]["id"], "call_1");
+    assert_eq!(sent[3]["role"], "tool");
+    assert_eq!(sent[3]["tool_call_id"], "call_1");
+    // A plain text turn keeps its text.
+    assert_eq!(
+        sent[1]["content"],
+        "How many words in 'the quick brown fox'?"
+    );
+}

@@ -17,9 +17,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
-/// A session id. Any string is accepted (OpenRath writes UUIDs, we mint ULIDs by default).
+/// A session id. Any string is accepted; stampers mint UUIDs (UUIDv7 by default), the shape
+/// Python OpenRath requires.
 ///
-/// Ids up to 38 bytes (ULIDs, UUIDs) are stored inline, so minting and cloning one never
+/// Ids up to 38 bytes (UUIDs, ULIDs) are stored inline, so minting and cloning one never
 /// allocates; longer ids are shared behind an `Arc`.
 #[derive(Clone)]
 pub struct SessionId(Repr);

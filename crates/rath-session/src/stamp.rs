@@ -11,9 +11,28 @@
 //!
 //! Every constructor and lineage operation in this crate takes its id and timestamp from the
 //! [`Stamper`] carried by the session it starts from, so a whole derivation tree shares one
-//! source. [`Stamper::system`] (ULIDs and the wall clock) is the default; [`Stamper::counter`]
-//! reproduces the counter ids the Python OpenRath fixtures use; [`Stamper::seeded`] gives
-//! ULID-shaped ids from a seed.
+//! source.
+//!
+//! - [`Stamper::system`], the default: UUIDv7 ids (48-bit Unix milliseconds, then random
+//!   bits from the operating system's generator, monotonic within a process) in canonical
+//!   lowercase `8-4-4-4-12` form, and the wall clock. Ids never collide across runs or
+//!   processes, sort by creation time, and are what Python OpenRath's loader accepts.
+//! - [`Stamper::counter`]: the counter ids the Python OpenRath fixtures use, and a stepping
+//!   clock. For tests, evidence packets and explicitly deterministic runs: two runs mint the
+//!   same ids, so they must not share a store.
+//! - [`Stamper::seeded`]: UUIDv7-shaped ids from a seed, with the counter's clock.
+//!
+//! ```
+//! use rath_session::Stamper;
+//!
+//! let a = Stamper::system().next_id();
+//! let b = Stamper::system().next_id();
+//! assert_ne!(a, b);
+//! assert!(a.as_str() < b.as_str(), "time-ordered");
+//! assert_eq!(a.as_str().len(), 36);
+//! assert_eq!(&a.as_str()[14..15], "7"); // version 7
+//! assert!(rath_session::is_uuid(a.as_str()));
+//! ```
 
 use std::fmt;
 use std::sync::Arc;
@@ -22,6 +41,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use sha2::{Digest, Sha256};
 
 use crate::SessionId;
 
@@ -223,10 +243,15 @@ impl Stamper {
         Self(Arc::new(source))
     }
 
-    /// ULID ids and the wall clock: the default.
+    /// UUIDv7 ids and the wall clock: the default. Ids are unique across runs and processes
+    /// (74 random bits per id from a generator seeded by the operating system) and strictly
+    /// increasing within a process (an id minted in the same millisecond as the previous one
+    /// increments it). Tokens are `<prefix>_<32 hex digits>` from the same generator.
     pub fn system() -> Self {
         static SYSTEM: std::sync::OnceLock<Stamper> = std::sync::OnceLock::new();
-        SYSTEM.get_or_init(|| Self::new(SystemSource)).clone()
+        SYSTEM
+            .get_or_init(|| Self::new(SystemSource::default()))
+            .clone()
     }
 
     /// Counter ids shaped like the Python OpenRath fixtures
@@ -239,10 +264,48 @@ impl Stamper {
         ))
     }
 
-    /// ULID-shaped ids drawn from a seeded generator, and the same stepping clock as
-    /// [`Stamper::counter`]. Two stampers with one seed produce the same sequence.
+    /// UUIDv7-shaped ids (the millisecond field from the stepping clock, the random bits from
+    /// a seeded generator), and the same stepping clock as [`Stamper::counter`]. Two stampers
+    /// with one seed produce the same sequence.
+    ///
+    /// ```
+    /// use rath_session::Stamper;
+    ///
+    /// let (a, b) = (Stamper::seeded(7), Stamper::seeded(7));
+    /// assert_eq!(a.next_id(), b.next_id());
+    /// assert!(rath_session::is_uuid(a.next_id().as_str()));
+    /// ```
     pub fn seeded(seed: u64) -> Self {
         Self::new(SeededSource::new(seed))
+    }
+
+    /// The stamper for one parallel branch forked from this one. For a deterministic source
+    /// it is a private deterministic source tagged with one token read from this stamper now,
+    /// so a branch's ids, tokens and times do not depend on how a scheduler interleaves it with
+    /// its siblings; its ids are UUID-shaped (version 8, from a digest of the tag and a
+    /// counter). For a live source it is this stamper itself (its ids are unique anyway).
+    ///
+    /// ```
+    /// use rath_session::Stamper;
+    ///
+    /// let root = Stamper::counter();
+    /// let (a, b) = (root.branch(), root.branch());
+    /// let (a1, b1) = (a.next_id(), b.next_id());
+    /// assert_ne!(a1, b1);
+    /// assert!(rath_session::is_uuid(a1.as_str()));
+    /// // The same derivation gives the same ids.
+    /// assert_eq!(Stamper::counter().branch().next_id(), a1);
+    /// ```
+    pub fn branch(&self) -> Stamper {
+        if !self.is_deterministic() {
+            return self.clone();
+        }
+        Stamper::new(BranchSource {
+            tag: self.next_token("branch"),
+            ids: AtomicU64::new(0),
+            tokens: AtomicU64::new(0),
+            clock: CounterSource::new(self.now(), 1_000_000),
+        })
     }
 
     /// A fresh session id.
@@ -250,7 +313,7 @@ impl Stamper {
         self.0.next_id()
     }
 
-    /// A fresh token such as `req_01J…` or, in deterministic mode, `req_000001`.
+    /// A fresh token such as `req_0192b3c4…` or, in deterministic mode, `req_000001`.
     pub fn next_token(&self, prefix: &str) -> String {
         self.0.next_token(prefix)
     }
@@ -304,22 +367,138 @@ impl Timer {
     }
 }
 
-#[derive(Debug)]
-struct SystemSource;
+/// Writes a 128-bit value as a canonical lowercase UUID (`8-4-4-4-12`).
+fn uuid_text(value: u128) -> SessionId {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = [0u8; 36];
+    let mut nibble = 0;
+    for (i, slot) in buf.iter_mut().enumerate() {
+        if matches!(i, 8 | 13 | 18 | 23) {
+            *slot = b'-';
+            continue;
+        }
+        *slot = HEX[((value >> (124 - 4 * nibble)) & 0xf) as usize];
+        nibble += 1;
+    }
+    SessionId::from_ascii_inline(&buf)
+        .unwrap_or_else(|| SessionId::new(String::from_utf8_lossy(&buf)))
+}
+
+/// Sets the version nibble and the RFC 9562 variant bits of a 128-bit value.
+const fn with_version(value: u128, version: u128) -> u128 {
+    let v = value & !(0xf << 76) & !(0b11 << 62);
+    v | (version << 76) | (0b10 << 62)
+}
+
+/// A UUIDv7 value from a millisecond timestamp and 74 random bits.
+const fn uuid_v7(ms: u64, random: u128) -> u128 {
+    let rand_a = (random >> 62) & 0xfff;
+    let rand_b = random & ((1 << 62) - 1);
+    ((ms as u128 & 0xffff_ffff_ffff) << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b
+}
+
+/// True when `text` is a UUID in canonical hyphenated form (any version, either case), the
+/// shape Python OpenRath's loader requires of session ids and parent ids.
+///
+/// ```
+/// assert!(rath_session::is_uuid("00000000-0000-4000-8000-000000000001"));
+/// assert!(!rath_session::is_uuid("branch_000004.000001"));
+/// assert!(!rath_session::is_uuid("01JD8X3M7Q2W5E9R4T6Y8U0I1O"));
+/// ```
+pub fn is_uuid(text: &str) -> bool {
+    let b = text.as_bytes();
+    b.len() == 36
+        && b.iter().enumerate().all(|(i, c)| {
+            if matches!(i, 8 | 13 | 18 | 23) {
+                *c == b'-'
+            } else {
+                c.is_ascii_hexdigit()
+            }
+        })
+}
+
+/// The live source: UUIDv7 ids, random tokens and the wall clock. See [`Stamper::system`].
+#[derive(Debug, Default)]
+struct SystemSource {
+    /// The last id minted (as a number), so ids within one process strictly increase.
+    last: Mutex<u128>,
+}
+
+impl SystemSource {
+    fn next_value(&self) -> u128 {
+        let now_ms = match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(d) => u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+            Err(_) => 0,
+        };
+        let random: u128 = rand::random();
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let last_ms = (*last >> 80) as u64;
+        let value = if now_ms > last_ms || *last == 0 {
+            uuid_v7(now_ms, random)
+        } else {
+            // Same (or an earlier, if the clock stepped back) millisecond: count up from the
+            // previous id. The 74-bit counter field starts random, so it practically never
+            // overflows; if it does, the millisecond field moves on by one.
+            let field = ((*last >> 64) & 0xfff) << 62 | (*last & ((1 << 62) - 1));
+            let next = field + 1;
+            if next >> 74 == 0 {
+                uuid_v7(last_ms, next)
+            } else {
+                uuid_v7(last_ms + 1, random >> 1)
+            }
+        };
+        *last = value;
+        value
+    }
+}
 
 impl StampSource for SystemSource {
     fn next_id(&self) -> SessionId {
-        let mut buf = [0u8; ulid::ULID_LEN];
-        SessionId::new(&*ulid::Ulid::generate().array_to_str(&mut buf))
+        uuid_text(self.next_value())
     }
     fn next_token(&self, prefix: &str) -> String {
-        format!("{prefix}_{}", ulid::Ulid::generate())
+        format!("{prefix}_{:032x}", self.next_value())
     }
     fn now(&self) -> Timestamp {
         Timestamp::now_utc()
     }
     fn is_deterministic(&self) -> bool {
         false
+    }
+}
+
+/// Ids, tokens and clock for one parallel branch of a deterministic run. See
+/// [`Stamper::branch`].
+#[derive(Debug)]
+struct BranchSource {
+    tag: String,
+    ids: AtomicU64,
+    tokens: AtomicU64,
+    clock: CounterSource,
+}
+
+impl StampSource for BranchSource {
+    fn next_id(&self) -> SessionId {
+        let n = self.ids.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut h = Sha256::new();
+        h.update(b"openrath branch id\0");
+        h.update(self.tag.as_bytes());
+        h.update([0]);
+        h.update(n.to_be_bytes());
+        let digest = h.finalize();
+        let mut bytes = [0u8; 16];
+        bytes.copy_from_slice(&digest[..16]);
+        uuid_text(with_version(u128::from_be_bytes(bytes), 8))
+    }
+    fn next_token(&self, prefix: &str) -> String {
+        let n = self.tokens.fetch_add(1, Ordering::Relaxed) + 1;
+        format!("{prefix}_{}_{n:06}", self.tag)
+    }
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+    fn is_deterministic(&self) -> bool {
+        true
     }
 }
 
@@ -380,7 +559,7 @@ impl StampSource for CounterSource {
     }
 }
 
-/// Seeded ULID-shaped ids and a stepping clock. See [`Stamper::seeded`].
+/// Seeded UUIDv7-shaped ids and a stepping clock. See [`Stamper::seeded`].
 #[derive(Debug)]
 pub struct SeededSource {
     state: Mutex<u64>,
@@ -416,8 +595,8 @@ impl StampSource for SeededSource {
     fn next_id(&self) -> SessionId {
         let ms = u64::try_from(self.clock.now().unix_micros() / 1000).unwrap_or(0);
         let random =
-            (u128::from(self.next_u64()) << 64 | u128::from(self.next_u64())) & ((1u128 << 80) - 1);
-        SessionId::new(ulid::Ulid::from_parts(ms, random).to_string())
+            (u128::from(self.next_u64()) << 64 | u128::from(self.next_u64())) & ((1u128 << 74) - 1);
+        uuid_text(uuid_v7(ms, random))
     }
     fn next_token(&self, prefix: &str) -> String {
         let n = self.tokens.fetch_add(1, Ordering::Relaxed) + 1;
@@ -459,6 +638,84 @@ mod tests {
             assert_eq!(a.next_id(), b.next_id());
         }
         assert_ne!(Stamper::seeded(8).next_id(), Stamper::seeded(7).next_id());
+    }
+
+    #[test]
+    fn system_ids_are_uuid_v7_strictly_increasing() {
+        let st = Stamper::system();
+        let ids: Vec<SessionId> = (0..10_000).map(|_| st.next_id()).collect();
+        for w in ids.windows(2) {
+            assert!(w[0].as_str() < w[1].as_str(), "{} then {}", w[0], w[1]);
+        }
+        for id in &ids {
+            let s = id.as_str();
+            assert!(is_uuid(s), "{s}");
+            assert_eq!(s, s.to_ascii_lowercase());
+            assert_eq!(&s[14..15], "7", "{s}");
+            assert!(matches!(&s[19..20], "8" | "9" | "a" | "b"), "{s}");
+        }
+        // The millisecond field is the wall clock.
+        let ms = u64::from_str_radix(&ids[0].as_str()[..8], 16).unwrap() << 16
+            | u64::from_str_radix(&ids[0].as_str()[9..13], 16).unwrap();
+        let now = Timestamp::now_utc().unix_micros() / 1000;
+        assert!((now - ms as i64).abs() < 60_000, "{ms} vs {now}");
+        let t = st.next_token("req");
+        assert!(t.starts_with("req_") && t.len() == 36, "{t}");
+    }
+
+    #[test]
+    fn system_ids_are_unique_across_threads() {
+        let st = Stamper::system();
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let st = st.clone();
+                std::thread::spawn(move || (0..5000).map(|_| st.next_id()).collect::<Vec<_>>())
+            })
+            .collect();
+        let mut all = std::collections::HashSet::new();
+        for h in handles {
+            for id in h.join().unwrap() {
+                assert!(all.insert(id));
+            }
+        }
+        assert_eq!(all.len(), 20_000);
+    }
+
+    #[test]
+    fn uuid_text_round_trips_bits() {
+        assert_eq!(
+            uuid_text(0x0123_4567_89ab_cdef_0011_2233_4455_6677).as_str(),
+            "01234567-89ab-cdef-0011-223344556677"
+        );
+        let v = uuid_v7(0x0123_4567_89ab, (1 << 74) - 1);
+        assert_eq!(
+            uuid_text(v).as_str(),
+            "01234567-89ab-7fff-bfff-ffffffffffff"
+        );
+        let v = with_version(u128::MAX, 8);
+        assert_eq!(
+            uuid_text(v).as_str(),
+            "ffffffff-ffff-8fff-bfff-ffffffffffff"
+        );
+    }
+
+    #[test]
+    fn seeded_and_branch_ids_are_uuids() {
+        let s = Stamper::seeded(3);
+        let id = s.next_id();
+        assert!(is_uuid(id.as_str()) && &id.as_str()[14..15] == "7", "{id}");
+        let b = Stamper::counter().branch();
+        let nested = b.branch();
+        let ids = [b.next_id(), b.next_id(), nested.next_id()];
+        assert!(
+            ids.iter()
+                .all(|i| is_uuid(i.as_str()) && &i.as_str()[14..15] == "8")
+        );
+        assert_ne!(ids[0], ids[1]);
+        assert_ne!(ids[0], ids[2]);
+        assert!(b.is_deterministic());
+        let live = Stamper::system();
+        assert!(live.branch().same_source(&live));
     }
 
     #[test]

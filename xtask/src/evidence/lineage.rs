@@ -91,7 +91,7 @@ fn build_lineage_export(ctx: &mut Ctx) -> Result<Report> {
         &[
             "that a real model or tool produced loop_a (its chunks are written directly here; \
              see workflow_transcript for a loop that runs)",
-            "anything about lineage of sessions made with the system (ULID) stamper beyond id \
+            "anything about lineage of sessions made with the system (UUIDv7) stamper beyond id \
              format",
         ],
     );

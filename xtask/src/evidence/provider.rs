@@ -243,7 +243,9 @@ fn build_live_run(ctx: &mut Ctx) -> Result<Report> {
         .filter(|m| !m.trim().is_empty())
         .unwrap_or_else(|| "smollm2".into());
     let mut cmd = std::process::Command::new(&exe);
-    cmd.current_dir(&home)
+    // Counter ids and clock: the packet's store shape is the same on every regeneration.
+    cmd.arg("--deterministic")
+        .current_dir(&home)
         .env("OPENAI_BASE_URL", &url)
         .env("OPENAI_MODEL", &model)
         .env("OPENRATH_HOME", &home)

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use rath_flow::{Agent, Candidate, Decision, FlowContext, FlowEvent, Selector, Workflow};
 use rath_provider::ScriptedResponse;
-use rath_session::{ChunkBody, RouteDecision, Session, SessionId, Stamper};
+use rath_session::{ChunkBody, RouteDecision, Session, SessionId};
 
 use super::DemoError;
 use super::hello_agent::{DemoConfig, LIVE_MAX_STEPS, provider};
@@ -153,7 +153,7 @@ pub async fn run(config: DemoConfig) -> Result<SelectorReport, DemoError> {
             }
         }
     });
-    let root = Session::user_with(TASK, Stamper::counter());
+    let root = Session::user_with(TASK, config.stamper());
     config.step(format!("task: {TASK}"));
     cx.record(&root);
     let out = match team(config.live)?.forward_in(root, &cx).await {

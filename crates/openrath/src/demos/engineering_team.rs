@@ -18,7 +18,7 @@ use rath_flow::{
 };
 use rath_persist::{LineageRow, Store, export_jsonl_string};
 use rath_provider::ScriptedResponse;
-use rath_session::{ChunkBody, SandboxSpec, Session, SessionId, Stamper, Usage};
+use rath_session::{ChunkBody, SandboxSpec, Session, SessionId, Usage};
 use serde_json::json;
 
 use super::hello_agent::{LIVE_MAX_STEPS, bounded, provider};
@@ -65,25 +65,37 @@ pub struct TeamConfig {
     pub live: bool,
     /// Print a progress line per step.
     pub progress: bool,
+    /// Counter ids and clock instead of unique UUIDv7 ids (see
+    /// [`super::deterministic_requested`]): the same bytes on every run, so one run per store.
+    pub deterministic: bool,
 }
 
 impl TeamConfig {
-    /// Offline, scripted, silent, writing under `home`.
+    /// Offline, scripted, silent, unique ids, writing under `home`.
     pub fn offline(home: impl Into<PathBuf>) -> Self {
         TeamConfig {
             home: home.into(),
             live: false,
             progress: false,
+            deterministic: false,
         }
     }
 
-    /// `home` from the OPENRATH_HOME rules; live when `OPENAI_BASE_URL` is set; progress on.
+    /// `home` from the OPENRATH_HOME rules; live when `OPENAI_BASE_URL` is set; progress on;
+    /// deterministic when `--deterministic` or `OPENRATH_DETERMINISTIC=1` is given.
     pub fn from_env() -> Self {
         TeamConfig {
             home: rath_persist::openrath_home(),
             live: std::env::var("OPENAI_BASE_URL").is_ok_and(|v| !v.trim().is_empty()),
             progress: true,
+            deterministic: super::deterministic_requested(),
         }
+    }
+
+    /// Sets [`TeamConfig::deterministic`].
+    pub fn deterministic(mut self, on: bool) -> Self {
+        self.deterministic = on;
+        self
     }
 }
 
@@ -353,7 +365,7 @@ pub async fn run(config: TeamConfig) -> Result<TeamReport, DemoError> {
         }
     });
 
-    let root = Session::user_with(TASK, Stamper::counter()).to_with(
+    let root = Session::user_with(TASK, super::demo_stamper(config.deterministic)).to_with(
         "local",
         SandboxSpec::working_dir(workspace.to_string_lossy().into_owned()),
     );
@@ -375,8 +387,8 @@ pub async fn run(config: TeamConfig) -> Result<TeamReport, DemoError> {
 
     let store = Store::at(&store_dir);
     let sessions: Vec<Session> = recorded();
+    // Never replaces another run's file: an id already stored with other content is an error.
     for s in &sessions {
-        store.delete(s.id())?;
         store.save(s)?;
     }
     let rows: Vec<LineageRow> = sessions.iter().map(LineageRow::from_session).collect();

@@ -32,25 +32,42 @@ pub struct DemoConfig {
     pub live: bool,
     /// Print a progress line per step.
     pub progress: bool,
+    /// Counter ids and clock ([`Stamper::counter`]) instead of unique UUIDv7 ids: the same
+    /// bytes on every run, so one run per store. See [`super::deterministic_requested`].
+    pub deterministic: bool,
 }
 
 impl DemoConfig {
-    /// Offline, scripted, silent, writing under `home`.
+    /// Offline, scripted, silent, unique ids, writing under `home`.
     pub fn offline(home: impl Into<PathBuf>) -> Self {
         DemoConfig {
             home: home.into(),
             live: false,
             progress: false,
+            deterministic: false,
         }
     }
 
-    /// `home` from the OPENRATH_HOME rules; live when `OPENAI_BASE_URL` is set; progress on.
+    /// `home` from the OPENRATH_HOME rules; live when `OPENAI_BASE_URL` is set; progress on;
+    /// deterministic when `--deterministic` or `OPENRATH_DETERMINISTIC=1` is given.
     pub fn from_env() -> Self {
         DemoConfig {
             home: rath_persist::openrath_home(),
             live: std::env::var("OPENAI_BASE_URL").is_ok_and(|v| !v.trim().is_empty()),
             progress: true,
+            deterministic: super::deterministic_requested(),
         }
+    }
+
+    /// Sets [`DemoConfig::deterministic`].
+    pub fn deterministic(mut self, on: bool) -> Self {
+        self.deterministic = on;
+        self
+    }
+
+    /// The stamper the demo's root sessions start from (see [`super::demo_stamper`]).
+    pub fn stamper(&self) -> Stamper {
+        super::demo_stamper(self.deterministic)
     }
 
     /// The sessions directory (`<home>/sessions`).
@@ -65,8 +82,8 @@ impl DemoConfig {
         }
     }
 
-    /// Saves `sessions` to [`DemoConfig::store_dir`] (replacing earlier runs' files), reports
-    /// it as a step, and returns the directory.
+    /// Saves `sessions` to [`DemoConfig::store_dir`] (never replacing another run's file; see
+    /// [`save_all`]), reports it as a step, and returns the directory.
     pub fn save_sessions(&self, sessions: &[Session]) -> Result<PathBuf, DemoError> {
         let store_dir = self.store_dir();
         save_all(&store_dir, sessions)?;
@@ -126,11 +143,14 @@ pub fn provider(
     }
 }
 
-/// Saves `sessions` to the store at `dir` (replacing earlier versions with the same id).
+/// Saves `sessions` to the store at `dir`. A file already stored under one of their ids is
+/// left alone when it holds the same session, and is an error
+/// ([`rath_persist::PersistError::Exists`]) when it holds another: a run never replaces
+/// another run's sessions (with unique ids that cannot happen; with `--deterministic`, use a
+/// fresh store per run).
 pub fn save_all(dir: &Path, sessions: &[Session]) -> Result<Store, DemoError> {
     let store = Store::at(dir);
     for s in sessions {
-        store.delete(s.id())?;
         store.save(s)?;
     }
     Ok(store)
@@ -181,7 +201,7 @@ pub async fn run(config: DemoConfig) -> Result<HelloReport, DemoError> {
         ],
         "hello",
     )?;
-    let user = Session::user_with(QUESTION, Stamper::counter());
+    let user = Session::user_with(QUESTION, config.stamper());
     let agent = Session::system_with(
         "You are a precise assistant. Count words with the word_count tool, then answer.",
         user.stamper().clone(),

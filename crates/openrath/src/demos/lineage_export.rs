@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use rath_flow::{FlowContext, FlowError, SessionLoop, ToolSet};
 use rath_persist::{LineageJournal, export_jsonl_string, to_dot, to_mermaid};
 use rath_provider::ScriptedResponse;
-use rath_session::{Chunk, Session, Stamper, Usage};
+use rath_session::{Chunk, Session, Usage};
 
 use super::hello_agent::{DemoConfig, provider};
 use super::{DemoError, engineering_team::display, io};
@@ -62,7 +62,7 @@ pub async fn run(config: DemoConfig) -> Result<LineageReport, DemoError> {
     let root = keep(
         Session::user_with(
             "Name two prime numbers below ten, one per branch.",
-            Stamper::counter(),
+            config.stamper(),
         ),
         "root",
     );

@@ -127,6 +127,9 @@ pub struct CodingConfig {
     /// Record every model call to this cassette (JSONL; created on a fresh run, appended to
     /// on resume), for `rath replay`.
     pub cassette: Option<PathBuf>,
+    /// Counter ids and clock (a resume: seeded UUIDv7-shaped ids) instead of unique UUIDv7
+    /// ids; see [`super::deterministic_requested`].
+    pub deterministic: bool,
 }
 
 impl CodingConfig {
@@ -140,6 +143,7 @@ impl CodingConfig {
             step_delay: Duration::ZERO,
             progress: false,
             cassette: None,
+            deterministic: false,
         }
     }
 
@@ -151,7 +155,14 @@ impl CodingConfig {
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map_or(Duration::ZERO, Duration::from_millis);
         c.progress = true;
+        c.deterministic = super::deterministic_requested();
         c
+    }
+
+    /// Sets [`CodingConfig::deterministic`].
+    pub fn deterministic(mut self, on: bool) -> Self {
+        self.deterministic = on;
+        self
     }
 
     /// Uses `dir` as the store: a home holding `sessions/`, or a sessions directory. The
@@ -305,9 +316,14 @@ pub async fn run(config: CodingConfig) -> Result<CodingReport, DemoError> {
 
     let out = match loaded {
         Some(stopped) => {
-            // Fresh deterministic ids that cannot collide with the first run's counter ids.
-            let stopped =
-                with_evidence_usage(&stopped).with_stamper(Stamper::seeded(skipped as u64 + 1));
+            // Fresh ids that cannot collide with the first run's: unique UUIDv7 ids, or in
+            // deterministic mode seeded ones (never equal to the first run's counter ids).
+            let stamper = if config.deterministic {
+                Stamper::seeded(skipped as u64 + 1)
+            } else {
+                Stamper::system()
+            };
+            let stopped = with_evidence_usage(&stopped).with_stamper(stamper);
             let agent = Session::system_with(SYSTEM, stopped.stamper().clone());
             store.save(&agent)?;
             if progress {
@@ -320,7 +336,7 @@ pub async fn run(config: CodingConfig) -> Result<CodingReport, DemoError> {
         }
         None => {
             let ws = workspace.canonicalize().map_err(io(&workspace))?;
-            let stamper = Stamper::counter();
+            let stamper = super::demo_stamper(config.deterministic);
             let user = Session::user_with(TASK, stamper.clone()).to_with(
                 "local",
                 SandboxSpec::working_dir(ws.to_string_lossy().into_owned()),

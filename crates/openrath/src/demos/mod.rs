@@ -10,6 +10,22 @@
 //! # Ok::<(), openrath::demos::DemoError>(())
 //! # });
 //! ```
+//!
+//! Ids: every demo mints UUIDv7 ids by default ([`Stamper::system`]), offline too, so runs
+//! that share an `OPENRATH_HOME` never collide. Pass `--deterministic` to an example (or set
+//! `OPENRATH_DETERMINISTIC=1`; [`deterministic_requested`] reads both) for the counter stamper
+//! ([`Stamper::counter`]): the same ids and clock on every run, for tests and evidence, and
+//! therefore one run per store. A library caller sets the config's `deterministic` field.
+//!
+//! ```
+//! use openrath::demos::{deterministic_from, demo_stamper};
+//!
+//! assert!(deterministic_from(["--deterministic"], None));
+//! assert!(deterministic_from(Vec::<String>::new(), Some("1")));
+//! assert!(!deterministic_from(["--live"], Some("0")));
+//! assert!(demo_stamper(true).is_deterministic());
+//! assert!(!demo_stamper(false).is_deterministic());
+//! ```
 
 pub mod dynamic_selector;
 pub mod engineering_team;
@@ -23,6 +39,44 @@ use std::path::{Path, PathBuf};
 
 use rath_flow::FlowError;
 use rath_session::{Session, SessionId};
+
+use rath_session::Stamper;
+
+/// The command-line flag that selects deterministic (counter) ids in every example.
+pub const DETERMINISTIC_FLAG: &str = "--deterministic";
+
+/// The environment variable that does the same as [`DETERMINISTIC_FLAG`] when set to `1`,
+/// `true` or `yes`.
+pub const DETERMINISTIC_ENV: &str = "OPENRATH_DETERMINISTIC";
+
+/// True when `args` hold [`DETERMINISTIC_FLAG`] or `env` (the value of [`DETERMINISTIC_ENV`])
+/// is `1`, `true` or `yes` (any case).
+pub fn deterministic_from<I, S>(args: I, env: Option<&str>) -> bool
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    args.into_iter().any(|a| a.as_ref() == DETERMINISTIC_FLAG)
+        || env
+            .is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+}
+
+/// True when this process asked for deterministic ids: [`DETERMINISTIC_FLAG`] among its
+/// arguments or [`DETERMINISTIC_ENV`] set. What every config's `from_env` reads.
+pub fn deterministic_requested() -> bool {
+    let env = std::env::var(DETERMINISTIC_ENV).ok();
+    deterministic_from(std::env::args().skip(1), env.as_deref())
+}
+
+/// The stamper a demo's root sessions start from: [`Stamper::counter`] when `deterministic`,
+/// else [`Stamper::system`] (UUIDv7 ids, unique across runs).
+pub fn demo_stamper(deterministic: bool) -> Stamper {
+    if deterministic {
+        Stamper::counter()
+    } else {
+        Stamper::system()
+    }
+}
 
 /// What can stop a demo.
 #[derive(Debug, thiserror::Error)]

@@ -15,7 +15,7 @@ use rath_flow::{
     ToolError, ToolSet, Workflow, typed_tool,
 };
 use rath_provider::ScriptedResponse;
-use rath_session::{ChunkBody, CompressionRecord, SandboxSpec, Session, SessionId, Stamper};
+use rath_session::{ChunkBody, CompressionRecord, SandboxSpec, Session, SessionId};
 use serde_json::json;
 
 use super::hello_agent::{DemoConfig, LIVE_MAX_STEPS, bounded, provider};
@@ -212,7 +212,7 @@ pub async fn run(config: DemoConfig) -> Result<ResearchReport, DemoError> {
         }
         _ => {}
     });
-    let root = Session::user_with(QUESTION, Stamper::counter()).to_with(
+    let root = Session::user_with(QUESTION, config.stamper()).to_with(
         "local",
         SandboxSpec::working_dir(workspace.to_string_lossy().into_owned()),
     );

@@ -5,11 +5,12 @@
 //! reason instead of running.
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use rath_backend::{Backend, isolated::IsolatedBackend};
 use rath_flow::{Agent, FlowContext, FlowEvent, LoopOptions, ToolSet, Workflow};
 use rath_provider::ScriptedResponse;
-use rath_session::{ChunkBody, SandboxSpec, Session, Stamper, ToolEvidence};
+use rath_session::{ChunkBody, SandboxSpec, Session, ToolEvidence};
 use serde_json::json;
 
 use super::hello_agent::{DemoConfig, provider, save_all};
@@ -118,25 +119,53 @@ pub async fn run(config: DemoConfig) -> Result<SandboxOutcome, DemoError> {
     .with_options(LoopOptions::default().max_tool_rounds(8));
 
     let progress = config.progress;
+    // Every session the flow reports (the agent's system session included), latest version
+    // of each, so the stored lineage has no missing parent.
+    let recorded: Arc<Mutex<Vec<Session>>> = Arc::default();
+    let sink = recorded.clone();
     let cx = FlowContext::new().with_observer(move |ev: &FlowEvent<'_>| {
+        if let FlowEvent::Session { session } = ev {
+            let mut all = sink.lock().unwrap_or_else(|p| p.into_inner());
+            match all.iter().position(|s| s.id() == session.id()) {
+                Some(i) => all[i] = (*session).clone(),
+                None => all.push((*session).clone()),
+            }
+        }
         if progress && let FlowEvent::ToolEnd { call, content, .. } = ev {
             let short: String = content.chars().take(110).collect();
             println!("  {} -> {short}", call.function.name);
         }
     });
-    let root = Session::user_with("Show what the isolated sandbox allows.", Stamper::counter())
+    let root = Session::user_with("Show what the isolated sandbox allows.", config.stamper())
         .to_with(
             "isolated",
             SandboxSpec::working_dir(workspace.to_string_lossy().into_owned()),
         );
     let store_dir = config.store_dir();
-    let out = agent
-        .forward_in(root.clone(), &cx)
-        .await
-        .map_err(|e| super::keep_failed(&store_dir, vec![root.clone()], e))?;
+    let recorded_now = || -> Vec<Session> {
+        recorded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|s| s.id() != root.id())
+            .cloned()
+            .collect()
+    };
+    let out = agent.forward_in(root.clone(), &cx).await.map_err(|e| {
+        let mut kept = vec![root.clone()];
+        kept.extend(recorded_now());
+        super::keep_failed(&store_dir, kept, e)
+    })?;
 
-    save_all(&store_dir, &[root, out.clone()])?;
-    config.step(format!("saved 2 sessions to {}", display(&store_dir)));
+    let mut sessions = vec![root.clone()];
+    sessions.extend(recorded_now().into_iter().filter(|s| s.id() != out.id()));
+    sessions.push(out.clone());
+    save_all(&store_dir, &sessions)?;
+    config.step(format!(
+        "saved {} sessions to {}",
+        sessions.len(),
+        display(&store_dir)
+    ));
 
     let evidence: Vec<ToolEvidence> = out
         .chunks()

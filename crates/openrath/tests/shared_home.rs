@@ -1,0 +1,287 @@
+//! Runs that share one `OPENRATH_HOME` never touch each other's files, and everything the
+//! examples write loads in Python OpenRath 2.0 with its lineage intact.
+//!
+//! - `engineering_team` then `hello_agent`, each as its own process (the example binaries,
+//!   offline, default ids) in one home: every file of the first run is byte-identical
+//!   afterwards, no id is shared, and every session file of both loads in Python OpenRath.
+//! - Every example's logic, offline with default ids, into one more home: all ids are
+//!   UUIDs, all lineage parents are stored, and Python loads every file.
+//!
+//! Python OpenRath is the interpreter named by `RATH_OPENRATH_PYTHON` (see
+//! `crates/rath-persist/tests/python_loader.rs`). Locally its absence skips the Python half
+//! with a printed reason; under `RATH_CI=1` it fails.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use openrath::demos::engineering_team::TeamConfig;
+use openrath::demos::hello_agent::DemoConfig;
+use openrath::demos::long_running_coding::CodingConfig;
+use openrath::demos::{
+    dynamic_selector, engineering_team, hello_agent, lineage_export, long_running_coding,
+    research_synthesis, sandbox_isolated,
+};
+use openrath::persist::{Store, export_jsonl_string};
+use sha2::{Digest, Sha256};
+
+fn in_ci() -> bool {
+    std::env::var("RATH_CI").is_ok_and(|v| v == "1")
+}
+
+/// Skips (locally) or fails (under `RATH_CI=1`) for a missing prerequisite.
+fn missing(what: &str) {
+    assert!(!in_ci(), "RATH_CI=1 but {what}");
+    eprintln!("skipping: {what}");
+}
+
+fn python3_available() -> bool {
+    Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn openrath_python() -> Option<PathBuf> {
+    let p = PathBuf::from(std::env::var_os("RATH_OPENRATH_PYTHON")?);
+    p.is_file().then_some(p)
+}
+
+/// `target/<profile>/examples/<name>`, built with `cargo build` when absent.
+fn example_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>");
+    let bin = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    if !bin.is_file() {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "-p", "openrath", "--example", name])
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        if let Some(target) = profile_dir.parent() {
+            cmd.env("CARGO_TARGET_DIR", target);
+        }
+        let status = cmd.status().expect("cargo build");
+        assert!(status.success(), "cargo build --example {name}: {status}");
+    }
+    assert!(bin.is_file(), "{} was not built", bin.display());
+    bin
+}
+
+/// Runs example `name` offline with `OPENRATH_HOME=home` and default (unique) ids.
+fn run_example(name: &str, home: &Path) {
+    let out = Command::new(example_binary(name))
+        .env("OPENRATH_HOME", home)
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENRATH_DETERMINISTIC")
+        .current_dir(home)
+        .output()
+        .expect("run example");
+    assert!(
+        out.status.success(),
+        "{name} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// sha256 of every file under `dir`, by path relative to it.
+fn hashes(dir: &Path) -> BTreeMap<PathBuf, String> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, String>) {
+        for entry in std::fs::read_dir(dir).expect("read_dir") {
+            let entry = entry.expect("entry");
+            let path = entry.path();
+            let ty = entry.file_type().expect("file type");
+            if ty.is_dir() {
+                walk(root, &path, out);
+            } else if ty.is_file() {
+                let bytes = std::fs::read(&path).expect("read");
+                let rel = path.strip_prefix(root).expect("under root").to_path_buf();
+                out.insert(rel, hex::encode(Sha256::digest(&bytes)));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// Every file of the store at `<home>/sessions` loads, every id and parent is a UUID, and
+/// every parent is stored (nothing of the lineage is missing). Returns the number of files.
+fn check_store(home: &Path) -> usize {
+    let store = Store::at(home.join("sessions"));
+    let (summaries, bad) = store.scan().expect("scan");
+    assert!(bad.is_empty(), "unreadable files: {bad:?}");
+    let ids: HashSet<&str> = summaries.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(ids.len(), summaries.len(), "duplicate ids in the store");
+    for s in &summaries {
+        assert!(
+            openrath::session::is_uuid(s.id.as_str()),
+            "non-UUID id {}",
+            s.id
+        );
+        let file = s.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        assert!(file.starts_with(s.id.as_str()), "{file} holds {}", s.id);
+        for p in &s.parents {
+            assert!(
+                openrath::session::is_uuid(p.as_str()),
+                "{}: parent {p}",
+                s.id
+            );
+            assert!(
+                ids.contains(p.as_str()),
+                "{} ({} {:?}): parent {p} is not stored",
+                s.id,
+                s.operator,
+                s.kind
+            );
+        }
+    }
+    summaries.len()
+}
+
+/// Python OpenRath's own loader reads every file of `<home>/sessions` and sees the same
+/// lineage rows we do (`crates/rath-persist/tests/python/check_store.py`).
+fn python_loads(home: &Path) {
+    let Some(py) = openrath_python() else {
+        missing(
+            "RATH_OPENRATH_PYTHON is not set to a Python with openrath==2.0.0 \
+             (see .ci/install.d/30-persist-python.sh)",
+        );
+        return;
+    };
+    let store = Store::at(home.join("sessions"));
+    let rows = store.lineage_rows().expect("rows");
+    let files = store.list().expect("list").len();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let rows_path = tmp.path().join("rows.jsonl");
+    std::fs::write(&rows_path, export_jsonl_string(&rows)).expect("rows");
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../rath-persist/tests/python/check_store.py");
+    let out = Command::new(&py)
+        .arg(&script)
+        .arg(home)
+        .arg(&rows_path)
+        .arg(files.to_string())
+        .output()
+        .expect("run python");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.starts_with("OK"),
+        "Python OpenRath rejected the store at {}:\n{stdout}\n{}",
+        home.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.trim(), format!("OK {}", rows.len()));
+}
+
+#[test]
+fn two_examples_in_one_home_leave_each_other_alone_and_load_in_python() {
+    if !python3_available() {
+        missing("python3 is not installed (engineering_team's QA runs unittest)");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).expect("home");
+
+    run_example("engineering_team", &home);
+    let first = hashes(&home);
+    let first_sessions = check_store(&home);
+    assert!(
+        first_sessions >= 10,
+        "engineering_team stored {first_sessions}"
+    );
+
+    run_example("hello_agent", &home);
+    let after = hashes(&home);
+    for (path, hash) in &first {
+        assert_eq!(
+            after.get(path),
+            Some(hash),
+            "{} changed or vanished when hello_agent ran",
+            path.display()
+        );
+    }
+    let both = check_store(&home);
+    assert_eq!(both, first_sessions + 3, "hello_agent adds its 3 sessions");
+    python_loads(&home);
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Runtime::new().expect("runtime").block_on(f)
+}
+
+#[test]
+fn every_example_store_loads_in_python_with_lineage_intact() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let home = tmp.path();
+    block_on(async {
+        hello_agent::run(DemoConfig::offline(home)).await?;
+        lineage_export::run(DemoConfig::offline(home)).await?;
+        dynamic_selector::run(DemoConfig::offline(home)).await?;
+        // Twice: a second run of the same example adds its sessions beside the first's.
+        hello_agent::run(DemoConfig::offline(home)).await?;
+        if let sandbox_isolated::SandboxOutcome::Unavailable(reason) =
+            sandbox_isolated::run(DemoConfig::offline(home)).await?
+        {
+            eprintln!("sandbox_isolated not included: isolated backend unavailable: {reason}");
+        }
+        if python3_available() {
+            research_synthesis::run(DemoConfig::offline(home)).await?;
+            engineering_team::run(TeamConfig::offline(home)).await?;
+            long_running_coding::run(CodingConfig::offline(home)).await?;
+        } else {
+            missing("python3 is not installed (three examples run Python code)");
+        }
+        Ok::<(), openrath::demos::DemoError>(())
+    })
+    .expect("examples run");
+    let files = check_store(home);
+    assert!(files >= 6 + 7 + 3, "{files} files");
+    python_loads(home);
+}
+
+#[test]
+fn deterministic_runs_repeat_ids_and_refuse_to_share_a_store() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let run = |home: &Path| {
+        block_on(lineage_export::run(
+            DemoConfig::offline(home).deterministic(true),
+        ))
+    };
+    let first = run(&a).expect("first");
+    let second = run(&b).expect("second");
+    assert_eq!(first.jsonl, second.jsonl, "same ids, same export");
+    assert!(first.jsonl.contains("00000000-0000-4000-8000-000000000001"));
+    let a_files = hashes(&a.join("sessions"));
+    assert_eq!(
+        a_files,
+        hashes(&b.join("sessions")),
+        "byte-identical stores"
+    );
+    // The same deterministic run again into the same store: identical sessions, a no-op.
+    run(&a).expect("identical re-run");
+    assert_eq!(hashes(&a.join("sessions")), a_files);
+    // A different deterministic example into that store: its counter ids are taken, so it
+    // is refused with a typed error and the first run's files stay as they were.
+    let err = block_on(hello_agent::run(
+        DemoConfig::offline(&a).deterministic(true),
+    ))
+    .expect_err("ids collide");
+    assert!(
+        matches!(
+            err,
+            openrath::demos::DemoError::Persist(openrath::persist::PersistError::Exists { .. })
+        ),
+        "{err}"
+    );
+    assert_eq!(hashes(&a.join("sessions")), a_files);
+}
