@@ -836,6 +836,75 @@ mod tests {
         assert_eq!(std::fs::read(r.join("one")).unwrap(), b"1");
     }
 
+    /// The fallback walk (what runs where `openat2` is missing) under the swap race: a
+    /// thread swaps `d` between a real directory and absolute and relative links to a
+    /// host-only directory while reads, writes, listings and existence checks go through `d`.
+    #[test]
+    fn the_walk_survives_a_symlink_swap_race() {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicBool;
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let host = std::fs::canonicalize(outside.path()).unwrap();
+        std::fs::write(host.join("s.txt"), "HOST").unwrap();
+        std::fs::write(host.join("host_marker"), "").unwrap();
+        let r = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(r.join("real")).unwrap();
+        std::fs::write(r.join("real/s.txt"), "inside").unwrap();
+        symlink(&host, r.join("abs")).unwrap();
+        let rel = format!("../{}", host.file_name().unwrap().to_string_lossy());
+        let rel_ok = r.parent() == host.parent();
+        if rel_ok {
+            symlink(&rel, r.join("rel")).unwrap();
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (r, stop) = (r.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let d = r.join("d");
+                let mut swaps = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    for name in ["real", "abs", "rel"] {
+                        let from = r.join(name);
+                        if std::fs::rename(&from, &d).is_ok() {
+                            std::fs::rename(&d, &from).unwrap();
+                            swaps += 1;
+                        } else if d.is_dir() {
+                            // A write made `d` meanwhile: move it aside.
+                            let _ = std::fs::rename(&d, r.join(format!("aside{swaps}")));
+                        }
+                    }
+                }
+                swaps
+            })
+        };
+        let root = Root::open(&r).unwrap().walk_only();
+        let started = std::time::Instant::now();
+        let mut n = 0u64;
+        while started.elapsed() < std::time::Duration::from_secs(2) {
+            n += 1;
+            if let Ok(c) = root.read_file("d/s.txt", 99) {
+                assert_ne!(c, b"HOST");
+            }
+            let _ = root.write_file("d/s.txt", b"w", None);
+            let _ = root.write_file(&format!("d/new{}", n % 8), b"w", None);
+            if let Ok(entries) = root.list("d") {
+                assert!(entries.iter().all(|e| e.name != "host_marker"));
+            }
+            assert!(!matches!(root.exists("d/host_marker"), Ok(true)));
+        }
+        stop.store(true, Ordering::Relaxed);
+        let swaps = swapper.join().unwrap();
+        assert!(swaps > 100 && n > 100, "{swaps} swaps, {n} rounds");
+        let mut left: Vec<String> = std::fs::read_dir(&host)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["host_marker", "s.txt"]);
+        assert_eq!(std::fs::read(host.join("s.txt")).unwrap(), b"HOST");
+    }
+
     #[test]
     fn writes_create_parents_and_set_modes() {
         use std::os::unix::fs::PermissionsExt;

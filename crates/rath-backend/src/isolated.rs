@@ -29,7 +29,8 @@
 //! - the installation prefix of the Python interpreter code payloads use, read-only, only
 //!   when it lies outside those directories (a pyenv or `/opt` install);
 //! - bubblewrap's minimal `/dev`, a `/proc` of the sandbox's own pid namespace, a private
-//!   empty `/tmp`, and the workspace read-write at its host path.
+//!   empty `/tmp`, and the workspace read-write at its host path (its parent directories
+//!   exist inside as empty, read-only directories, so the path resolves).
 //!
 //! Nothing else of the host (home directories, `/work`-style trees, `/opt`, `/var`, `/run`,
 //! `/srv`, `/mnt`) exists inside. [`Capabilities::filesystem`](crate::Capabilities) states
