@@ -21,6 +21,8 @@
 //! Locally a missing prerequisite (no `RATH_LIVE_BASE_URL`, example binaries not built, no
 //! Python OpenRath) skips with a printed reason; under `RATH_CI=1` it fails.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -30,39 +32,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use openrath::inspect::StoreView;
-use openrath::persist::{Store, export_jsonl_string};
+use openrath::persist::Store;
 use openrath::session::{ChunkBody, Session};
 
 const KEY: &str = "sk-local";
 /// Wall-clock bound for one live example (SmolLM2 on two cores answers in seconds per call;
 /// the live bounds cap the calls).
 const LIVE_TIMEOUT: Duration = Duration::from_secs(420);
-
-/// `Some(reason)` is a missing prerequisite: printed and skipped locally, a failure in CI.
-fn skip(reason: &str) {
-    if std::env::var("RATH_CI").is_ok_and(|v| v == "1") {
-        panic!("RATH_CI=1 and a prerequisite is missing: {reason}");
-    }
-    eprintln!("skipping: {reason}");
-}
-
-/// `target/<profile>/examples/<name>`, built by `cargo test` next to the test binaries.
-fn example_binary(name: &str) -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or("no profile directory")?;
-    let bin = profile_dir.join("examples").join(name);
-    if bin.is_file() {
-        Ok(bin)
-    } else {
-        Err(format!(
-            "example binary {} is not built (`cargo test -p openrath` builds the examples)",
-            bin.display()
-        ))
-    }
-}
 
 struct Run {
     code: Option<i32>,
@@ -73,7 +49,7 @@ struct Run {
 
 /// Runs example `name` against `base_url` with a fresh home; kills it after `timeout`.
 fn run_example(name: &str, base_url: &str, home: &Path, timeout: Duration) -> Run {
-    let bin = example_binary(name).expect("example binary");
+    let bin = common::example_binary(name);
     std::fs::create_dir_all(home).expect("home");
     let started = Instant::now();
     let mut child = Command::new(bin)
@@ -156,7 +132,7 @@ fn check_store(name: &str, home: &Path, run: &Run) {
             file.display()
         );
     }
-    python_loads(name, home);
+    common::python_loads(name, home);
 }
 
 fn files_under(dir: &Path) -> Vec<PathBuf> {
@@ -173,68 +149,6 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
-}
-
-/// The lineage kinds Python OpenRath 2.0 knows.
-const PYTHON_KINDS: &[&str] = &[
-    "leaf_user",
-    "leaf_system",
-    "op_create",
-    "op_session_loop",
-    "op_fork",
-    "op_detach",
-    "op_merge",
-    "op_session_compress",
-    "unknown",
-];
-
-/// The Python loader harness of rath-persist (`tests/python/check_store.py`) on this store:
-/// every lineage row as our loader reads it must be what Python's loader rebuilds.
-fn python_loads(name: &str, home: &Path) {
-    let Some(py) = std::env::var_os("RATH_OPENRATH_PYTHON")
-        .map(PathBuf::from)
-        .filter(|p| p.is_file())
-    else {
-        skip("RATH_OPENRATH_PYTHON is not set to a Python with openrath==2.0.0");
-        return;
-    };
-    let store = Store::at(home.join("sessions"));
-    let rows = store.lineage_rows().expect("rows");
-    let files = std::fs::read_dir(store.dir())
-        .expect("sessions dir")
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().contains(".jsonl"))
-        .count();
-    // Python reads lineage kinds it does not know (ours: op_resume, op_annotate) as unknown.
-    let expected: String = export_jsonl_string(&rows)
-        .lines()
-        .map(|l| {
-            let mut v: serde_json::Value = serde_json::from_str(l).expect("row");
-            let kind = v["lineage_kind"].as_str().unwrap_or_default();
-            if !PYTHON_KINDS.contains(&kind) {
-                v["lineage_kind"] = "unknown".into();
-            }
-            format!("{v}\n")
-        })
-        .collect();
-    let rows_path = home.join("expected_rows.jsonl");
-    std::fs::write(&rows_path, expected).expect("rows");
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../rath-persist/tests/python/check_store.py");
-    let out = Command::new(py)
-        .arg(script)
-        .arg(home)
-        .arg(&rows_path)
-        .arg(files.to_string())
-        .output()
-        .expect("run python");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.starts_with("OK"),
-        "{name}: Python OpenRath 2.0 did not load the store:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let _ = std::fs::remove_file(rows_path);
 }
 
 /// A run that exited non-zero: one clear last line naming the failure and the store, and a
@@ -268,7 +182,7 @@ fn check_failed_run(name: &str, home: &Path, run: &Run) -> Session {
 #[test]
 fn four_examples_run_live() {
     let Ok(base) = std::env::var("RATH_LIVE_BASE_URL") else {
-        skip("RATH_LIVE_BASE_URL is not set (no local model server)");
+        common::missing("RATH_LIVE_BASE_URL is not set (no local model server)");
         return;
     };
     let names = [
@@ -277,10 +191,6 @@ fn four_examples_run_live() {
         "research_synthesis",
         "dynamic_selector",
     ];
-    if let Some(missing) = names.iter().find_map(|n| example_binary(n).err()) {
-        skip(&missing);
-        return;
-    }
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut timings = Vec::new();
     for name in names {
@@ -430,11 +340,6 @@ fn read_request(stream: &mut std::net::TcpStream) -> bool {
 
 #[test]
 fn refusing_server_run_is_kept() {
-    let names = ["hello_agent", "dynamic_selector"];
-    if let Some(missing) = names.iter().find_map(|n| example_binary(n).err()) {
-        skip(&missing);
-        return;
-    }
     let tmp = tempfile::tempdir().expect("tempdir");
     for (name, agent, step) in [
         ("hello_agent", "hello", "model_call"),

@@ -11,6 +11,8 @@
 //! `crates/rath-persist/tests/python_loader.rs`). Locally its absence skips the Python half
 //! with a printed reason; under `RATH_CI=1` it fails.
 
+mod common;
+
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -22,18 +24,8 @@ use openrath::demos::{
     dynamic_selector, engineering_team, hello_agent, lineage_export, long_running_coding,
     research_synthesis, sandbox_isolated,
 };
-use openrath::persist::{Store, export_jsonl_string};
+use openrath::persist::Store;
 use sha2::{Digest, Sha256};
-
-fn in_ci() -> bool {
-    std::env::var("RATH_CI").is_ok_and(|v| v == "1")
-}
-
-/// Skips (locally) or fails (under `RATH_CI=1`) for a missing prerequisite.
-fn missing(what: &str) {
-    assert!(!in_ci(), "RATH_CI=1 but {what}");
-    eprintln!("skipping: {what}");
-}
 
 fn python3_available() -> bool {
     Command::new("python3")
@@ -42,41 +34,9 @@ fn python3_available() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-fn openrath_python() -> Option<PathBuf> {
-    let p = PathBuf::from(std::env::var_os("RATH_OPENRATH_PYTHON")?);
-    p.is_file().then_some(p)
-}
-
-/// `target/<profile>/examples/<name>`, built with `cargo build` when absent.
-fn example_binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>");
-    let bin = profile_dir
-        .join("examples")
-        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    if !bin.is_file() {
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-p", "openrath", "--example", name])
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        if let Some(target) = profile_dir.parent() {
-            cmd.env("CARGO_TARGET_DIR", target);
-        }
-        let status = cmd.status().expect("cargo build");
-        assert!(status.success(), "cargo build --example {name}: {status}");
-    }
-    assert!(bin.is_file(), "{} was not built", bin.display());
-    bin
-}
-
 /// Runs example `name` offline with `OPENRATH_HOME=home` and default (unique) ids.
 fn run_example(name: &str, home: &Path) {
-    let out = Command::new(example_binary(name))
+    let out = Command::new(common::example_binary(name))
         .env("OPENRATH_HOME", home)
         .env_remove("OPENAI_BASE_URL")
         .env_remove("OPENRATH_DETERMINISTIC")
@@ -146,45 +106,10 @@ fn check_store(home: &Path) -> usize {
     summaries.len()
 }
 
-/// Python OpenRath's own loader reads every file of `<home>/sessions` and sees the same
-/// lineage rows we do (`crates/rath-persist/tests/python/check_store.py`).
-fn python_loads(home: &Path) {
-    let Some(py) = openrath_python() else {
-        missing(
-            "RATH_OPENRATH_PYTHON is not set to a Python with openrath==2.0.0 \
-             (see .ci/install.d/30-persist-python.sh)",
-        );
-        return;
-    };
-    let store = Store::at(home.join("sessions"));
-    let rows = store.lineage_rows().expect("rows");
-    let files = store.list().expect("list").len();
-    let tmp = tempfile::tempdir().expect("tmp");
-    let rows_path = tmp.path().join("rows.jsonl");
-    std::fs::write(&rows_path, export_jsonl_string(&rows)).expect("rows");
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../rath-persist/tests/python/check_store.py");
-    let out = Command::new(&py)
-        .arg(&script)
-        .arg(home)
-        .arg(&rows_path)
-        .arg(files.to_string())
-        .output()
-        .expect("run python");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.starts_with("OK"),
-        "Python OpenRath rejected the store at {}:\n{stdout}\n{}",
-        home.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(stdout.trim(), format!("OK {}", rows.len()));
-}
-
 #[test]
 fn two_examples_in_one_home_leave_each_other_alone_and_load_in_python() {
     if !python3_available() {
-        missing("python3 is not installed (engineering_team's QA runs unittest)");
+        common::missing("python3 is not installed (engineering_team's QA runs unittest)");
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");
@@ -211,7 +136,7 @@ fn two_examples_in_one_home_leave_each_other_alone_and_load_in_python() {
     }
     let both = check_store(&home);
     assert_eq!(both, first_sessions + 3, "hello_agent adds its 3 sessions");
-    python_loads(&home);
+    common::python_loads("two examples in one home", &home);
 }
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -238,14 +163,14 @@ fn every_example_store_loads_in_python_with_lineage_intact() {
             engineering_team::run(TeamConfig::offline(home)).await?;
             long_running_coding::run(CodingConfig::offline(home)).await?;
         } else {
-            missing("python3 is not installed (three examples run Python code)");
+            common::missing("python3 is not installed (three examples run Python code)");
         }
         Ok::<(), openrath::demos::DemoError>(())
     })
     .expect("examples run");
     let files = check_store(home);
     assert!(files >= 6 + 7 + 3, "{files} files");
-    python_loads(home);
+    common::python_loads("every example in one home", home);
 }
 
 #[test]

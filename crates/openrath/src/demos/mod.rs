@@ -138,6 +138,18 @@ pub fn exit_failed(example: &str, e: &DemoError) -> ! {
     std::process::exit(1)
 }
 
+/// The sessions an observer has collected so far; a poisoned lock still yields them, since a
+/// failed run must keep what it got.
+pub(crate) fn sessions_so_far(
+    collected: &std::sync::Mutex<(Vec<SessionId>, Vec<Session>)>,
+) -> Vec<Session> {
+    collected
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .1
+        .clone()
+}
+
 /// What a flow error leaves for a demo: when the error carries a partial session (a failed
 /// or cancelled run), `sessions` (the sessions recorded so far) plus that one are saved to
 /// `store_dir` and the error becomes [`DemoError::RunFailed`]; otherwise it is returned as is.

@@ -221,21 +221,13 @@ pub async fn run(config: DemoConfig) -> Result<ResearchReport, DemoError> {
     let out = match pipeline(config.live)?.forward_in(root, &cx).await {
         Ok(out) => out,
         Err(e) => {
-            let so_far = collected
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .1
-                .clone();
+            let so_far = super::sessions_so_far(&collected);
             return Err(super::keep_failed(&config.store_dir(), so_far, e));
         }
     };
     cx.record(&out);
 
-    let sessions = collected
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .1
-        .clone();
+    let sessions = super::sessions_so_far(&collected);
     let store_dir = config.save_sessions(&sessions)?;
 
     let all_chunks = || sessions.iter().flat_map(|s| s.chunks().iter());
