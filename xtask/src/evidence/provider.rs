@@ -173,25 +173,26 @@ fn example_executable(name: &str) -> Result<std::path::PathBuf> {
         .ok_or_else(|| anyhow::anyhow!("cargo reported no executable for example {name}"))
 }
 
-/// Per stored session (oldest first): lineage operator and kind, status, and chunk counts
-/// by kind. The shape of a run, without its text.
-fn store_shape(home: &std::path::Path) -> Result<Vec<serde_json::Value>> {
+/// Per stored session (oldest first): lineage operator and kind (`structure`, fixed by the
+/// example), and status and chunk counts by kind (`counts`, which follow what the live model
+/// chose to do: how many tool calls, whether it failed).
+fn store_shape(home: &std::path::Path) -> Result<(Vec<serde_json::Value>, Vec<serde_json::Value>)> {
     let view = openrath::inspect::StoreView::open(home)?;
-    let mut out = Vec::new();
+    let (mut structure, mut counts) = (Vec::new(), Vec::new());
     for row in view.sessions()?.rows {
         let loaded = view.load(&row.id)?;
         let mut by_kind: std::collections::BTreeMap<&str, u64> = Default::default();
         for c in loaded.session.chunks().iter() {
             *by_kind.entry(c.kind().as_str()).or_default() += 1;
         }
-        out.push(json!({
+        structure.push(json!({"operator": row.operator, "kind": row.kind}));
+        counts.push(json!({
             "operator": row.operator,
-            "kind": row.kind,
             "status": row.status,
             "chunks_by_kind": by_kind,
         }));
     }
-    Ok(out)
+    Ok((structure, counts))
 }
 
 fn build_live_run(ctx: &mut Ctx) -> Result<Report> {
@@ -206,8 +207,8 @@ fn build_live_run(ctx: &mut Ctx) -> Result<Report> {
         ],
         &[
             "answer quality (a 135M-parameter model answers)",
-            "the model's exact text and the run's timings: volatile (live_output.json), \
-             not compared",
+            "the model's exact text, what it chose (exit code, statuses, chunk counts) and the \
+             run's timings: volatile (live_output.json), not compared",
             "the other live examples (crates/openrath/tests/live_examples.rs runs them)",
             "anything when skipped: then only the reason is recorded",
         ],
@@ -265,12 +266,7 @@ fn build_live_run(ctx: &mut Ctx) -> Result<Report> {
     r.check(
         "store passes rath verify",
         verify.is_clean() && verify.warnings() == 0,
-        verify
-            .render()
-            .lines()
-            .last()
-            .unwrap_or_default()
-            .to_owned(),
+        "clean",
     );
     let listing = view.sessions()?;
     let failed: Vec<_> = listing
@@ -283,7 +279,7 @@ fn build_live_run(ctx: &mut Ctx) -> Result<Report> {
         "finished within its bounds: exit 0, or one failure line and the failed session stored",
         code == Some(0)
             || (failed.len() == 1 && last_line.starts_with("hello_agent: run failed: ")),
-        format!("exit {code:?}"),
+        "exit 0 or a stored failure",
     );
     let sessions: Vec<Session> = listing
         .rows
@@ -304,7 +300,7 @@ fn build_live_run(ctx: &mut Ctx) -> Result<Report> {
     r.check(
         "model_call evidence from the real provider",
         !calls.is_empty() && calls.iter().all(|m| m.provider == "openai-compatible"),
-        format!("{} call(s)", calls.len()),
+        "present",
     );
     let replied = looped.is_some_and(|s| {
         s.chunks().iter().any(|c| {
@@ -316,7 +312,7 @@ fn build_live_run(ctx: &mut Ctx) -> Result<Report> {
     r.check(
         "the model replied (a tool call or text)",
         replied || !failed.is_empty(),
-        if replied { "replied" } else { "failed run" },
+        "a tool call, text, or a stored failure",
     );
     let mut store_text = String::new();
     for f in crate::evidence::list_files(&home.join("sessions"))? {
@@ -327,15 +323,17 @@ fn build_live_run(ctx: &mut Ctx) -> Result<Report> {
         crate::leaks::scan_text(&format!("{stdout}\n{stderr}\n{store_text}")).len(),
         0,
     );
-    let shape = store_shape(&home)?;
+    // What a live model decides (how many tool calls, whether a call fails) can change with
+    // the server's cache state, so only the run's structure is compared; its counts are
+    // recorded with the text.
+    let (structure, counts) = store_shape(&home)?;
     ctx.write_json(
         "stable.json",
         &json!({
             "status": "ran",
             "example": "hello_agent",
             "server_from": source,
-            "exit_code": code,
-            "sessions": shape,
+            "sessions": structure,
         }),
     )?;
     let details: Vec<_> = calls
@@ -349,6 +347,8 @@ fn build_live_run(ctx: &mut Ctx) -> Result<Report> {
         "live_output.json",
         &json!({
             "elapsed_s": (elapsed.as_secs_f64() * 10.0).round() / 10.0,
+            "exit_code": code,
+            "sessions": counts,
             "stdout": ctx.redact(&stdout),
             "stderr": ctx.redact(&stderr),
             "model_calls": details,
