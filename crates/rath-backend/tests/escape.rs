@@ -43,15 +43,6 @@ async fn sh(b: &Arc<dyn Backend>, h: &SandboxHandle, line: &str) -> rath_backend
     }
 }
 
-fn root_of(h: &SandboxHandle) -> std::path::PathBuf {
-    h.lease()
-        .as_any()
-        .downcast_ref::<rath_backend::local::LocalSandbox>()
-        .expect("a local sandbox")
-        .root()
-        .to_path_buf()
-}
-
 #[tokio::test]
 async fn parent_and_absolute_paths_are_refused() {
     for b in backends() {
@@ -83,7 +74,7 @@ async fn symlinks_out_of_the_workspace_are_refused() {
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("secret.txt"), "top secret").unwrap();
         let h = open(&b).await;
-        let root = root_of(&h);
+        let root = common::root_of(&h);
         std::os::unix::fs::symlink(outside.path(), root.join("out")).unwrap();
         std::os::unix::fs::symlink(outside.path().join("secret.txt"), root.join("s")).unwrap();
         std::os::unix::fs::symlink(outside.path().join("new.txt"), root.join("dangling")).unwrap();
@@ -121,7 +112,7 @@ async fn isolated_commands_cannot_read_host_secrets() {
     let secret = outside.path().join("id_secret");
     std::fs::write(&secret, "host secret").unwrap();
     let h = open(&b).await;
-    let root = root_of(&h);
+    let root = common::root_of(&h);
     std::os::unix::fs::symlink(&secret, root.join("link")).unwrap();
     let o = sh(
         &b,
