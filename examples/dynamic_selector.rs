@@ -1,55 +1,204 @@
-//! A Selector routes among three self-describing agents until the reviewer approves; every
-//! decision is recorded as a `route_decision` chunk.
+//! A Selector routes among three self-describing agents (researcher, writer, reviewer) until
+//! the reviewer approves; every decision is recorded as a `route_decision` chunk.
 //!
 //! ```sh
 //! cargo run --release --example dynamic_selector          # offline, function decider
 //! OPENAI_BASE_URL=http://127.0.0.1:8099/v1 cargo run --release --example dynamic_selector
 //! ```
 //!
-//! Ids are fresh UUIDv7s on every run, so runs sharing a store never collide; pass
-//! `--deterministic` (or set `OPENRATH_DETERMINISTIC=1`) for counter ids and a fixed clock
-//! (the same bytes every run: give each such run its own OPENRATH_HOME).
+//! Offline the decider is a deterministic function that reads the session's evidence (which
+//! agents have answered, and whether the reviewer approved); live a model decides from the
+//! candidates' descriptions. Ids are fresh UUIDv7s on every run, so runs sharing a store never
+//! collide; pass `--deterministic` (or set `OPENRATH_DETERMINISTIC=1`) for counter ids and a
+//! fixed clock (the same bytes every run: give each such run its own OPENRATH_HOME).
 
-use openrath::demos::dynamic_selector::run;
-use openrath::demos::engineering_team::display;
-use openrath::demos::hello_agent::DemoConfig;
+use std::sync::Arc;
+
+use openrath::flow::{Candidate, Decision, FlowEvent};
+use openrath::persist::SessionRecorder;
+use openrath::prelude::*;
+
+const TASK: &str = "Write a two-sentence release note for rath 1.2, which adds session \
+                    compression and a bubblewrap sandbox.";
+
+/// The live model from the environment (short answers for small local models), or `script`.
+fn model(
+    live: bool,
+    script: Vec<ScriptedResponse>,
+    name: &str,
+) -> anyhow::Result<Arc<dyn Provider>> {
+    if live {
+        let mut config = OpenAiConfig::from_env()?;
+        config.max_tokens.get_or_insert(96);
+        config.temperature.get_or_insert(0.0);
+        config.seed.get_or_insert(0);
+        return Ok(Arc::new(OpenAiProvider::new(config)?));
+    }
+    Ok(Arc::new(
+        ScriptedProvider::new(script).named(format!("scripted:{name}")),
+    ))
+}
+
+/// The agents whose model calls are on record in `s`, in order.
+fn agents_who_spoke(s: &Session) -> Vec<String> {
+    let calls = s.chunks().iter().filter_map(|c| match c.body() {
+        ChunkBody::ModelCall(m) => m.agent.clone(),
+        _ => None,
+    });
+    calls.collect()
+}
+
+/// The offline decider: the first candidate that has not answered yet runs next; then the
+/// reviewer after every new draft; done once the reviewer approves, else back to the writer.
+fn route(s: &Session, candidates: &[Candidate]) -> Decision {
+    let spoke = agents_who_spoke(s);
+    let has = |a: &str| {
+        spoke
+            .iter()
+            .any(|x| x == a || x.ends_with(&format!(".{a}")))
+    };
+    if let Some(next) = candidates.iter().find(|c| !has(&c.name)) {
+        let why = format!("not heard from yet; it {}", next.description.to_lowercase());
+        return Decision::to(next.name.clone(), why);
+    }
+    let last = spoke.last().map(String::as_str).unwrap_or_default();
+    if !last.ends_with("reviewer") {
+        return Decision::to("reviewer", "the draft changed since the last review");
+    }
+    if s.final_text().is_some_and(|t| t.contains("APPROVED")) {
+        Decision::done("the reviewer approved the draft")
+    } else {
+        Decision::to("writer", "the reviewer asked for changes")
+    }
+}
+
+fn team(live: bool) -> anyhow::Result<Selector> {
+    let facts = "Facts: - SummaryCompressor records dropped chunk digests. - The isolated \
+                 backend runs tools under bubblewrap with no network.";
+    let researcher = Agent::new(
+        "researcher",
+        "You collect the facts the release note needs, as a short bullet list.",
+        model(
+            live,
+            vec![ScriptedResponse::text(facts).usage(70, 30)],
+            "researcher",
+        )?,
+    )
+    .describe("Collects the facts for the note.");
+    let draft = "rath 1.2 adds session compression that records the digest of every dropped \
+                 chunk. Tools can now run in a bubblewrap sandbox without network access.";
+    let writer = Agent::new(
+        "writer",
+        "You write the release note from the facts, two sentences.",
+        model(
+            live,
+            vec![ScriptedResponse::text(draft).usage(120, 36)],
+            "writer",
+        )?,
+    )
+    .describe("Drafts the note from the facts.");
+    let verdict = ScriptedResponse::text("APPROVED: accurate, two sentences.").usage(160, 8);
+    let reviewer = Agent::new(
+        "reviewer",
+        "You review the draft. Answer APPROVED if it is accurate and two sentences, else list \
+         the changes needed.",
+        model(live, vec![verdict], "reviewer")?,
+    )
+    .describe("Checks the draft and approves it or asks for changes.");
+    let selector = if live {
+        Selector::by_model("router", model(true, Vec::new(), "router")?)
+    } else {
+        Selector::by_function("router", route)
+    };
+    Ok(selector
+        .describe("Routes researcher -> writer -> reviewer until the reviewer approves.")
+        .candidate(researcher)
+        .candidate(writer)
+        .candidate(reviewer)
+        .max_steps(if live { 3 } else { 8 }))
+}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let config = DemoConfig::from_env();
-    println!(
-        "dynamic_selector ({}), store {}",
-        if config.live {
-            "live model decides from OPENAI_BASE_URL"
-        } else {
-            "offline, function decider, scripted agents"
-        },
-        display(&config.store_dir())
-    );
-    let r = match run(config).await {
-        Ok(r) => r,
-        Err(e) => openrath::demos::exit_failed("dynamic_selector", &e),
+    let live = std::env::var("OPENAI_BASE_URL").is_ok_and(|v| !v.trim().is_empty());
+    let store = Store::at(openrath::persist::openrath_home().join("sessions"));
+    let mode = if live {
+        "live model decides from OPENAI_BASE_URL"
+    } else {
+        "offline, function decider, scripted agents"
     };
+    println!("dynamic_selector ({mode}), store {}", store.dir().display());
+
+    // Every session the run makes is recorded (and saved at the end, or when it fails); each
+    // new route decision is printed as it is made.
+    let recorder = SessionRecorder::new();
+    let cx = FlowContext::new().with_observer({
+        let recorder = recorder.clone();
+        move |ev: &FlowEvent<'_>| {
+            if let FlowEvent::Session { session } = ev
+                && recorder.record(session)
+                && session.lineage().operator == "Selector.route"
+                && let Some(ChunkBody::RouteDecision(r)) = session.last().map(|x| x.body())
+            {
+                let choice = r.choice.as_deref().unwrap_or("done");
+                println!("  route -> {choice} ({}; by {})", r.reason, r.decided_by);
+            }
+        }
+    });
+    let root = Session::user_with(TASK, Stamper::from_env());
+    println!("  task: {TASK}");
+    cx.record(&root);
+    let out = match team(live)?.forward_in(root, &cx).await {
+        Ok(out) => out,
+        Err(e) => {
+            // Keep what the failed run made; `rath show <id>` says why it failed.
+            if let Some(failed) = e.partial_session() {
+                recorder.record(failed);
+            }
+            let saved = recorder.save_to(&store)?;
+            let id = e
+                .partial_session()
+                .map_or("-".into(), |s| s.id().to_string());
+            eprintln!(
+                "dynamic_selector: run failed: {}; {saved} sessions saved in {} (failed \
+                 session {id}; `rath show {id}` says why)",
+                e.to_string()
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                store.dir().display()
+            );
+            std::process::exit(1);
+        }
+    };
+    cx.record(&out);
+    let saved = recorder.save_to(&store)?;
+    println!("  saved {saved} sessions to {}", store.dir().display());
+
     println!("\nRoute decisions (route_decision chunks of the final session):");
-    for (i, d) in r.decisions.iter().enumerate() {
+    let decisions: Vec<_> = out
+        .chunks()
+        .iter()
+        .filter_map(|c| match c.body() {
+            ChunkBody::RouteDecision(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    for (i, d) in decisions.iter().enumerate() {
+        let choice = d.choice.as_deref().unwrap_or("done");
         println!(
-            "  {}. {} -> {}: {} [{}]",
+            "  {}. {} -> {choice}: {} [{}]",
             i + 1,
             d.selector,
-            d.choice.as_deref().unwrap_or("done"),
             d.reason,
             d.decided_by
         );
     }
+    println!("Final answer: {}", out.final_text().unwrap_or("(none)"));
     println!(
-        "Final answer: {}",
-        openrath::demos::dynamic_selector::final_answer(&r.final_session)
-    );
-    println!(
-        "Summary: {} decisions, {} sessions saved to {}",
-        r.decisions.len(),
-        r.sessions,
-        display(&r.store_dir)
+        "Summary: {} decisions, {saved} sessions saved to {}",
+        decisions.len(),
+        store.dir().display()
     );
     Ok(())
 }

@@ -7,51 +7,339 @@
 //! cargo run -p rath-cli -- lineage
 //! ```
 //!
+//! One agent builds a small Python package over many tool rounds (one file per round, then a
+//! real check in a `local` sandbox). A resume is a new session (operator
+//! `resume_session_loop`, kind `op_resume`) whose parent is the loaded one, ending with the
+//! same transcript an uninterrupted run produces. The agent answers from a script; on resume
+//! the script is positioned after the last assistant chunk of the loaded session.
+//!
 //! Options: `--store DIR` (an OpenRath home or a sessions directory; default: the
 //! OPENRATH_HOME rules), `--resume`, `--cassette FILE` (record the model calls for
 //! `rath replay`), `--deterministic` (counter ids instead of unique UUIDv7 ids; also
 //! `OPENRATH_DETERMINISTIC=1`). `RATH_STEP_DELAY_MS` waits before every model call.
 
-use openrath::demos::long_running_coding::{CodingConfig, run};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use openrath::flow::{FlowEvent, StoreSink};
+use openrath::persist::PersistError;
+use openrath::prelude::*;
+use openrath::provider::RecordingProvider;
+
+/// The task given to the agent.
+const TASK: &str = "Create the `shapes` Python package: one module per shape (square, \
+                        rectangle, circle, triangle), a package __init__ re-exporting their \
+                        `area` functions, and a check script; then run the check.";
+
+/// The system prompt.
+const SYSTEM: &str = "You are a methodical Python engineer. Write one file per step with write_workspace_file, \
+     then run the check with run_shell_command and report.";
+
+/// The files the agent writes, in order.
+const FILES: &[(&str, &str)] = &[
+    (
+        "shapes/square.py",
+        "def area(side):\n    \"\"\"Area of a square.\"\"\"\n    return side * side\n",
+    ),
+    (
+        "shapes/rectangle.py",
+        "def area(width, height):\n    \"\"\"Area of a rectangle.\"\"\"\n    return width * height\n",
+    ),
+    (
+        "shapes/circle.py",
+        "import math\n\n\ndef area(radius):\n    \"\"\"Area of a circle.\"\"\"\n    return math.pi * radius * radius\n",
+    ),
+    (
+        "shapes/triangle.py",
+        "def area(base, height):\n    \"\"\"Area of a triangle.\"\"\"\n    return base * height / 2\n",
+    ),
+    (
+        "shapes/__init__.py",
+        "from shapes.circle import area as circle_area\nfrom shapes.rectangle import area as rectangle_area\nfrom shapes.square import area as square_area\nfrom shapes.triangle import area as triangle_area\n\n__all__ = [\"circle_area\", \"rectangle_area\", \"square_area\", \"triangle_area\"]\n",
+    ),
+    (
+        "check.py",
+        "import shapes\n\nassert shapes.square_area(3) == 9\nassert shapes.rectangle_area(2, 5) == 10\nassert round(shapes.circle_area(1), 4) == 3.1416\nassert shapes.triangle_area(4, 3) == 6\nprint(\"4 shapes ok\")\n",
+    ),
+];
+
+/// The check the agent runs.
+const CHECK_COMMAND: &str = "PYTHONDONTWRITEBYTECODE=1 python3 check.py";
+
+/// Milliseconds to wait before every model call (lets a test kill the run mid-way).
+const STEP_DELAY_ENV: &str = "RATH_STEP_DELAY_MS";
+
+/// The agent's whole script: one response per model turn.
+fn script() -> Vec<ScriptedResponse> {
+    let mut out: Vec<ScriptedResponse> = FILES
+        .iter()
+        .enumerate()
+        .map(|(i, (path, content))| {
+            ScriptedResponse::tool_calls(vec![(
+                format!("write_{i}"),
+                "write_workspace_file",
+                json!({"path": path, "content": content}),
+            )])
+            .usage(200 + 40 * i as u64, 60)
+        })
+        .collect();
+    out.push(
+        ScriptedResponse::tool_calls(vec![(
+            "check",
+            "run_shell_command",
+            json!({"cmd": CHECK_COMMAND}),
+        )])
+        .usage(520, 20),
+    );
+    out.push(
+        ScriptedResponse::text(
+            "Done: the shapes package has four modules and the check passes (4 shapes ok).",
+        )
+        .usage(600, 18),
+    );
+    out
+}
+
+/// What the command line asked for.
+struct Options {
+    home: PathBuf,
+    store_dir: PathBuf,
+    resume: bool,
+    cassette: Option<PathBuf>,
+    deterministic: bool,
+    step_delay: Duration,
+}
+
+impl Options {
+    fn parse() -> anyhow::Result<Self> {
+        let home = openrath::persist::openrath_home();
+        let mut o = Options {
+            store_dir: home.join("sessions"),
+            home,
+            resume: false,
+            cassette: None,
+            deterministic: openrath::session::deterministic_requested(),
+            step_delay: std::env::var(STEP_DELAY_ENV)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map_or(Duration::ZERO, Duration::from_millis),
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--resume" => o.resume = true,
+                "--deterministic" => o.deterministic = true,
+                "--store" => {
+                    // A home holding `sessions/`, or a sessions directory.
+                    let dir = PathBuf::from(args.next().context("--store needs a directory")?);
+                    if dir.join("sessions").is_dir() || dir.file_name() != Some("sessions".as_ref())
+                    {
+                        o.store_dir = dir.join("sessions");
+                        o.home = dir;
+                    } else {
+                        o.home = dir.parent().map_or_else(|| dir.clone(), Path::to_path_buf);
+                        o.store_dir = dir;
+                    }
+                }
+                "--cassette" => {
+                    o.cassette = Some(args.next().context("--cassette needs a file")?.into());
+                }
+                other => bail!(
+                    "unknown argument {other:?} (expected --store DIR, --resume, --cassette FILE, \
+                     --deterministic)"
+                ),
+            }
+        }
+        Ok(o)
+    }
+}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let mut config = CodingConfig::from_env();
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--resume" => config = config.resume(true),
-            "--deterministic" => config = config.deterministic(true),
-            "--store" => {
-                let dir = args
-                    .next()
-                    .ok_or_else(|| anyhow::anyhow!("--store needs a directory"))?;
-                config = config.store(dir);
-            }
-            "--cassette" => {
-                let file = args
-                    .next()
-                    .ok_or_else(|| anyhow::anyhow!("--cassette needs a file"))?;
-                config = config.cassette(file);
-            }
-            other => anyhow::bail!(
-                "unknown argument {other:?} (expected --store DIR, --resume, --cassette FILE, \
-                 --deterministic)"
-            ),
-        }
-    }
+    let o = Options::parse()?;
     println!(
         "long_running_coding ({}), store {}",
-        if config.resume { "resume" } else { "fresh run" },
-        config.store_dir.display()
+        if o.resume { "resume" } else { "fresh run" },
+        o.store_dir.display()
     );
-    let report = match run(config).await {
-        Ok(r) => r,
-        Err(e) => openrath::demos::exit_failed("long_running_coding", &e),
+    let workspace = o.home.join("workspaces/long_running_coding");
+    let store = Store::at(&o.store_dir);
+    std::fs::create_dir_all(&o.store_dir)?;
+
+    // Progress lines, and the optional delay before each model call.
+    let delay = o.step_delay;
+    let cx = FlowContext::new().with_observer(move |ev: &FlowEvent<'_>| match ev {
+        FlowEvent::Request { .. } if !delay.is_zero() => std::thread::sleep(delay),
+        FlowEvent::ToolEnd { call, outcome, .. } => {
+            println!("  {} -> {outcome}", call.function.name);
+        }
+        _ => {}
+    });
+
+    let loaded = if o.resume {
+        let Some(id) = latest_partial(&store)? else {
+            bail!(
+                "{}: no partial long_running_coding session to resume",
+                o.store_dir.display()
+            );
+        };
+        Some(store.load(&id)?.session)
+    } else {
+        if workspace.exists() {
+            std::fs::remove_dir_all(&workspace)?;
+        }
+        std::fs::create_dir_all(&workspace)?;
+        None
     };
-    print!("{}", report.summary);
-    if report.check_exit_code != Some(0) {
-        anyhow::bail!("the check did not pass (exit {:?})", report.check_exit_code);
+
+    // The script, positioned after the model turns a resumed session already took.
+    let skipped = loaded.as_ref().map_or(0, assistant_turns);
+    let remaining: Vec<ScriptedResponse> = script().into_iter().skip(skipped).collect();
+    let scripted = ScriptedProvider::new(remaining).named("scripted:coder");
+    let model: Arc<dyn Provider> = match &o.cassette {
+        None => Arc::new(scripted),
+        Some(path) if o.resume => Arc::new(RecordingProvider::append(scripted, path)?),
+        Some(path) => Arc::new(RecordingProvider::create(scripted, path)?),
+    };
+    // Every new chunk goes to the store as it is made.
+    let looper = SessionLoop::new(model, ToolSet::builtins())
+        .with_agent_name("coder")
+        .with_options(LoopOptions::default().max_tool_rounds(32))
+        .with_sink(Arc::new(StoreSink::new(store.clone())));
+
+    let resumed_from = loaded.as_ref().map(|s| s.id().clone());
+    let run = match loaded {
+        Some(stopped) => {
+            // Fresh ids that cannot collide with the first run's: unique UUIDv7 ids, or in
+            // deterministic mode seeded ones (never equal to the first run's counter ids).
+            let stamper = if o.deterministic {
+                Stamper::seeded(skipped as u64 + 1)
+            } else {
+                Stamper::system()
+            };
+            let stopped = with_evidence_usage(&stopped).with_stamper(stamper);
+            let agent = Session::system_with(SYSTEM, stopped.stamper().clone());
+            store.save(&agent)?;
+            println!("resuming {} after {skipped} model turn(s)", stopped.id());
+            looper.resume(&stopped, &agent, &cx).await
+        }
+        None => {
+            let ws = workspace.canonicalize()?;
+            let stamper = Stamper::deterministic_if(o.deterministic);
+            let spec = SandboxSpec::working_dir(ws.to_string_lossy().into_owned());
+            let user = Session::user_with(TASK, stamper.clone()).to_with("local", spec);
+            let agent = Session::system_with(SYSTEM, stamper);
+            store.save(&user)?;
+            store.save(&agent)?;
+            looper.run(&user, &agent, &cx).await
+        }
+    };
+    let out = match run {
+        Ok(out) => out,
+        Err(e) => {
+            // Keep the failed session; `rath show <id>` says why it failed.
+            let saved = store.save_all(e.partial_session())?;
+            let id = e
+                .partial_session()
+                .map_or("-".into(), |s| s.id().to_string());
+            eprintln!(
+                "long_running_coding: run failed: {}; {saved} sessions saved in {} (failed \
+                 session {id}; `rath show {id}` says why)",
+                e.to_string()
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                store.dir().display()
+            );
+            std::process::exit(1);
+        }
+    };
+
+    let code = check_exit(&out);
+    println!("# long_running_coding\n");
+    match &resumed_from {
+        Some(id) => println!("resumed {id} after {skipped} model turn(s)"),
+        None => println!("fresh run"),
+    }
+    let l = out.lineage();
+    let usage = out.usage().map_or("-".into(), |u| {
+        format!(
+            "{}/{}/{}",
+            u.prompt_tokens, u.completion_tokens, u.total_tokens
+        )
+    });
+    println!(
+        "final session {} ({} / {:?}), {} chunks ({} conversation), usage {usage}",
+        out.id(),
+        l.operator,
+        l.kind,
+        out.len(),
+        out.conversation_len(),
+    );
+    println!(
+        "check: {}",
+        code.map_or("not run".to_owned(), |c| format!("exit {c}"))
+    );
+    if code != Some(0) {
+        bail!("the check did not pass (exit {code:?})");
     }
     Ok(())
+}
+
+/// The latest crashed (partial, no trailer) loop session in `store` that no other session
+/// continues.
+fn latest_partial(store: &Store) -> Result<Option<SessionId>, PersistError> {
+    let list = store.list()?;
+    let continued: std::collections::HashSet<&SessionId> =
+        list.iter().flat_map(|s| s.parents.iter()).collect();
+    Ok(list
+        .iter()
+        .filter(|s| !s.closed && !continued.contains(&s.id))
+        .filter(|s| s.operator == "run_session_loop" || s.operator == "resume_session_loop")
+        .map(|s| s.id.clone())
+        .next_back())
+}
+
+/// `s` with its usage totals rebuilt from its `model_call` evidence when it has none (a
+/// partial file has no trailer to carry them), so a resumed session counts every call.
+fn with_evidence_usage(s: &Session) -> Session {
+    if s.usage().is_some() {
+        return s.clone();
+    }
+    let mut total: Option<Usage> = None;
+    let mut per_agent: BTreeMap<String, Usage> = BTreeMap::new();
+    for c in s.chunks() {
+        if let ChunkBody::ModelCall(m) = c.body()
+            && let Some(u) = m.usage
+        {
+            *total.get_or_insert_with(Usage::default) += u;
+            if let Some(a) = &m.agent {
+                *per_agent.entry(a.clone()).or_default() += u;
+            }
+        }
+    }
+    s.with_usage_totals(total, per_agent)
+}
+
+/// Number of assistant chunks in `s` (model turns already taken).
+fn assistant_turns(s: &Session) -> usize {
+    s.chunks()
+        .iter()
+        .filter(|c| matches!(c.body(), ChunkBody::Assistant(_)))
+        .count()
+}
+
+/// The exit code of the last check run in `s`.
+fn check_exit(s: &Session) -> Option<i64> {
+    s.chunks()
+        .iter()
+        .filter_map(|c| match c.body() {
+            ChunkBody::ToolEvidence(e) if e.tool == "run_shell_command" => Some(e.exit_code),
+            _ => None,
+        })
+        .next_back()
+        .flatten()
 }

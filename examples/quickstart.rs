@@ -7,7 +7,7 @@ use openrath::prelude::*;
 
 fn main() -> anyhow::Result<()> {
     // Unique ids by default; `--deterministic` selects counter ids and a stepping clock.
-    let stamper = openrath::demos::demo_stamper(openrath::demos::deterministic_requested());
+    let stamper = Stamper::from_env();
     let agent = Session::system_with("You are a careful assistant.", stamper.clone());
     let root = Session::user_with("How many words are in 'the quick brown fox'?", stamper)
         .to_with("local", SandboxSpec::working_dir("/workspace/demo"));

@@ -1,9 +1,40 @@
 //! Acceptance: the flagship example offline. QA's real `python3 -m unittest` run inside the
 //! local sandbox passes, and the run leaves a store, a lineage export, a report and a view.
 
-use openrath::demos::engineering_team::{SEED_FILES, TeamConfig, qa_verdict, run};
+mod common;
+
 use openrath::inspect::StoreView;
 use openrath::prelude::*;
+
+/// The example's seeded repository (the files QA's tests cover), as the example writes it.
+const SEED_FILES: &[(&str, &str)] = &[
+    ("calc/__init__.py", ""),
+    (
+        "calc/stats.py",
+        "def mean(values):\n    \"\"\"Arithmetic mean of a non-empty list.\"\"\"\n    return sum(values) / (len(values) - 1)\n",
+    ),
+    (
+        "calc/text.py",
+        "def word_count(text):\n    \"\"\"Number of whitespace-separated words.\"\"\"\n    return len(text.split(\" \"))\n",
+    ),
+    ("tests/__init__.py", ""),
+];
+
+/// The exit code of QA's last test run in `s` (its `qa*` run_shell_command evidence).
+fn qa_exit(s: &Session) -> Option<i64> {
+    s.chunks()
+        .iter()
+        .filter_map(|c| match c.body() {
+            ChunkBody::ToolEvidence(e)
+                if e.tool == "run_shell_command" && e.tool_call_id.starts_with("qa") =>
+            {
+                Some(e.exit_code)
+            }
+            _ => None,
+        })
+        .next_back()
+        .flatten()
+}
 
 fn python_available() -> bool {
     std::process::Command::new("python3")
@@ -19,13 +50,44 @@ fn engineering_team_offline_passes_real_tests_in_the_sandbox() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let report = rt
-        .block_on(run(TeamConfig::offline(tmp.path())))
-        .expect("team run");
-    assert_eq!(report.qa_exit_code, Some(0), "{}", report.summary);
-    assert!(report.qa_passed);
-    assert_eq!(qa_verdict(&report.final_session), (Some(0), true));
+    let out = std::process::Command::new(common::example_binary("engineering_team"))
+        .env("OPENRATH_HOME", tmp.path())
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENRATH_DETERMINISTIC")
+        .current_dir(tmp.path())
+        .output()
+        .expect("run engineering_team");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("QA test run inside the sandbox: PASSED (exit 0)"),
+        "{stdout}"
+    );
+    // The final session: the selector's output, which holds every route decision.
+    let store = Store::at(tmp.path().join("sessions"));
+    let stored: Vec<Session> = store
+        .list()
+        .expect("list")
+        .iter()
+        .map(|s| store.load(&s.id).expect("load").session)
+        .collect();
+    let route_count = |s: &Session| {
+        s.chunks()
+            .iter()
+            .filter(|c| matches!(c.body(), ChunkBody::RouteDecision(_)))
+            .count()
+    };
+    let final_session = stored
+        .iter()
+        .filter(|s| s.lineage().operator.starts_with("Selector"))
+        .max_by_key(|s| (route_count(s), s.len()))
+        .expect("the selector's final session");
+    assert_eq!(qa_exit(final_session), Some(0));
+    let sessions = stored.len();
 
     // The seeded repo really was broken: the same tests fail on a fresh copy.
     let fresh = tmp.path().join("fresh");
@@ -34,6 +96,11 @@ fn engineering_team_offline_passes_real_tests_in_the_sandbox() {
         std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
         std::fs::write(&p, text).expect("write");
     }
+    // The tests themselves are the example's, untouched by the fixers.
+    let tests = tmp
+        .path()
+        .join("workspaces/engineering_team/tests/test_calc.py");
+    std::fs::copy(&tests, fresh.join("tests/test_calc.py")).expect("copy the tests");
     let before = std::process::Command::new("python3")
         .args(["-m", "unittest", "discover", "-s", "tests", "-t", "."])
         .current_dir(&fresh)
@@ -42,8 +109,7 @@ fn engineering_team_offline_passes_real_tests_in_the_sandbox() {
     assert!(!before.status.success(), "seeded repo must fail its tests");
 
     // Evidence of the route: lead, specialists, qa, then done.
-    let routes: Vec<Option<String>> = report
-        .final_session
+    let routes: Vec<Option<String>> = final_session
         .chunks()
         .iter()
         .filter_map(|c| match c.body() {
@@ -60,7 +126,7 @@ fn engineering_team_offline_passes_real_tests_in_the_sandbox() {
             None
         ]
     );
-    let agents: Vec<&String> = report.final_session.agent_usage().keys().collect();
+    let agents: Vec<&String> = final_session.agent_usage().keys().collect();
     for a in ["lead", "stats_fixer", "text_fixer", "qa"] {
         assert!(
             agents.iter().any(|x| x.ends_with(a)),
@@ -72,17 +138,19 @@ fn engineering_team_offline_passes_real_tests_in_the_sandbox() {
     let view = StoreView::open(tmp.path()).expect("store");
     let listing = view.sessions().expect("list");
     assert!(listing.warnings.is_empty());
-    assert_eq!(listing.rows.len(), report.sessions);
+    assert_eq!(listing.rows.len(), sessions);
     assert!(view.verify().expect("verify").is_clean());
-    let lineage = std::fs::read_to_string(&report.lineage_path).expect("lineage export");
-    assert_eq!(lineage.lines().count(), report.sessions);
+    let lineage = std::fs::read_to_string(tmp.path().join("lineage/engineering_team.jsonl"))
+        .expect("lineage export");
+    assert_eq!(lineage.lines().count(), sessions);
     let merges = listing.rows.iter().filter(|r| r.kind == "op_merge").count();
     assert!(merges >= 1, "the specialists' forks merge");
     assert!(
-        std::fs::read_to_string(&report.report_path)
+        std::fs::read_to_string(tmp.path().join("reports/engineering_team.md"))
             .expect("report")
             .contains("PASSED")
     );
-    let page = std::fs::read_to_string(&report.view_path).expect("view");
-    assert_eq!(page.matches("<g class=\"node").count(), report.sessions);
+    let page =
+        std::fs::read_to_string(tmp.path().join("reports/engineering_team.html")).expect("view");
+    assert_eq!(page.matches("<g class=\"node").count(), sessions);
 }

@@ -1,10 +1,12 @@
-//! Smoke tests: the logic of each small example, offline, against a temporary store.
+//! Smoke tests: each small example, offline, against a temporary store.
 
-use openrath::demos::hello_agent::DemoConfig;
-use openrath::demos::{
-    dynamic_selector, hello_agent, lineage_export, research_synthesis, sandbox_isolated,
-};
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
 use openrath::persist::Store;
+use openrath::prelude::*;
 
 fn python_available() -> bool {
     std::process::Command::new("python3")
@@ -13,34 +15,118 @@ fn python_available() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Runtime::new().expect("runtime").block_on(f)
-}
-
 fn stored(dir: &std::path::Path) -> usize {
     Store::at(dir).list().expect("list store").len()
+}
+
+/// Runs example `name` offline with `OPENRATH_HOME=home` and `args`; returns its stdout.
+fn run_example(name: &str, home: &Path, args: &[&str]) -> String {
+    let out = Command::new(common::example_binary(name))
+        .args(args)
+        .env("OPENRATH_HOME", home)
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENRATH_DETERMINISTIC")
+        .current_dir(home)
+        .output()
+        .expect("run example");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{name} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// Every session in the store at `dir`.
+fn sessions(dir: &Path) -> Vec<Session> {
+    let store = Store::at(dir);
+    let list = store.list().expect("list store");
+    list.iter()
+        .map(|s| store.load(&s.id).expect("load").session)
+        .collect()
 }
 
 #[test]
 fn hello_agent_counts_words_with_its_tool() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let r = block_on(hello_agent::run(DemoConfig::offline(tmp.path()))).expect("run");
-    assert_eq!(r.tool_words, Some(5));
-    assert_eq!(
-        openrath::demos::dynamic_selector::final_answer(&r.session),
-        "There are 5 words."
+    let stdout = run_example("hello_agent", tmp.path(), &[]);
+    let all = sessions(&tmp.path().join("sessions"));
+    assert_eq!(all.len(), 3, "user, agent and the loop's output");
+    let session = all
+        .iter()
+        .find(|s| s.lineage().operator == "run_session_loop")
+        .expect("the loop's session");
+    let tool_words = session.chunks().iter().find_map(|c| match c.body() {
+        ChunkBody::ToolResult(r) => serde_json::from_str::<serde_json::Value>(&r.content)
+            .ok()
+            .and_then(|v| v["words"].as_u64()),
+        _ => None,
+    });
+    assert_eq!(tool_words, Some(5));
+    assert_eq!(session.final_text(), Some("There are 5 words."));
+    assert_eq!(session.usage().expect("usage").total_tokens, 171);
+    assert!(stdout.contains("word_count"), "{stdout}");
+    assert!(stdout.contains("  tool word_count -> ok"), "{stdout}");
+    assert!(stdout.contains("Usage: 150/21/171"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("(session {})", session.id())),
+        "{stdout}"
     );
-    assert_eq!(r.session.usage().expect("usage").total_tokens, 171);
-    assert!(r.summary.contains("word_count"), "{}", r.summary);
-    assert_eq!(stored(&r.store_dir), 3);
+}
+
+/// The README's quick example is `examples/quick_agent.rs`, and it runs.
+#[test]
+fn readme_quick_example_is_quick_agent_and_runs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README");
+    let section = readme
+        .split("## Quick example")
+        .nth(1)
+        .expect("a Quick example section");
+    let shown = section
+        .split("```rust\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .expect("a rust block");
+    let file = std::fs::read_to_string(root.join("examples/quick_agent.rs")).expect("example");
+    let code: Vec<&str> = file
+        .lines()
+        .skip_while(|l| l.starts_with("//!") || l.is_empty())
+        .collect();
+    assert_eq!(
+        shown,
+        code.join("\n"),
+        "README's quick example = examples/quick_agent.rs"
+    );
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let stdout = run_example("quick_agent", tmp.path(), &["--deterministic"]);
+    assert!(stdout.starts_with("There are 3 words.\n"), "{stdout}");
+    let all = sessions(&tmp.path().join("sessions"));
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].final_text(), Some("There are 3 words."));
+    assert!(
+        stdout.contains(&format!("saved {} to ", all[0].id())),
+        "{stdout}"
+    );
 }
 
 #[test]
 fn lineage_export_writes_three_formats() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let r = block_on(lineage_export::run(DemoConfig::offline(tmp.path()))).expect("run");
+    let stdout = run_example("lineage_export", tmp.path(), &[]);
+    let dir = tmp.path().join("lineage");
+    let jsonl = std::fs::read_to_string(dir.join("lineage_export.jsonl")).expect("jsonl");
+    let kinds: Vec<String> = jsonl
+        .lines()
+        .map(|l| {
+            let row: serde_json::Value = serde_json::from_str(l).expect("row");
+            row["lineage_kind"].as_str().expect("kind").to_owned()
+        })
+        .collect();
     assert_eq!(
-        r.kinds,
+        kinds,
         [
             "leaf_user",
             "op_fork",
@@ -51,61 +137,125 @@ fn lineage_export_writes_three_formats() {
             "op_session_loop"
         ]
     );
-    let jsonl = std::fs::read_to_string(&r.jsonl_path).expect("jsonl");
     assert_eq!(jsonl.lines().count(), 7);
-    assert_eq!(jsonl, r.jsonl);
     assert!(
-        std::fs::read_to_string(&r.dot_path)
+        stdout.contains(&jsonl),
+        "the printed export is the file\n{stdout}"
+    );
+    assert!(
+        std::fs::read_to_string(dir.join("lineage_export.dot"))
             .expect("dot")
             .starts_with("digraph")
     );
     assert!(
-        std::fs::read_to_string(&r.mermaid_path)
+        std::fs::read_to_string(dir.join("lineage_export.mmd"))
             .expect("mmd")
             .contains("-->")
     );
-    assert_eq!(stored(&r.store_dir), 7);
+    assert_eq!(stored(&tmp.path().join("sessions")), 7);
 }
 
 #[test]
 fn dynamic_selector_records_route_decisions() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let r = block_on(dynamic_selector::run(DemoConfig::offline(tmp.path()))).expect("run");
-    let choices: Vec<Option<&str>> = r.decisions.iter().map(|d| d.choice.as_deref()).collect();
+    let stdout = run_example("dynamic_selector", tmp.path(), &[]);
+    let decisions = stdout
+        .split("Route decisions (route_decision chunks of the final session):\n")
+        .nth(1)
+        .expect("the decisions block");
+    let decided: Vec<(&str, &str)> = decisions
+        .lines()
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| {
+            let choice = l.split(" -> ").nth(1).and_then(|r| r.split(':').next());
+            let by = l.rsplit('[').next().and_then(|r| r.strip_suffix(']'));
+            (choice.expect("choice"), by.expect("decided by"))
+        })
+        .collect();
+    let choices: Vec<&str> = decided.iter().map(|d| d.0).collect();
+    assert_eq!(choices, ["researcher", "writer", "reviewer", "done"]);
+    assert!(decided.iter().all(|d| d.1 == "function"), "{stdout}");
+    assert!(stdout.contains("Final answer: APPROVED"), "{stdout}");
+    // The final session holds the same decisions.
+    let all = sessions(&tmp.path().join("sessions"));
+    let recorded = all
+        .iter()
+        .map(|s| {
+            s.chunks()
+                .iter()
+                .filter_map(|c| match c.body() {
+                    ChunkBody::RouteDecision(r) => Some(r.choice.clone()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        })
+        .max_by_key(Vec::len)
+        .expect("sessions");
     assert_eq!(
-        choices,
-        [Some("researcher"), Some("writer"), Some("reviewer"), None]
+        recorded,
+        [
+            Some("researcher".to_owned()),
+            Some("writer".to_owned()),
+            Some("reviewer".to_owned()),
+            None
+        ]
     );
-    assert!(r.decisions.iter().all(|d| d.decided_by == "function"));
-    assert!(dynamic_selector::final_answer(&r.final_session).starts_with("APPROVED"));
-    assert_eq!(stored(&r.store_dir), r.sessions);
+    assert!(
+        stdout.contains(&format!(
+            "Summary: 4 decisions, {} sessions saved",
+            all.len()
+        )),
+        "{stdout}"
+    );
 }
 
 #[test]
 fn sandbox_isolated_refuses_network_and_root_writes() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    match block_on(sandbox_isolated::run(DemoConfig::offline(tmp.path()))).expect("run") {
-        sandbox_isolated::SandboxOutcome::Unavailable(reason) => {
-            eprintln!("skipping: isolated backend unavailable: {reason}");
-        }
-        sandbox_isolated::SandboxOutcome::Ran(r) => {
-            assert!(
-                r.evidence
-                    .iter()
-                    .all(|e| e.backend.as_deref() == Some("isolated")),
-                "{:?}",
-                r.evidence
-            );
-            assert!(matches!(r.network_exit, Some(c) if c != 0), "{r:?}");
-            assert!(matches!(r.readonly_exit, Some(c) if c != 0), "{r:?}");
-            assert!(!std::path::Path::new("/usr/openrath_probe").exists());
-            let note = std::fs::read_to_string(r.workspace.join("notes/hello.txt")).expect("note");
-            assert!(note.contains("isolated sandbox"));
-            assert!(r.read_back.is_some_and(|t| t.contains("isolated sandbox")));
-            // The user's root, the agent's system session and the loop's output.
-            assert_eq!(stored(&r.store_dir), 3);
-        }
+    let stdout = run_example("sandbox_isolated", tmp.path(), &[]);
+    if let Some(reason) = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Skipped: the isolated backend is unavailable here: "))
+    {
+        eprintln!("skipping: isolated backend unavailable: {reason}");
+        return;
     }
+    let evidence: Vec<&str> = stdout
+        .split("Tool evidence (backend, tool, exit code, outcome):\n")
+        .nth(1)
+        .expect("the evidence block")
+        .lines()
+        .take_while(|l| l.starts_with("  "))
+        .collect();
+    assert!(!evidence.is_empty(), "{stdout}");
+    assert!(
+        evidence.iter().all(|e| e.starts_with("  isolated ")),
+        "{evidence:?}"
+    );
+    let summary_exit = |label: &str| -> Option<i64> {
+        let line = stdout.lines().find(|l| l.trim_start().starts_with(label))?;
+        let code = line.split("(exit ").nth(1)?.trim_end_matches(')');
+        code.parse().ok()
+    };
+    assert!(
+        matches!(summary_exit("network:"), Some(c) if c != 0),
+        "{stdout}"
+    );
+    assert!(
+        matches!(summary_exit("root fs:"), Some(c) if c != 0),
+        "{stdout}"
+    );
+    assert!(stdout.contains("refused (exit"), "{stdout}");
+    assert!(!Path::new("/usr/openrath_probe").exists());
+    let workspace = tmp.path().join("workspaces/sandbox_isolated");
+    let note = std::fs::read_to_string(workspace.join("notes/hello.txt")).expect("note");
+    assert!(note.contains("isolated sandbox"));
+    assert!(
+        stdout.contains("(read back: written inside the isolated sandbox)"),
+        "{stdout}"
+    );
+    // The user's root, the agent's system session and the loop's output.
+    assert_eq!(stored(&tmp.path().join("sessions")), 3);
 }
 
 #[test]
@@ -115,23 +265,49 @@ fn research_synthesis_records_its_compression() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
-    let r = block_on(research_synthesis::run(DemoConfig::offline(tmp.path()))).expect("run");
-    let rec = r.compression.expect("compression record");
-    assert!(rec.lossy);
-    assert!(!rec.dropped.is_empty());
-    assert!(rec.dropped.iter().all(|d| d.sha256.len() == 64));
+    let stdout = run_example("research_synthesis", tmp.path(), &[]);
+    let record = stdout
+        .lines()
+        .find(|l| l.starts_with("Compression record ("))
+        .expect("a compression record");
+    assert!(record.contains("lossy=true"), "{record}");
+    let dropped: Vec<&str> = stdout
+        .split(record)
+        .nth(1)
+        .expect("dropped rows")
+        .lines()
+        .skip(1)
+        .take_while(|l| l.starts_with("  #"))
+        .collect();
+    assert!(!dropped.is_empty(), "{stdout}");
     assert!(
-        r.reproduction_output
-            .as_deref()
-            .is_some_and(|o| o.contains("5.0")),
-        "{:?}",
-        r.reproduction_output
+        dropped
+            .iter()
+            .all(|d| d.rsplit("sha256 ").next().is_some_and(|h| h.len() == 64)),
+        "{dropped:?}"
     );
-    let choices: Vec<&str> = r.routes.iter().map(|(c, _)| c.as_str()).collect();
-    assert_eq!(choices, ["literature", "reproduction", "done"]);
-    assert_eq!(
-        r.answer.as_deref(),
-        Some("Report: Smith 2024's claim (mean 5) is reproduced exactly.")
+    let reproduction = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Reproduction (run_code): "));
+    assert!(
+        reproduction.is_some_and(|o| o.contains("5.0")),
+        "{reproduction:?}"
     );
-    assert_eq!(stored(&r.store_dir), r.sessions);
+    let routes: Vec<&str> = stdout
+        .split("\nRoute decisions:\n")
+        .nth(1)
+        .expect("routes")
+        .lines()
+        .map_while(|l| l.strip_prefix("  -> "))
+        .filter_map(|l| l.split(':').next())
+        .collect();
+    assert_eq!(routes, ["literature", "reproduction", "done"]);
+    let n = stored(&tmp.path().join("sessions"));
+    assert!(
+        stdout.contains(&format!(
+            "Summary: answer \"Report: Smith 2024's claim (mean 5) is reproduced exactly.\"; \
+             {n} sessions saved to "
+        )),
+        "{stdout}"
+    );
 }

@@ -6,9 +6,22 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use openrath::demos::long_running_coding::{CodingConfig, assistant_turns, run, script};
 use openrath::persist::Store;
-use openrath::session::{ChatMessage, LineageKind, Session};
+use openrath::session::{ChatMessage, ChunkBody, LineageKind, Session};
+
+/// The example's script: six files, the check, the final answer.
+const TURNS: usize = 8;
+
+/// Milliseconds the example waits before every model call.
+const STEP_DELAY_ENV: &str = "RATH_STEP_DELAY_MS";
+
+/// Number of assistant chunks in `s` (model turns taken).
+fn assistant_turns(s: &Session) -> usize {
+    s.chunks()
+        .iter()
+        .filter(|c| matches!(c.body(), ChunkBody::Assistant(_)))
+        .count()
+}
 
 fn python3_available() -> bool {
     Command::new("python3")
@@ -77,18 +90,29 @@ async fn killed_mid_run_then_resumed_matches_an_uninterrupted_run() -> anyhow::R
     }
     let bin = example_binary()?;
 
-    // The reference: an uninterrupted run in-process.
+    // The reference: an uninterrupted run.
     let reference_home = tempfile::tempdir()?;
-    let reference = run(CodingConfig::offline(reference_home.path())).await?;
-    assert_eq!(reference.check_exit_code, Some(0), "{}", reference.summary);
-    assert_eq!(assistant_turns(&reference.final_session), script().len());
+    let out = Command::new(&bin)
+        .args(["--store".as_ref(), reference_home.path().as_os_str()])
+        .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "reference run: {stdout}");
+    assert!(stdout.contains("check: exit 0"), "{stdout}");
+    let reference_store = Store::at(reference_home.path().join("sessions"));
+    let looped = reference_store
+        .list()?
+        .into_iter()
+        .find(|s| s.operator == "run_session_loop" && s.closed)
+        .ok_or_else(|| anyhow::anyhow!("no closed loop session in the reference store"))?;
+    let reference_final = reference_store.load(&looped.id)?.session;
+    assert_eq!(assistant_turns(&reference_final), TURNS);
 
     // The interrupted run: slowed down, killed after a few chunk rows reach the store.
     let home = tempfile::tempdir()?;
     let sessions = home.path().join("sessions");
     let mut child = Command::new(&bin)
         .args(["--store".as_ref(), home.path().as_os_str()])
-        .env(openrath::demos::long_running_coding::STEP_DELAY_ENV, "250")
+        .env(STEP_DELAY_ENV, "250")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()?;
@@ -113,7 +137,7 @@ async fn killed_mid_run_then_resumed_matches_an_uninterrupted_run() -> anyhow::R
     let stopped = store.load(&partial.id)?.session;
     let done_before = assistant_turns(&stopped);
     assert!(
-        done_before >= 2 && done_before < script().len(),
+        done_before >= 2 && done_before < TURNS,
         "killed after {done_before} model turns"
     );
 
@@ -152,13 +176,10 @@ async fn killed_mid_run_then_resumed_matches_an_uninterrupted_run() -> anyhow::R
 
     // Transcript: the same conversation as the uninterrupted run.
     let final_session = store.load(&resumed.id)?.session;
-    assert_eq!(
-        conversation(&final_session),
-        conversation(&reference.final_session)
-    );
-    assert_eq!(assistant_turns(&final_session), script().len());
+    assert_eq!(conversation(&final_session), conversation(&reference_final));
+    assert_eq!(assistant_turns(&final_session), TURNS);
     // Usage counts every model call once: the interrupted run's plus the resumed run's.
-    assert_eq!(final_session.usage(), reference.final_session.usage());
+    assert_eq!(final_session.usage(), reference_final.usage());
 
     // A second --resume finds nothing left to continue.
     let again = Command::new(&bin)

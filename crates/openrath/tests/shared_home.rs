@@ -4,7 +4,7 @@
 //! - `engineering_team` then `hello_agent`, each as its own process (the example binaries,
 //!   offline, default ids) in one home: every file of the first run is byte-identical
 //!   afterwards, no id is shared, and every session file of both loads in Python OpenRath.
-//! - Every example's logic, offline with default ids, into one more home: all ids are
+//! - Every example binary, offline with default ids, into one more home: all ids are
 //!   UUIDs, all lineage parents are stored, and Python loads every file.
 //!
 //! Python OpenRath is the interpreter named by `RATH_OPENRATH_PYTHON` (see
@@ -17,13 +17,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use openrath::demos::engineering_team::TeamConfig;
-use openrath::demos::hello_agent::DemoConfig;
-use openrath::demos::long_running_coding::CodingConfig;
-use openrath::demos::{
-    dynamic_selector, engineering_team, hello_agent, lineage_export, long_running_coding,
-    research_synthesis, sandbox_isolated,
-};
 use openrath::persist::Store;
 use sha2::{Digest, Sha256};
 
@@ -139,35 +132,24 @@ fn two_examples_in_one_home_leave_each_other_alone_and_load_in_python() {
     common::python_loads("two examples in one home", &home);
 }
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Runtime::new().expect("runtime").block_on(f)
-}
-
 #[test]
 fn every_example_store_loads_in_python_with_lineage_intact() {
     let tmp = tempfile::tempdir().expect("tmp");
     let home = tmp.path();
-    block_on(async {
-        hello_agent::run(DemoConfig::offline(home)).await?;
-        lineage_export::run(DemoConfig::offline(home)).await?;
-        dynamic_selector::run(DemoConfig::offline(home)).await?;
-        // Twice: a second run of the same example adds its sessions beside the first's.
-        hello_agent::run(DemoConfig::offline(home)).await?;
-        if let sandbox_isolated::SandboxOutcome::Unavailable(reason) =
-            sandbox_isolated::run(DemoConfig::offline(home)).await?
-        {
-            eprintln!("sandbox_isolated not included: isolated backend unavailable: {reason}");
-        }
-        if python3_available() {
-            research_synthesis::run(DemoConfig::offline(home)).await?;
-            engineering_team::run(TeamConfig::offline(home)).await?;
-            long_running_coding::run(CodingConfig::offline(home)).await?;
-        } else {
-            common::missing("python3 is not installed (three examples run Python code)");
-        }
-        Ok::<(), openrath::demos::DemoError>(())
-    })
-    .expect("examples run");
+    run_example("hello_agent", home);
+    run_example("lineage_export", home);
+    run_example("dynamic_selector", home);
+    // (Where bubblewrap is unavailable it stores nothing and says why.)
+    run_example("sandbox_isolated", home);
+    // Twice: a second run of the same example adds its sessions beside the first's.
+    run_example("hello_agent", home);
+    if python3_available() {
+        run_example("research_synthesis", home);
+        run_example("engineering_team", home);
+        run_example("long_running_coding", home);
+    } else {
+        common::missing("python3 is not installed (three examples run Python code)");
+    }
     let files = check_store(home);
     assert!(files >= 6 + 7 + 3, "{files} files");
     common::python_loads("every example in one home", home);
@@ -177,15 +159,27 @@ fn every_example_store_loads_in_python_with_lineage_intact() {
 fn deterministic_runs_repeat_ids_and_refuse_to_share_a_store() {
     let tmp = tempfile::tempdir().expect("tmp");
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    // lineage_export with --deterministic into `home`; returns its JSONL export.
     let run = |home: &Path| {
-        block_on(lineage_export::run(
-            DemoConfig::offline(home).deterministic(true),
-        ))
+        std::fs::create_dir_all(home).expect("home");
+        let out = Command::new(common::example_binary("lineage_export"))
+            .arg("--deterministic")
+            .env("OPENRATH_HOME", home)
+            .env_remove("OPENAI_BASE_URL")
+            .current_dir(home)
+            .output()
+            .expect("run lineage_export");
+        assert!(
+            out.status.success(),
+            "lineage_export failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::read_to_string(home.join("lineage/lineage_export.jsonl")).expect("export")
     };
-    let first = run(&a).expect("first");
-    let second = run(&b).expect("second");
-    assert_eq!(first.jsonl, second.jsonl, "same ids, same export");
-    assert!(first.jsonl.contains("00000000-0000-4000-8000-000000000001"));
+    let first = run(&a);
+    let second = run(&b);
+    assert_eq!(first, second, "same ids, same export");
+    assert!(first.contains("00000000-0000-4000-8000-000000000001"));
     let a_files = hashes(&a.join("sessions"));
     assert_eq!(
         a_files,
@@ -193,20 +187,22 @@ fn deterministic_runs_repeat_ids_and_refuse_to_share_a_store() {
         "byte-identical stores"
     );
     // The same deterministic run again into the same store: identical sessions, a no-op.
-    run(&a).expect("identical re-run");
+    run(&a);
     assert_eq!(hashes(&a.join("sessions")), a_files);
     // A different deterministic example into that store: its counter ids are taken, so it
     // is refused with a typed error and the first run's files stay as they were.
-    let err = block_on(hello_agent::run(
-        DemoConfig::offline(&a).deterministic(true),
-    ))
-    .expect_err("ids collide");
+    let out = Command::new(common::example_binary("hello_agent"))
+        .arg("--deterministic")
+        .env("OPENRATH_HOME", &a)
+        .env_remove("OPENAI_BASE_URL")
+        .current_dir(&a)
+        .output()
+        .expect("run hello_agent");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "ids collide: hello_agent must fail");
     assert!(
-        matches!(
-            err,
-            openrath::demos::DemoError::Persist(openrath::persist::PersistError::Exists { .. })
-        ),
-        "{err}"
+        stderr.contains("already exists: session stored by another run or writer"),
+        "{stderr}"
     );
     assert_eq!(hashes(&a.join("sessions")), a_files);
 }

@@ -2,10 +2,8 @@
 
 mod common;
 
-use common::rath;
+use common::{rath, run_example};
 use std::process::Command;
-
-use openrath::demos::engineering_team::{TeamConfig, run};
 
 #[test]
 fn cli_on_the_engineering_team_store() {
@@ -15,13 +13,9 @@ fn cli_on_the_engineering_team_store() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let report = rt
-        .block_on(run(
-            TeamConfig::offline(tmp.path().join("home")).deterministic(true)
-        ))
-        .expect("team run");
-    assert!(report.qa_passed, "{}", report.summary);
+    // Deterministic ids, so the snapshots name the same sessions on every run; it exits 0
+    // only when QA's tests passed.
+    run_example("engineering_team", tmp.path(), &["--deterministic"]);
     insta::assert_snapshot!(
         "team_sessions",
         rath(tmp.path(), &["--store", "home", "sessions"])

@@ -4,22 +4,35 @@
 
 mod common;
 
-use common::rath;
-
-use openrath::demos::long_running_coding::{CodingConfig, run};
+use common::{rath, run_example};
+use openrath::persist::Store;
 
 #[test]
 fn replay_against_a_recorded_cassette() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let home = tmp.path().join("home");
     let cassette = tmp.path().join("run.jsonl");
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let report = rt
-        .block_on(run(CodingConfig::offline(&home)
-            .cassette(&cassette)
-            .deterministic(true)))
-        .expect("coding run");
-    let id = report.final_session.id().to_string();
+    run_example(
+        "long_running_coding",
+        tmp.path(),
+        &[
+            "--store",
+            "home",
+            "--cassette",
+            "run.jsonl",
+            "--deterministic",
+        ],
+    );
+    // The run's final session: the closed loop session.
+    let store = Store::at(home.join("sessions"));
+    let id = store
+        .list()
+        .expect("list")
+        .into_iter()
+        .find(|s| s.operator == "run_session_loop" && s.closed)
+        .expect("the loop session")
+        .id
+        .to_string();
     let cwd = tmp.path();
 
     insta::assert_snapshot!(

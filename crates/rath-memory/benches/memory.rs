@@ -68,7 +68,7 @@ fn commit_all(mem: &LocalMemory, items: &[NewItem]) {
 fn store() -> &'static LocalMemory {
     static S: OnceLock<LocalMemory> = OnceLock::new();
     S.get_or_init(|| {
-        let opts = LocalOptions::default().with_durability(Durability::Buffered);
+        let opts = LocalOptions::default().durability(Durability::Buffered);
         let mem = LocalMemory::open_at(&fresh_dir(), "bench", opts).expect("open");
         commit_all(&mem, &corpus());
         mem
@@ -77,7 +77,7 @@ fn store() -> &'static LocalMemory {
 
 fn main() {
     let items = corpus();
-    let opts = LocalOptions::default().with_durability(Durability::Fsync);
+    let opts = LocalOptions::default().durability(Durability::Fsync);
     let dir = fresh_dir();
     let mem = LocalMemory::open_at(&dir, "bench", opts).expect("open");
     let t = Instant::now();
@@ -118,7 +118,7 @@ fn main() {
 fn commit_100k_batched_buffered(b: divan::Bencher) {
     let items = corpus();
     b.with_inputs(|| {
-        let opts = LocalOptions::default().with_durability(Durability::Buffered);
+        let opts = LocalOptions::default().durability(Durability::Buffered);
         LocalMemory::open_at(&fresh_dir(), "bench", opts).expect("open")
     })
     .bench_local_values(|mem| {

@@ -4,7 +4,7 @@
 //! use rath_memory::{MemoryUri, NewItem, Scope};
 //!
 //! let item = NewItem::new(MemoryUri::new(Scope::User, "prefs/editor")?, "prefers helix")
-//!     .with_agent("planner");
+//!     .agent("planner");
 //! assert_eq!(item.agent.as_deref(), Some("planner"));
 //! # Ok::<(), rath_memory::MemoryError>(())
 //! ```
@@ -41,13 +41,13 @@ impl NewItem {
     }
 
     /// The same item attributed to `agent`.
-    pub fn with_agent(mut self, agent: impl Into<String>) -> Self {
+    pub fn agent(mut self, agent: impl Into<String>) -> Self {
         self.agent = Some(agent.into());
         self
     }
 
     /// The same item attributed to session `id`.
-    pub fn with_session(mut self, id: impl Into<String>) -> Self {
+    pub fn session(mut self, id: impl Into<String>) -> Self {
         self.session_id = Some(id.into());
         self
     }

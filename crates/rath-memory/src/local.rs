@@ -69,13 +69,13 @@ pub struct LocalOptions {
 
 impl LocalOptions {
     /// Options with hybrid recall through `embedder`.
-    pub fn with_embedder(mut self, embedder: Arc<dyn Embedder>) -> Self {
+    pub fn embedder(mut self, embedder: Arc<dyn Embedder>) -> Self {
         self.embedder = Some(embedder);
         self
     }
 
     /// Options with the given durability.
-    pub fn with_durability(mut self, durability: Durability) -> Self {
+    pub fn durability(mut self, durability: Durability) -> Self {
         self.durability = durability;
         self
     }

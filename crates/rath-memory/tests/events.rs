@@ -36,7 +36,7 @@ fn every_operation_leaves_an_event() {
         receipt.commit_id,
         rath_memory::commit_id_for(
             &Session::user_with("start", Stamper::counter()),
-            &[NewItem::new(uri.clone(), "the user is Ada").with_agent("a1")]
+            &[NewItem::new(uri.clone(), "the user is Ada").agent("a1")]
         )
     );
     let (s, hits) = recall_into(&s, &mem, "Ada", Some(Scope::User), 2, Some("a1")).unwrap();

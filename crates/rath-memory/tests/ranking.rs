@@ -215,7 +215,7 @@ fn a_second_open_of_one_store_is_refused() {
 #[test]
 fn hybrid_recall_finds_lexical_and_vector_matches() {
     let dir = tempfile::tempdir().unwrap();
-    let options = LocalOptions::default().with_embedder(Arc::new(HashEmbedder::new(256)));
+    let options = LocalOptions::default().embedder(Arc::new(HashEmbedder::new(256)));
     let mem = load(dir.path(), options.clone());
     assert_eq!(top(&mem, "kettle", None, 1), ["kettle"]);
     assert_eq!(top(&mem, "boiler pressure bar", None, 1), ["boiler"]);

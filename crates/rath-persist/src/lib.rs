@@ -40,6 +40,7 @@ pub mod json;
 pub mod loader;
 mod mapped;
 mod record;
+pub mod recorder;
 pub mod store;
 pub mod stream;
 pub mod writer;
@@ -51,6 +52,7 @@ pub use journal::{
 };
 pub use loader::{LoadedSession, load_bytes, load_file};
 pub use record::{EXT_KEY, SCHEMA_VERSION};
+pub use recorder::SessionRecorder;
 pub use store::{
     PARTIAL_SUFFIX, SESSION_SUFFIX, SessionSummary, Store, openrath_home, summarize_file,
 };

@@ -192,6 +192,35 @@ impl Store {
         self.save_with(session, WriterOptions::default())
     }
 
+    /// Saves each of `sessions` with [`Store::save`] and returns how many were saved: what a
+    /// program does at the end of a run, and with the sessions it has when a run fails part
+    /// way (a failed run's partial session is worth keeping: `rath show` says why it failed).
+    /// Stops at the first error; the sessions saved before it stay saved.
+    ///
+    /// ```
+    /// use rath_persist::Store;
+    /// use rath_session::{Session, Stamper};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let store = Store::at(dir.path());
+    /// let user = Session::user_with("hi", Stamper::counter());
+    /// let fork = user.fork();
+    /// assert_eq!(store.save_all([&user, &fork])?, 2);
+    /// assert_eq!(store.list()?.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn save_all<'a>(
+        &self,
+        sessions: impl IntoIterator<Item = &'a Session>,
+    ) -> Result<usize, PersistError> {
+        let mut saved = 0;
+        for s in sessions {
+            self.save(s)?;
+            saved += 1;
+        }
+        Ok(saved)
+    }
+
     /// [`Store::save`] with options.
     pub fn save_with(
         &self,

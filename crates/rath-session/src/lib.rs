@@ -53,5 +53,8 @@ pub use list::{ChunkList, Iter as ChunkIter, LEAF_MAX};
 pub use messages::{ChatMessage, Role};
 pub use placement::{Placement, SandboxHandle, SandboxLease, SandboxSlot, SandboxSpec};
 pub use session::{MergeStrategy, PendingCall, Session, SessionParts};
-pub use stamp::{CounterSource, SeededSource, StampSource, Stamper, Timer, Timestamp, is_uuid};
+pub use stamp::{
+    CounterSource, DETERMINISTIC_ENV, DETERMINISTIC_FLAG, SeededSource, StampSource, Stamper,
+    Timer, Timestamp, deterministic_from, deterministic_requested, is_uuid,
+};
 pub use usage::{Usage, sum_optional};

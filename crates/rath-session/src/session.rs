@@ -218,6 +218,24 @@ impl Session {
         &self.chunks
     }
 
+    /// The text of the last assistant chunk that has content: the session's final answer, if
+    /// any. Evidence chunks and assistant turns that only call tools are passed over.
+    ///
+    /// ```
+    /// use rath_session::{Chunk, Session, Stamper};
+    ///
+    /// let s = Session::user_with("2 + 2?", Stamper::counter());
+    /// assert_eq!(s.final_text(), None);
+    /// let s = s.push(Chunk::assistant_text("4")).push(Chunk::user("thanks"));
+    /// assert_eq!(s.final_text(), Some("4"));
+    /// ```
+    pub fn final_text(&self) -> Option<&str> {
+        self.chunks.iter().rev().find_map(|c| match c.body() {
+            ChunkBody::Assistant(p) => p.content.as_deref(),
+            _ => None,
+        })
+    }
+
     /// Number of chunks (conversation and evidence).
     pub fn len(&self) -> usize {
         self.chunks.len()

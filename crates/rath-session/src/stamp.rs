@@ -264,6 +264,32 @@ impl Stamper {
         ))
     }
 
+    /// [`Stamper::counter`] when `deterministic`, else [`Stamper::system`]: the one switch a
+    /// program needs between reproducible runs (tests, evidence, `--deterministic`) and
+    /// unique ids.
+    ///
+    /// ```
+    /// use rath_session::Stamper;
+    ///
+    /// assert!(Stamper::deterministic_if(true).is_deterministic());
+    /// assert!(!Stamper::deterministic_if(false).is_deterministic());
+    /// ```
+    pub fn deterministic_if(deterministic: bool) -> Self {
+        if deterministic {
+            Self::counter()
+        } else {
+            Self::system()
+        }
+    }
+
+    /// The stamper this process asked for: [`Stamper::counter`] when its arguments hold
+    /// [`DETERMINISTIC_FLAG`] or [`DETERMINISTIC_ENV`] is `1`, `true` or `yes`, else
+    /// [`Stamper::system`]. Reads only the process's arguments and that one variable (see
+    /// [`deterministic_requested`]).
+    pub fn from_env() -> Self {
+        Self::deterministic_if(deterministic_requested())
+    }
+
     /// UUIDv7-shaped ids (the millisecond field from the stepping clock, the random bits from
     /// a seeded generator), and the same stepping clock as [`Stamper::counter`]. Two stampers
     /// with one seed produce the same sequence.
@@ -608,6 +634,40 @@ impl StampSource for SeededSource {
     fn is_deterministic(&self) -> bool {
         true
     }
+}
+
+/// The command-line flag that asks a program for deterministic (counter) ids and clock.
+pub const DETERMINISTIC_FLAG: &str = "--deterministic";
+
+/// The environment variable that does what [`DETERMINISTIC_FLAG`] does when set to `1`, `true`
+/// or `yes` (any case).
+pub const DETERMINISTIC_ENV: &str = "OPENRATH_DETERMINISTIC";
+
+/// True when `args` hold [`DETERMINISTIC_FLAG`] or `env` (the value of [`DETERMINISTIC_ENV`])
+/// is `1`, `true` or `yes` (any case).
+///
+/// ```
+/// use rath_session::deterministic_from;
+///
+/// assert!(deterministic_from(["--deterministic"], None));
+/// assert!(deterministic_from(Vec::<String>::new(), Some("1")));
+/// assert!(!deterministic_from(["--live"], Some("0")));
+/// ```
+pub fn deterministic_from<I, S>(args: I, env: Option<&str>) -> bool
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    args.into_iter().any(|a| a.as_ref() == DETERMINISTIC_FLAG)
+        || env
+            .is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+}
+
+/// True when this process asked for deterministic ids: [`DETERMINISTIC_FLAG`] among its
+/// arguments or [`DETERMINISTIC_ENV`] set (see [`deterministic_from`]).
+pub fn deterministic_requested() -> bool {
+    let env = std::env::var(DETERMINISTIC_ENV).ok();
+    deterministic_from(std::env::args().skip(1), env.as_deref())
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 pub mod big;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Runs `rath` in `cwd` (with no `OPENRATH_HOME`) and returns `exit / stdout / stderr` as one
@@ -21,6 +21,51 @@ pub fn rath(cwd: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
+}
+
+/// The `openrath` example `name`, built (`cargo build -p openrath --example name`, a no-op when
+/// it is fresh) into this test binary's target directory: `target/<profile>/examples/<name>`.
+pub fn example_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>");
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args(["build", "-p", "openrath", "--example", name])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    if let Some(target) = profile_dir.parent() {
+        cmd.env("CARGO_TARGET_DIR", target);
+    }
+    let status = cmd.status().expect("cargo build");
+    assert!(status.success(), "cargo build --example {name}: {status}");
+    let bin = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(bin.is_file(), "{} was not built", bin.display());
+    bin
+}
+
+/// Runs the `openrath` example `name` with `args` in `cwd`, offline (no `OPENAI_BASE_URL`),
+/// with `OPENRATH_HOME=<cwd>/home`; panics with its output when it fails.
+pub fn run_example(name: &str, cwd: &Path, args: &[&str]) {
+    let out = Command::new(example_binary(name))
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("OPENAI_BASE_URL")
+        .env("OPENRATH_HOME", cwd.join("home"))
+        .env_remove("OPENRATH_DETERMINISTIC")
+        .output()
+        .expect("run example");
+    assert!(
+        out.status.success(),
+        "{name} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Writes a closed session file by hand (so the header id and the file name can disagree):
