@@ -148,7 +148,7 @@ async fn main() -> anyhow::Result<()> {
     let root = Session::user_with(TASK, Stamper::from_env());
     println!("  task: {TASK}");
     cx.record(&root);
-    let out = match team(live)?.forward_in(root, &cx).await {
+    let out = match team(live)?.forward(root, &cx).await {
         Ok(out) => out,
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.

@@ -320,7 +320,7 @@ async fn main() -> anyhow::Result<()> {
     let root = Session::user_with(TASK, Stamper::from_env()).to_with("local", spec);
     cx.record(&root);
     let store = Store::at(home.join("sessions"));
-    let out = match team(live)?.forward_in(root, &cx).await {
+    let out = match team(live)?.forward(root, &cx).await {
         Ok(out) => out,
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.

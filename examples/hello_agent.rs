@@ -39,9 +39,7 @@ async fn main() -> anyhow::Result<()> {
     let word_count = typed_tool(
         "word_count",
         "Count the whitespace-separated words of a text.",
-        |_cx: ToolContext, a: WordCountArgs| async move {
-            Ok::<_, ToolError>(json!({"words": a.text.split_whitespace().count()}))
-        },
+        |_cx, a: WordCountArgs| async move { Ok(json!({"words": a.text.split_whitespace().count()})) },
     );
     // Live: the OpenAI-compatible server from the environment, kept short for small local
     // models. Offline: a script that calls the tool, then answers.

@@ -2,8 +2,6 @@
 //! saved to the store. `cargo run --example quick_agent`; a test checks the README shows
 //! this file's code and runs it.
 
-use std::sync::Arc;
-
 use openrath::prelude::*;
 use serde::Deserialize;
 
@@ -15,22 +13,18 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let word_count = typed_tool(
-        "word_count",
-        "Count words.",
-        |_cx: ToolContext, a: Args| async move {
-            Ok::<_, ToolError>(json!({"words": a.text.split_whitespace().count()}))
-        },
-    );
+    let word_count = typed_tool("word_count", "Count words.", |_cx, a: Args| async move {
+        Ok(json!({"words": a.text.split_whitespace().count()}))
+    });
     let model = ScriptedProvider::new(vec![
         ScriptedResponse::tool_calls(vec![("c1", "word_count", json!({"text": "a b c"}))]),
         ScriptedResponse::text("There are 3 words."),
     ]);
-    let agent = Agent::new("counter", "Count words with the tool.", Arc::new(model))
+    let agent = Agent::new("counter", "Count words with the tool.", model)
         .with_tools(ToolSet::new().with(word_count)?);
 
     let question = Session::user_with("How many words are in 'a b c'?", Stamper::from_env());
-    let answer = agent.forward(question).await?;
+    let answer = agent.run(question).await?;
     println!("{}", answer.final_text().unwrap_or("-"));
 
     let store = Store::at(openrath::persist::openrath_home().join("sessions"));

@@ -77,8 +77,8 @@ fn pipeline(live: bool) -> anyhow::Result<Sequence> {
     let search = typed_tool(
         "search_papers",
         "Search the (offline) paper index; returns titles and their claims.",
-        |_cx: ToolContext, a: SearchArgs| async move {
-            Ok::<_, ToolError>(json!({
+        |_cx, a: SearchArgs| async move {
+            Ok(json!({
                 "query": a.query,
                 "results": [{"title": "Smith 2024", "claim": "the mean of 2, 4, 6, 8 is 5"}]
             }))
@@ -206,7 +206,7 @@ async fn main() -> anyhow::Result<()> {
     let root = Session::user_with(QUESTION, Stamper::from_env()).to_with("local", spec);
     println!("  question: {QUESTION}");
     cx.record(&root);
-    let out = match pipeline(live)?.forward_in(root, &cx).await {
+    let out = match pipeline(live)?.forward(root, &cx).await {
         Ok(out) => out,
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.

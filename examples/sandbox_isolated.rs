@@ -136,7 +136,7 @@ async fn main() -> anyhow::Result<()> {
     )
     .to_with("isolated", spec);
     recorder.record(&root);
-    let out = match agent.forward_in(root, &cx).await {
+    let out = match agent.forward(root, &cx).await {
         Ok(out) => out,
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.

@@ -19,16 +19,16 @@
 //! }
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! let word_count = typed_tool("word_count", "Count words.", |_cx: ToolContext, a: Args| async move {
-//!     Ok::<_, ToolError>(json!({"words": a.text.split_whitespace().count()}))
+//! let word_count = typed_tool("word_count", "Count words.", |_cx, a: Args| async move {
+//!     Ok(json!({"words": a.text.split_whitespace().count()}))
 //! });
 //! let model = ScriptedProvider::new(vec![
 //!     ScriptedResponse::tool_calls(vec![("c1", "word_count", json!({"text": "a b c"}))]),
 //!     ScriptedResponse::text("3 words."),
 //! ]);
-//! let agent = Agent::new("counter", "Count with the tool.", std::sync::Arc::new(model))
+//! let agent = Agent::new("counter", "Count with the tool.", model)
 //!     .with_tools(ToolSet::new().with(word_count)?);
-//! let out = agent.forward(Session::user_with("Count 'a b c'.", Stamper::counter())).await?;
+//! let out = agent.run(Session::user_with("Count 'a b c'.", Stamper::counter())).await?;
 //! assert_eq!(out.final_text(), Some("3 words."));
 //!
 //! let dir = tempfile::tempdir().unwrap();
@@ -83,7 +83,7 @@ pub use serde_json::json;
 pub mod prelude {
     pub use rath_flow::{
         Agent, FlowContext, FlowError, LoopOptions, LoopUntil, Parallel, Selector, Sequence,
-        SessionLoop, Tool, ToolContext, ToolError, ToolSet, Workflow, typed_tool,
+        SessionLoop, Tool, ToolContext, ToolError, ToolSet, Workflow, WorkflowExt, typed_tool,
     };
     pub use rath_persist::Store;
     pub use rath_provider::{

@@ -31,15 +31,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let word_count = typed_tool(
         "word_count",
         "Count the whitespace-separated words of a text.",
-        |_cx: ToolContext, a: WordCount| async move {
-            Ok::<_, ToolError>(json!({"words": a.text.split_whitespace().count()}))
+        |_cx, a: WordCount| async move {
+            Ok(json!({"words": a.text.split_whitespace().count()}))
         },
     );
     let shout = typed_tool(
         "shout",
         "Upper-case a text.",
-        |_cx: ToolContext, a: Shout| async move {
-            Ok::<_, ToolError>(json!({"text": a.text.to_uppercase()}))
+        |_cx, a: Shout| async move {
+            Ok(json!({"text": a.text.to_uppercase()}))
         },
     );
     let tools = ToolSet::new().with(word_count)?.with(shout)?;
@@ -61,7 +61,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let agent = Agent::new("counter", "Count words with the word_count tool.", model)
         .with_tools(tools);
     let out = agent
-        .forward(Session::user_with(QUESTION, Stamper::counter()))
+        .run(Session::user_with(QUESTION, Stamper::counter()))
         .await?;
 
     let path = Store::at(&store_dir).save(&out)?;
