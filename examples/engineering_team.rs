@@ -20,6 +20,7 @@
 //! go next to it. Then try `cargo run -p rath-cli -- sessions` or `-- view`.
 
 use std::collections::HashSet;
+use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 

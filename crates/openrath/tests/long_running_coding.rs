@@ -137,7 +137,7 @@ async fn killed_mid_run_then_resumed_matches_an_uninterrupted_run() -> anyhow::R
     let stopped = store.load(&partial.id)?.session;
     let done_before = assistant_turns(&stopped);
     assert!(
-        done_before >= 2 && done_before < TURNS,
+        (2..TURNS).contains(&done_before),
         "killed after {done_before} model turns"
     );
 
