@@ -351,7 +351,10 @@ mod tests {
     fn unknown_kinds_are_kept_and_compare_by_name() {
         let k = ToolErrorKind::parse("quota_exceeded");
         assert_eq!(k, ToolErrorKind::Other("quota_exceeded".to_owned()));
-        assert_eq!(ToolErrorKind::Other("tool_timeout".into()), ToolErrorKind::ToolTimeout);
+        assert_eq!(
+            ToolErrorKind::Other("tool_timeout".into()),
+            ToolErrorKind::ToolTimeout
+        );
         let e: ToolError =
             serde_json::from_value(json!({"kind": "quota_exceeded", "message": "m"})).unwrap();
         assert_eq!(e.kind.as_str(), "quota_exceeded");

@@ -203,6 +203,8 @@ struct Exec<'a> {
 }
 
 /// One call of a round on its way from its gate to its answer.
+// Every slot ends `Answered`, so boxing the large variant would only add an allocation per call.
+#[allow(clippy::large_enum_variant)]
 enum Slot<'a> {
     /// Ready to run.
     Run(Exec<'a>),
