@@ -6,7 +6,7 @@ use std::sync::Arc;
 use openrath::inspect::{StoreView, session_status};
 use openrath::persist::Store;
 use openrath::session::{Chunk, Session, Stamper};
-use rath_flow::{Agent, Workflow};
+use rath_flow::{Agent, WorkflowExt};
 use rath_provider::{ProviderError, ScriptedProvider, ScriptedResponse};
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -25,7 +25,7 @@ fn a_failed_run_is_listed_and_shown_as_failed() {
         },
     )]));
     let input = Session::user_with("go", Stamper::counter());
-    let err = block_on(Agent::new("hello", "sys", provider).forward(input.clone()))
+    let err = block_on(Agent::new("hello", "sys", provider).run(input.clone()))
         .expect_err("provider down");
     let failed = err.into_partial_session().expect("partial session");
     store.save(&input).expect("save");

@@ -2,23 +2,23 @@
 //! a [`Workflow`] whose forward is one session loop.
 //!
 //! ```
-//! use std::sync::Arc;
-//! use rath_flow::{Agent, ToolSet, Workflow};
+//! use rath_flow::{Agent, ToolSet, WorkflowExt};
 //! use rath_provider::{ScriptedProvider, ScriptedResponse};
 //! use rath_session::{Session, Stamper};
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! let provider = Arc::new(ScriptedProvider::new(vec![ScriptedResponse::text("Paris.").usage(9, 2)]));
+//! let provider = ScriptedProvider::new(vec![ScriptedResponse::text("Paris.").usage(9, 2)]);
 //! let agent = Agent::new("geo", "Answer in one word.", provider)
 //!     .describe("Answers geography questions.")
 //!     .with_tools(ToolSet::new());
-//! let out = agent.forward(Session::user_with("Capital of France?", Stamper::counter())).await?;
+//! let out = agent.run(Session::user_with("Capital of France?", Stamper::counter())).await?;
 //! assert_eq!(rath_flow::final_text(&out), Some("Paris."));
 //! assert_eq!(out.agent_usage()["geo"].total_tokens, 11);
 //! # Ok::<(), rath_flow::FlowError>(())
 //! # }).unwrap();
 //! ```
 
+use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
@@ -32,8 +32,17 @@ use crate::error::{FailedAt, fail_from};
 use crate::memory::MemoryHook;
 use crate::policy::ToolPolicy;
 use crate::session_loop::{LoopOptions, SessionLoop};
-use crate::tool::ToolSet;
+use crate::tool::{Tool, ToolSet};
 use crate::workflow::Workflow;
+
+/// `provider` as a shared trait object, without a second layer of `Arc` when it already is
+/// an `Arc<dyn Provider>` (so an agent built from a shared provider calls it directly).
+pub(crate) fn shared_provider<P: Provider + 'static>(provider: P) -> Arc<dyn Provider> {
+    match (&provider as &dyn Any).downcast_ref::<Arc<dyn Provider>>() {
+        Some(shared) => shared.clone(),
+        None => Arc::new(provider),
+    }
+}
 
 struct Inner {
     name: String,
@@ -62,7 +71,7 @@ impl Agent {
     pub fn new(
         name: impl Into<String>,
         system_prompt: impl Into<String>,
-        provider: Arc<dyn Provider>,
+        provider: impl Provider + 'static,
     ) -> Self {
         let name = name.into();
         Self(Arc::new(Inner {
@@ -99,6 +108,27 @@ impl Agent {
     /// [`ToolSet::with`], which refuse name clashes.
     pub fn with_tools(self, tools: ToolSet) -> Self {
         self.edit(|i| i.looper = i.looper.clone().with_tools(tools))
+    }
+
+    /// Adds one tool to the agent's set, keeping the others; a tool whose name is already
+    /// offered is refused with [`FlowError::ToolNameClash`].
+    ///
+    /// ```
+    /// use rath_flow::{Agent, FlowError, ToolContext, typed_tool};
+    /// use rath_provider::ScriptedProvider;
+    ///
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Args { text: String }
+    ///
+    /// let echo = || typed_tool("echo", "Echo.", |_cx, a: Args| async move { Ok(a.text) });
+    /// let agent = Agent::new("a", "Use tools.", ScriptedProvider::new(vec![])).with_tool(echo())?;
+    /// assert_eq!(agent.session_loop().tools().names(), ["echo"]);
+    /// assert!(matches!(agent.with_tool(echo()), Err(FlowError::ToolNameClash { .. })));
+    /// # Ok::<(), FlowError>(())
+    /// ```
+    pub fn with_tool(self, tool: impl Tool + 'static) -> Result<Self, FlowError> {
+        let tools = self.0.looper.tools().clone().with(tool)?;
+        Ok(self.with_tools(tools))
     }
 
     /// Sets the tool policy.
@@ -182,7 +212,7 @@ impl Workflow for Agent {
         &self.0.description
     }
 
-    fn forward_in<'a>(
+    fn forward<'a>(
         &'a self,
         session: Session,
         cx: &'a FlowContext,

@@ -1,7 +1,7 @@
 //! Compressors: replace a span of a session by less, and record exactly what was dropped.
 //!
 //! ```
-//! use rath_flow::{KeepLastN, Workflow};
+//! use rath_flow::{KeepLastN, WorkflowExt};
 //! use rath_session::{Chunk, ChunkBody, LineageKind, Session, Stamper};
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -9,7 +9,7 @@
 //!     .push(Chunk::assistant_text("two"))
 //!     .push(Chunk::user("three"))
 //!     .push(Chunk::assistant_text("four"));
-//! let out = KeepLastN::new(2).forward(s.clone()).await?;
+//! let out = KeepLastN::new(2).run(s.clone()).await?;
 //! assert_eq!(out.lineage().kind, LineageKind::OpSessionCompress);
 //! assert_eq!(out.conversation_len(), 2);
 //! let ChunkBody::CompressionRecord(rec) = out.chunks()[0].body() else { panic!() };
@@ -129,7 +129,7 @@ impl Workflow for KeepLastN {
     fn description(&self) -> &str {
         "Keeps only the most recent conversation chunks."
     }
-    fn forward_in<'a>(
+    fn forward<'a>(
         &'a self,
         session: Session,
         cx: &'a FlowContext,
@@ -169,10 +169,10 @@ pub const SUMMARY_HEADER: &str = "[Summary of earlier conversation]";
 
 impl SummaryCompressor {
     /// Summarises all but the last `keep_last` conversation chunks with `provider`.
-    pub fn new(provider: Arc<dyn Provider>, keep_last: usize) -> Self {
+    pub fn new(provider: impl Provider + 'static, keep_last: usize) -> Self {
         Self {
             name: "summary".to_owned(),
-            provider,
+            provider: crate::agent::shared_provider(provider),
             model: None,
             keep_last,
             instructions: "Summarize the conversation so far in a few sentences. Keep every fact, number, file name and decision a later reader needs.".to_owned(),
@@ -255,7 +255,7 @@ impl Workflow for SummaryCompressor {
     fn description(&self) -> &str {
         "Summarizes older conversation to save context."
     }
-    fn forward_in<'a>(
+    fn forward<'a>(
         &'a self,
         session: Session,
         cx: &'a FlowContext,

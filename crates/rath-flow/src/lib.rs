@@ -3,8 +3,7 @@
 //! private transcript.
 //!
 //! ```
-//! use std::sync::Arc;
-//! use rath_flow::{Agent, ToolContext, ToolError, ToolSet, Workflow, typed_tool};
+//! use rath_flow::{Agent, WorkflowExt, typed_tool};
 //! use rath_provider::{ScriptedProvider, ScriptedResponse};
 //! use rath_session::{Session, Stamper};
 //! use serde_json::json;
@@ -13,15 +12,15 @@
 //! struct Args { text: String }
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! let wc = typed_tool("word_count", "Count words.", |_cx: ToolContext, a: Args| async move {
-//!     Ok::<_, ToolError>(json!({"words": a.text.split_whitespace().count()}))
+//! let wc = typed_tool("word_count", "Count words.", |_cx, a: Args| async move {
+//!     Ok(json!({"words": a.text.split_whitespace().count()}))
 //! });
-//! let provider = Arc::new(ScriptedProvider::new(vec![
+//! let provider = ScriptedProvider::new(vec![
 //!     ScriptedResponse::tool_calls(vec![("c1", "word_count", json!({"text": "a b c"}))]).usage(40, 12),
 //!     ScriptedResponse::text("3 words.").usage(70, 11),
-//! ]));
-//! let agent = Agent::new("counter", "Use tools.", provider).with_tools(ToolSet::new().with(wc)?);
-//! let out = agent.forward(Session::user_with("Count 'a b c'.", Stamper::counter())).await?;
+//! ]);
+//! let agent = Agent::new("counter", "Use tools.", provider).with_tool(wc)?;
+//! let out = agent.run(Session::user_with("Count 'a b c'.", Stamper::counter())).await?;
 //! let texts: Vec<_> = out.conversation().filter_map(|c| c.text()).collect();
 //! assert_eq!(texts, ["Count 'a b c'.", r#"{"words": 3}"#, "3 words."]);
 //! assert_eq!(out.usage().unwrap().total_tokens, 133);
@@ -75,7 +74,7 @@ pub use tool::{
 };
 pub use workflow::{
     EmptyWorkflow, FnWorkflow, LoopUntil, Parallel, Sequence, SessionFn, SessionPredicate,
-    SharedWorkflow, Workflow, final_text,
+    SharedWorkflow, Workflow, WorkflowExt, final_text,
 };
 
 pub use tokio_util::sync::CancellationToken;

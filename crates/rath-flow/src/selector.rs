@@ -2,20 +2,19 @@
 //! deterministic function, and records every decision as a `route_decision` chunk.
 //!
 //! ```
-//! use std::sync::Arc;
-//! use rath_flow::{Agent, Decision, Selector, Workflow};
+//! use rath_flow::{Agent, Decision, Selector, WorkflowExt};
 //! use rath_provider::{ScriptedProvider, ScriptedResponse};
 //! use rath_session::{ChunkKind, Session, Stamper};
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! let helper = Agent::new("helper", "Help.", Arc::new(ScriptedProvider::new(vec![ScriptedResponse::text("done!")])))
+//! let helper = Agent::new("helper", "Help.", ScriptedProvider::new(vec![ScriptedResponse::text("done!")]))
 //!     .describe("Does the work.");
 //! // Route to `helper` until it has answered once, then finish.
 //! let sel = Selector::by_function("router", |s: &Session, _c: &[rath_flow::Candidate]| {
 //!     if rath_flow::final_text(s).is_some() { Decision::done("answered") } else { Decision::to("helper", "needs work") }
 //! })
 //! .candidate(helper);
-//! let out = sel.forward(Session::user_with("Work, please.", Stamper::counter())).await?;
+//! let out = sel.run(Session::user_with("Work, please.", Stamper::counter())).await?;
 //! let routes = out.chunks().iter().filter(|c| c.kind() == ChunkKind::RouteDecision).count();
 //! assert_eq!(routes, 2); // "helper", then done
 //! # Ok::<(), rath_flow::FlowError>(())
@@ -140,11 +139,11 @@ impl Selector {
     /// (`{"choice": <name or "done">, "reason": ...}`) or a bare candidate name. A choice
     /// that names no candidate (small models do that) finishes the selector, recorded with a
     /// `fallback:` reason, so a confused model cannot stall or crash the run.
-    pub fn by_model(name: impl Into<String>, provider: Arc<dyn Provider>) -> Self {
+    pub fn by_model(name: impl Into<String>, provider: impl Provider + 'static) -> Self {
         Self::with_decider(
             name,
             Decider::Model {
-                provider,
+                provider: crate::agent::shared_provider(provider),
                 model: None,
                 instructions: "You route work to the next worker. Pick the candidate that should act next, or \"done\" when the task is complete.".to_owned(),
             },
@@ -395,7 +394,7 @@ impl Workflow for Selector {
     fn description(&self) -> &str {
         &self.description
     }
-    fn forward_in<'a>(
+    fn forward<'a>(
         &'a self,
         session: Session,
         cx: &'a FlowContext,
@@ -411,7 +410,7 @@ impl Workflow for Selector {
                 if done {
                     break;
                 }
-                s = next.forward_in(s, cx).await?;
+                s = next.forward(s, cx).await?;
                 if !s.pending().is_empty() {
                     break;
                 }

@@ -174,7 +174,7 @@ impl std::fmt::Debug for SessionLoop {
 pub async fn run_session_loop(
     user: &Session,
     agent: &Session,
-    provider: Arc<dyn Provider>,
+    provider: impl Provider + 'static,
     tools: &ToolSet,
     options: &LoopOptions,
 ) -> Result<Session, FlowError> {
@@ -204,9 +204,9 @@ struct Exec<'a> {
 
 impl SessionLoop {
     /// A loop over `provider` offering `tools`, every call allowed, default options.
-    pub fn new(provider: Arc<dyn Provider>, tools: ToolSet) -> Self {
+    pub fn new(provider: impl Provider + 'static, tools: ToolSet) -> Self {
         Self {
-            provider,
+            provider: crate::agent::shared_provider(provider),
             tools,
             policy: ToolPolicy::allow_all(),
             options: LoopOptions::default(),

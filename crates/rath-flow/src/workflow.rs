@@ -1,20 +1,19 @@
 //! [`Workflow`]: `Session → Session`, and the combinators that nest workflows.
 //!
 //! ```
-//! use std::sync::Arc;
-//! use rath_flow::{Agent, Parallel, Sequence, Workflow};
+//! use rath_flow::{Agent, Parallel, Sequence, Workflow, WorkflowExt};
 //! use rath_provider::{ScriptedProvider, ScriptedResponse};
 //! use rath_session::{Session, Stamper};
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let say = |name: &str, text: &str| {
-//!     Agent::new(name, "Be brief.", Arc::new(ScriptedProvider::new(vec![ScriptedResponse::text(text)])))
+//!     Agent::new(name, "Be brief.", ScriptedProvider::new(vec![ScriptedResponse::text(text)]))
 //! };
 //! let team = Sequence::new("team")
 //!     .then(say("lead", "plan: a and b"))
 //!     .then(Parallel::new("workers").branch(say("a", "did a")).branch(say("b", "did b")))
 //!     .then(say("qa", "all good"));
-//! let out = team.forward(Session::user_with("Do a and b.", Stamper::counter())).await?;
+//! let out = team.run(Session::user_with("Do a and b.", Stamper::counter())).await?;
 //! assert_eq!(rath_flow::final_text(&out), Some("all good"));
 //! let names: Vec<String> = team.named_agents().into_iter().map(|(n, _)| n).collect();
 //! assert_eq!(names, ["team.lead", "team.workers.a", "team.workers.b", "team.qa"]);
@@ -41,26 +40,26 @@ use crate::error::{FailedAt, fail_from};
 pub type SharedWorkflow = Arc<dyn Workflow>;
 
 /// A step of a program over sessions: takes a session, returns a new one.
+///
+/// One method is required, [`Workflow::forward`]; `name` and `description` have defaults
+/// (override them when the workflow is a selector candidate or an agent-path segment).
+/// [`WorkflowExt`] adds [`WorkflowExt::run`] (a default context) and the layer builders.
 pub trait Workflow: Send + Sync {
-    /// A short name (used in agent paths and selector candidates).
-    fn name(&self) -> &str;
-
-    /// What it does, for a selector's model.
-    fn description(&self) -> &str;
-
     /// Runs on `session` in the environment `cx`.
-    fn forward_in<'a>(
+    fn forward<'a>(
         &'a self,
         session: Session,
         cx: &'a FlowContext,
     ) -> BoxFuture<'a, Result<Session, FlowError>>;
 
-    /// Runs on `session` with a default [`FlowContext`] (local backends, no observer).
-    fn forward(&self, session: Session) -> BoxFuture<'_, Result<Session, FlowError>> {
-        Box::pin(async move {
-            let cx = FlowContext::new();
-            self.forward_in(session, &cx).await
-        })
+    /// A short name (used in agent paths and selector candidates); `"workflow"` by default.
+    fn name(&self) -> &str {
+        "workflow"
+    }
+
+    /// What it does, for a selector's model; empty by default.
+    fn description(&self) -> &str {
+        ""
     }
 
     /// Every agent inside, with dotted paths (`team.workers.a`).
@@ -69,6 +68,32 @@ pub trait Workflow: Send + Sync {
     }
 }
 
+/// Conveniences for every [`Workflow`]: running with a default context, and the layers that
+/// wrap a workflow into another one.
+///
+/// ```
+/// use rath_flow::{FnWorkflow, WorkflowExt};
+/// use rath_session::{Chunk, Session};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let note = FnWorkflow::new("note", "Adds a note.", |s: Session| Ok(s.push(Chunk::note("me", "seen"))));
+/// let out = note.run(Session::user("hi")).await?;
+/// assert_eq!(out.len(), 2);
+/// # Ok::<(), rath_flow::FlowError>(())
+/// # }).unwrap();
+/// ```
+pub trait WorkflowExt: Workflow {
+    /// Runs on `session` with a default [`FlowContext`] (local backends, no observer).
+    fn run(&self, session: Session) -> BoxFuture<'_, Result<Session, FlowError>> {
+        Box::pin(async move {
+            let cx = FlowContext::new();
+            self.forward(session, &cx).await
+        })
+    }
+}
+
+impl<W: Workflow + ?Sized> WorkflowExt for W {}
+
 impl<W: Workflow + ?Sized> Workflow for Arc<W> {
     fn name(&self) -> &str {
         (**self).name()
@@ -76,12 +101,12 @@ impl<W: Workflow + ?Sized> Workflow for Arc<W> {
     fn description(&self) -> &str {
         (**self).description()
     }
-    fn forward_in<'a>(
+    fn forward<'a>(
         &'a self,
         session: Session,
         cx: &'a FlowContext,
     ) -> BoxFuture<'a, Result<Session, FlowError>> {
-        (**self).forward_in(session, cx)
+        (**self).forward(session, cx)
     }
     fn named_agents(&self) -> Vec<(String, Agent)> {
         (**self).named_agents()
@@ -114,7 +139,7 @@ impl Workflow for EmptyWorkflow {
     fn description(&self) -> &str {
         "Finish: nothing more to do."
     }
-    fn forward_in<'a>(
+    fn forward<'a>(
         &'a self,
         session: Session,
         _cx: &'a FlowContext,
@@ -171,7 +196,7 @@ impl Workflow for FnWorkflow {
     fn description(&self) -> &str {
         &self.description
     }
-    fn forward_in<'a>(
+    fn forward<'a>(
         &'a self,
         session: Session,
         cx: &'a FlowContext,
@@ -248,7 +273,7 @@ impl Workflow for Sequence {
     fn description(&self) -> &str {
         &self.description
     }
-    fn forward_in<'a>(
+    fn forward<'a>(
         &'a self,
         session: Session,
         cx: &'a FlowContext,
@@ -256,7 +281,7 @@ impl Workflow for Sequence {
         Box::pin(async move {
             let mut s = session;
             for step in &self.steps {
-                s = step.forward_in(s, cx).await?;
+                s = step.forward(s, cx).await?;
                 if !s.pending().is_empty() {
                     break;
                 }
@@ -342,7 +367,7 @@ impl Workflow for Parallel {
     fn description(&self) -> &str {
         &self.description
     }
-    fn forward_in<'a>(
+    fn forward<'a>(
         &'a self,
         session: Session,
         cx: &'a FlowContext,
@@ -373,7 +398,7 @@ impl Workflow for Parallel {
                 .branches
                 .iter()
                 .zip(forks)
-                .map(|(b, f)| b.forward_in(f, cx));
+                .map(|(b, f)| b.forward(f, cx));
             // Every branch runs to its end (a failing one does not cut its siblings off
             // mid-call); the first failure in declared order is the result.
             let mut outs: Vec<Session> = Vec::with_capacity(self.branches.len());
@@ -500,7 +525,7 @@ impl Workflow for LoopUntil {
     fn description(&self) -> &str {
         &self.description
     }
-    fn forward_in<'a>(
+    fn forward<'a>(
         &'a self,
         session: Session,
         cx: &'a FlowContext,
@@ -508,7 +533,7 @@ impl Workflow for LoopUntil {
         Box::pin(async move {
             let mut s = session;
             for _ in 0..self.max_iterations {
-                s = self.body.forward_in(s, cx).await?;
+                s = self.body.forward(s, cx).await?;
                 if !s.pending().is_empty() || (self.until)(&s) {
                     break;
                 }

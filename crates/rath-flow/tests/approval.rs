@@ -59,7 +59,7 @@ async fn interrupt(store_dir: &Path, workdir: &Path) -> Session {
     let user = Session::user_with("Write note.txt.", Stamper::counter())
         .to_with("local", SandboxSpec::working_dir(workdir.to_string_lossy()));
     let stopped = agent
-        .forward_in(user, &FlowContext::new())
+        .forward(user, &FlowContext::new())
         .await
         .expect("forward");
     provider.assert_complete().expect("script used");

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rath_flow::{
     Agent, Decision, FlowContext, FlowError, FlowEvent, LoopOptions, Parallel, Selector,
-    SessionLoop, StoreSink, ToolContext, ToolError, ToolSet, Workflow, typed_tool,
+    SessionLoop, StoreSink, ToolContext, ToolError, ToolSet, Workflow, WorkflowExt, typed_tool,
 };
 use rath_persist::Store;
 use rath_provider::{ProviderError, ScriptedProvider, ScriptedResponse};
@@ -113,7 +113,7 @@ async fn an_exhausted_budget_is_its_own_kind() {
     )]));
     let agent = Agent::new("spender", "sys", provider);
     let err = agent
-        .forward(Session::user_with("go", Stamper::counter()))
+        .run(Session::user_with("go", Stamper::counter()))
         .await
         .expect_err("budget");
     let f = err.failure().expect("failure");
@@ -176,7 +176,7 @@ async fn a_model_router_failure_names_the_selector_and_the_route_step() {
     let sel = Selector::by_model("router", router).candidate(worker);
     let input = Session::user_with("route me", Stamper::counter());
     let err = sel
-        .forward_in(input.clone(), &cx)
+        .forward(input.clone(), &cx)
         .await
         .expect_err("router down");
     let failed = err.partial_session().expect("partial");
@@ -212,7 +212,7 @@ async fn a_model_router_naming_no_candidate_falls_back_to_done() {
     );
     let out = Selector::by_model("router", router)
         .candidate(worker)
-        .forward(Session::user_with("route me", Stamper::counter()))
+        .run(Session::user_with("route me", Stamper::counter()))
         .await
         .expect("a fallback, not an error");
     let Some(ChunkBody::RouteDecision(d)) = out.last().map(|c| c.body()) else {
@@ -233,7 +233,7 @@ async fn a_function_router_naming_no_candidate_is_a_kept_config_error() {
         Arc::new(ScriptedProvider::new(vec![])),
     ));
     let err = sel
-        .forward(Session::user_with("go", Stamper::counter()))
+        .run(Session::user_with("go", Stamper::counter()))
         .await
         .expect_err("config");
     assert!(matches!(err.cause(), FlowError::Config(_)));
@@ -263,7 +263,7 @@ async fn a_failing_branch_fails_the_fan_out_and_its_siblings_finish() {
     });
     let team = Parallel::new("team").branch(bad).branch(ok);
     let err = team
-        .forward_in(Session::user_with("go", Stamper::counter()), &cx)
+        .forward(Session::user_with("go", Stamper::counter()), &cx)
         .await
         .expect_err("a branch failed");
     assert_eq!(err.failure().and_then(|f| f.agent.as_deref()), Some("bad"));

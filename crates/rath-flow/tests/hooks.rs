@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use rath_flow::{Agent, FlowContext, FlowEvent, PolicyMemory, ToolSet, Workflow};
+use rath_flow::{Agent, FlowContext, FlowEvent, PolicyMemory, ToolSet, Workflow, WorkflowExt};
 use rath_memory::{CommitPolicy, LocalMemory, MemoryPolicy, RecallPolicy, Scope};
 use rath_provider::{ScriptedProvider, ScriptedResponse};
 use rath_session::{ChunkKind, Role, Session, Stamper};
@@ -26,7 +26,7 @@ async fn memory_commits_then_recalls_into_the_transcript() {
     let agent = Agent::new("helper", "Help.", provider.clone()).with_memory(hook);
     let stamper = Stamper::counter();
     let first = agent
-        .forward(Session::user_with(
+        .run(Session::user_with(
             "How often should I descale the kettle?",
             stamper.clone(),
         ))
@@ -35,7 +35,7 @@ async fn memory_commits_then_recalls_into_the_transcript() {
     assert_eq!(first.last().map(|c| c.kind()), Some(ChunkKind::MemoryEvent));
 
     let second = agent
-        .forward(Session::user_with("kettle descale schedule?", stamper))
+        .run(Session::user_with("kettle descale schedule?", stamper))
         .await
         .expect("second");
     let kinds: Vec<ChunkKind> = second.chunks().iter().map(|c| c.kind()).collect();
@@ -87,7 +87,7 @@ async fn observer_sees_requests_deltas_tools_usage_and_sessions() {
     let agent =
         Agent::new("a", "sys", provider).with_tools(ToolSet::new().with(echo).expect("tools"));
     agent
-        .forward_in(Session::user_with("hi", Stamper::counter()), &cx)
+        .forward(Session::user_with("hi", Stamper::counter()), &cx)
         .await
         .expect("forward");
     let log = log.lock().expect("log").clone();
@@ -170,7 +170,7 @@ async fn a_stream_is_requested_only_when_deltas_are_consumed() {
         assert_eq!(cx.wants_text_deltas(), expect_stream);
         let agent = Agent::new("a", "sys", provider.clone());
         let out = agent
-            .forward_in(Session::user_with("hi", Stamper::counter()), &cx)
+            .forward(Session::user_with("hi", Stamper::counter()), &cx)
             .await
             .expect("forward");
         assert_eq!(

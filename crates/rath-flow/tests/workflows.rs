@@ -208,10 +208,7 @@ async fn engineering(
     let root = Session::user_with("Make the test suite pass.", Stamper::counter())
         .to_with("local", SandboxSpec::working_dir(repo.to_string_lossy()));
     cx.record(&root);
-    let out = team
-        .forward_in(root, &cx)
-        .await
-        .expect("engineering workflow");
+    let out = team.forward(root, &cx).await.expect("engineering workflow");
     for p in [&lead_p, &backend_p, &utils_p, &qa_p] {
         p.assert_complete().expect("every scripted response used");
     }
@@ -400,7 +397,7 @@ async fn research(
         .to_with("local", SandboxSpec::working_dir(workdir.to_string_lossy()));
     cx.record(&root);
     let out = pipeline
-        .forward_in(root, &cx)
+        .forward(root, &cx)
         .await
         .expect("research workflow");
     for p in [&router_p, &lit_p, &repro_p, &summary_p, &writer_p] {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use rath_flow::{
     Agent, Decision, KeepLastN, Parallel, Selector, Sequence, SummaryCompressor, ToolContext,
-    ToolError, ToolPolicy, ToolSet, Workflow, approve, final_text, reject, typed_tool,
+    ToolError, ToolPolicy, ToolSet, Workflow, WorkflowExt, approve, final_text, reject, typed_tool,
 };
 use rath_persist::Store;
 use rath_provider::{ScriptedProvider, ScriptedResponse};
@@ -121,7 +121,7 @@ fn build_workflow(ctx: &mut Ctx) -> Result<Report> {
         "How many words are in 'the quick brown fox'?",
         Stamper::counter(),
     );
-    let out = ctx.block_on(team.forward(input))??;
+    let out = ctx.block_on(team.run(input))??;
     write_session(ctx, "", &out)?;
     let usage: serde_json::Map<String, serde_json::Value> = out
         .agent_usage()
@@ -210,7 +210,7 @@ fn build_selector(ctx: &mut Ctx) -> Result<Report> {
     .candidate(researcher())
     .candidate(writer());
     let input = Session::user_with("Which port does the staging API use?", Stamper::counter());
-    let out_fn = ctx.block_on(by_fn.forward(input.clone()))??;
+    let out_fn = ctx.block_on(by_fn.run(input.clone()))??;
     let model_router = scripted(vec![
         ScriptedResponse::tool_calls(vec![(
             "route_1",
@@ -228,7 +228,7 @@ fn build_selector(ctx: &mut Ctx) -> Result<Report> {
     let by_model = Selector::by_model("model_router", model_router)
         .candidate(researcher())
         .candidate(writer());
-    let out_model = ctx.block_on(by_model.forward(input))??;
+    let out_model = ctx.block_on(by_model.run(input))??;
     let decisions = |s: &Session| -> Vec<serde_json::Value> {
         s.chunks()
             .iter()
@@ -321,14 +321,14 @@ fn build_compression(ctx: &mut Ctx) -> Result<Report> {
             r#"{"words": 2}"#,
         ))
         .push(Chunk::assistant_text("Two words: ship it."));
-    let keep = ctx.block_on(KeepLastN::new(2).forward(s.clone()))??;
+    let keep = ctx.block_on(KeepLastN::new(2).run(s.clone()))??;
     let summarizer = SummaryCompressor::new(
         scripted(vec![
             ScriptedResponse::text("Steps 1-5 of the release plan were drafted.").usage(90, 12),
         ]),
         3,
     );
-    let summ = ctx.block_on(summarizer.forward(s.clone()))??;
+    let summ = ctx.block_on(summarizer.run(s.clone()))??;
     write_session(ctx, "input/", &s)?;
     write_session(ctx, "keep_last_2/", &keep)?;
     write_session(ctx, "summary/", &summ)?;
@@ -434,7 +434,7 @@ fn build_approval(ctx: &mut Ctx) -> Result<Report> {
             call(),
             ScriptedResponse::text(final_text_resp).usage(40, 7),
         ])?;
-        let stopped = ctx.block_on(agent.forward(input()))??;
+        let stopped = ctx.block_on(agent.run(input()))??;
         let pending: Vec<String> = stopped
             .pending()
             .iter()

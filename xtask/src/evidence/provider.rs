@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use rath_flow::{Agent, ToolContext, ToolError, ToolSet, Workflow, final_text, typed_tool};
+use rath_flow::{Agent, ToolContext, ToolError, ToolSet, WorkflowExt, final_text, typed_tool};
 use rath_persist::Store;
 use rath_provider::{
     OpenAiConfig, OpenAiProvider, Provider, ProviderRequest, RecordingProvider, ReplayProvider,
@@ -418,9 +418,9 @@ fn build_replay(ctx: &mut Ctx) -> Result<Report> {
             Stamper::counter(),
         )
     };
-    let recorded = ctx.block_on(agent_with(recorder)?.forward(input()))??;
+    let recorded = ctx.block_on(agent_with(recorder)?.run(input()))??;
     let replayer = Arc::new(ReplayProvider::load(&cassette)?);
-    let replayed = ctx.block_on(agent_with(replayer.clone())?.forward(input()))??;
+    let replayed = ctx.block_on(agent_with(replayer.clone())?.run(input()))??;
     let keyless = std::env::var_os("OPENAI_API_KEY").is_none();
     r.note(if keyless {
         "OPENAI_API_KEY was unset during replay".to_string()

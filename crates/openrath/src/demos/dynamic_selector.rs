@@ -156,7 +156,7 @@ pub async fn run(config: DemoConfig) -> Result<SelectorReport, DemoError> {
     let root = Session::user_with(TASK, config.stamper());
     config.step(format!("task: {TASK}"));
     cx.record(&root);
-    let out = match team(config.live)?.forward_in(root, &cx).await {
+    let out = match team(config.live)?.forward(root, &cx).await {
         Ok(out) => out,
         Err(e) => {
             let so_far = super::sessions_so_far(&collected);

@@ -379,7 +379,7 @@ pub async fn run(config: TeamConfig) -> Result<TeamReport, DemoError> {
             .filter_map(|id| c.latest.get(id).cloned())
             .collect()
     };
-    let out = match team.forward_in(root, &cx).await {
+    let out = match team.forward(root, &cx).await {
         Ok(out) => out,
         Err(e) => return Err(super::keep_failed(&store_dir, recorded(), e)),
     };

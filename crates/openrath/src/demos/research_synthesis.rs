@@ -218,7 +218,7 @@ pub async fn run(config: DemoConfig) -> Result<ResearchReport, DemoError> {
     );
     config.step(format!("question: {QUESTION}"));
     cx.record(&root);
-    let out = match pipeline(config.live)?.forward_in(root, &cx).await {
+    let out = match pipeline(config.live)?.forward(root, &cx).await {
         Ok(out) => out,
         Err(e) => {
             let so_far = super::sessions_so_far(&collected);

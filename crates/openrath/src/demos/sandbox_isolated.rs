@@ -151,7 +151,7 @@ pub async fn run(config: DemoConfig) -> Result<SandboxOutcome, DemoError> {
             .cloned()
             .collect()
     };
-    let out = agent.forward_in(root.clone(), &cx).await.map_err(|e| {
+    let out = agent.forward(root.clone(), &cx).await.map_err(|e| {
         let mut kept = vec![root.clone()];
         kept.extend(recorded_now());
         super::keep_failed(&store_dir, kept, e)
