@@ -178,7 +178,7 @@ fn example_executable(name: &str) -> Result<std::path::PathBuf> {
 /// example), and status and chunk counts by kind (`counts`, which follow what the live model
 /// chose to do: how many tool calls, whether it failed).
 fn store_shape(home: &std::path::Path) -> Result<(Vec<serde_json::Value>, Vec<serde_json::Value>)> {
-    let view = openrath::inspect::StoreView::open(home)?;
+    let view = rath_inspect::StoreView::open(home)?;
     let (mut structure, mut counts) = (Vec::new(), Vec::new());
     for row in view.sessions()?.rows {
         let loaded = view.load(&row.id)?;
@@ -263,7 +263,7 @@ fn build_live_run(ctx: &mut Ctx) -> Result<Report> {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let code = out.status.code();
 
-    let view = openrath::inspect::StoreView::open(&home)?;
+    let view = rath_inspect::StoreView::open(&home)?;
     let verify = view.verify()?;
     r.check(
         "store passes rath verify",
