@@ -28,11 +28,11 @@ fn model(
     name: &str,
 ) -> anyhow::Result<Arc<dyn Provider>> {
     if live {
-        let mut config = OpenAiConfig::from_env()?;
-        config.max_tokens.get_or_insert(96);
-        config.temperature.get_or_insert(0.0);
-        config.seed.get_or_insert(0);
-        return Ok(Arc::new(OpenAiProvider::new(config)?));
+        let mut stack = StackConfig::from_env()?; // the wire, retries and a token budget
+        stack.openai.max_tokens.get_or_insert(96);
+        stack.openai.temperature.get_or_insert(0.0);
+        stack.openai.seed.get_or_insert(0);
+        return Ok(Arc::new(stack.build()?));
     }
     Ok(Arc::new(
         ScriptedProvider::new(script).named(format!("scripted:{name}")),

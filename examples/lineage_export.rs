@@ -64,11 +64,11 @@ async fn main() -> anyhow::Result<()> {
     );
 
     let model: Arc<dyn Provider> = if live {
-        let mut config = OpenAiConfig::from_env()?;
-        config.max_tokens.get_or_insert(96);
-        config.temperature.get_or_insert(0.0);
-        config.seed.get_or_insert(0);
-        Arc::new(OpenAiProvider::new(config)?)
+        let mut stack = StackConfig::from_env()?; // the wire, retries and a token budget
+        stack.openai.max_tokens.get_or_insert(96);
+        stack.openai.temperature.get_or_insert(0.0);
+        stack.openai.seed.get_or_insert(0);
+        Arc::new(stack.build()?)
     } else {
         let answer = ScriptedResponse::text("Both 3 and 7 are odd primes.").usage(48, 9);
         Arc::new(ScriptedProvider::new(vec![answer]).named("scripted:summarizer"))

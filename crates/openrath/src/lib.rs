@@ -2,7 +2,7 @@
 //!
 //! One dependency for an application: every layer of the workspace is re-exported under a
 //! short name ([`session`], [`backend`], [`opensandbox`], [`provider`], [`memory`],
-//! [`persist`], [`flow`], [`mcp`]) and [`prelude`] holds what writing an agent needs. A
+//! [`persist`], [`flow`], [`mcp`], [`inspect`]) and [`prelude`] holds what writing an agent needs. A
 //! library that needs one layer can depend on that crate (`rath-session`, `rath-persist`, ...)
 //! alone.
 //!
@@ -55,12 +55,10 @@
 
 #![warn(missing_docs)]
 
-pub mod inspect;
-pub mod view;
-
 pub use rath_backend as backend;
 pub use rath_backend_opensandbox as opensandbox;
 pub use rath_flow as flow;
+pub use rath_inspect as inspect;
 pub use rath_mcp as mcp;
 pub use rath_memory as memory;
 pub use rath_persist as persist;
@@ -87,7 +85,8 @@ pub mod prelude {
     };
     pub use rath_persist::Store;
     pub use rath_provider::{
-        OpenAiConfig, OpenAiProvider, Provider, ProviderError, ScriptedProvider, ScriptedResponse,
+        OpenAiConfig, OpenAiProvider, Provider, ProviderError, ProviderExt, ScriptedProvider,
+        ScriptedResponse, StackConfig,
     };
     pub use rath_session::{
         Chunk, ChunkBody, ChunkKind, Lineage, LineageGraph, LineageKind, MergeStrategy,
