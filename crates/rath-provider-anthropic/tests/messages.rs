@@ -383,3 +383,31 @@ async fn the_mock_rejects_what_the_api_rejects() {
     assert_eq!(msgs[0]["content"].as_array().map(Vec::len), Some(2));
     let _: Value = msgs.clone();
 }
+
+#[tokio::test]
+async fn the_retry_layer_retries_overloaded_and_rate_limited_calls_and_not_auth_errors() {
+    use rath_provider::{ProviderExt, Retry};
+    let server = MockAnthropic::start().await.unwrap();
+    let retrying = provider(&server).with_retry(
+        Retry::default().with_backoff(Duration::from_millis(1), Duration::from_millis(5)),
+    );
+    let s = Session::user_with("go", Stamper::counter());
+    let req = ProviderRequest::from_session(&s, vec![]);
+    server.push(MockFault::status(529));
+    server.push(MockFault::Status {
+        status: 429,
+        retry_after_secs: Some(0),
+    });
+    server.push(MockFault::StreamError {
+        error_type: "overloaded_error".into(),
+    });
+    server.push(MockMessage::text("finally").usage(2, 1));
+    let resp = retrying.stream(&req, &mut |_| {}).await.unwrap();
+    assert_eq!(resp.text(), Some("finally"));
+    assert_eq!(server.requests().len(), 4);
+    server.push(MockFault::status(401));
+    server.push(MockMessage::text("never served"));
+    let e = retrying.complete(&req).await.unwrap_err();
+    assert_eq!(e.status(), Some(401));
+    assert_eq!(server.remaining(), 1, "a 401 is not retried");
+}
