@@ -18,9 +18,8 @@
 #![warn(missing_docs)]
 
 pub mod demos;
-pub mod inspect;
-pub mod view;
 
+pub use rath_inspect as inspect;
 pub use rath_persist as persist;
 pub use rath_session as session;
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
-use rath_backend::{BackendError, FailureKind, ToolExecutionFailure};
+use rath_backend::{BackendError, ToolError, ToolErrorKind};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -153,13 +153,13 @@ impl Lifecycle {
     }
 }
 
-fn fail(kind: FailureKind, message: impl Into<String>) -> ToolExecutionFailure {
-    ToolExecutionFailure::new(kind, message)
+fn fail(kind: ToolErrorKind, message: impl Into<String>) -> ToolError {
+    ToolError::new(kind, message)
 }
 
-fn transport(e: reqwest::Error) -> ToolExecutionFailure {
+fn transport(e: reqwest::Error) -> ToolError {
     fail(
-        FailureKind::ToolExecutionException,
+        ToolErrorKind::ToolExecutionException,
         format!("execd request failed: {e}"),
     )
 }
@@ -192,7 +192,7 @@ impl Execd {
         r
     }
 
-    async fn send(&self, r: RequestBuilder, path: &str) -> Result<Response, ToolExecutionFailure> {
+    async fn send(&self, r: RequestBuilder, path: &str) -> Result<Response, ToolError> {
         let resp = r.send().await.map_err(transport)?;
         let status = resp.status();
         if status.is_success() {
@@ -200,9 +200,9 @@ impl Execd {
         }
         let text = error_text(resp).await;
         let kind = if status == StatusCode::NOT_FOUND {
-            FailureKind::NotFound
+            ToolErrorKind::NotFound
         } else {
-            FailureKind::ToolExecutionException
+            ToolErrorKind::ToolExecutionException
         };
         Err(fail(kind, format!("{path}: {text}")).with_detail(json!({ "status": status.as_u16() })))
     }
@@ -212,7 +212,7 @@ impl Execd {
         &self,
         body: &Value,
         cap: usize,
-    ) -> Result<CommandRun, ToolExecutionFailure> {
+    ) -> Result<CommandRun, ToolError> {
         let resp = self
             .send(self.req(Method::POST, "/command").json(body), "/command")
             .await?;
@@ -235,7 +235,7 @@ impl Execd {
     pub(crate) async fn status(
         &self,
         id: &str,
-    ) -> Result<(Option<i32>, Option<String>), ToolExecutionFailure> {
+    ) -> Result<(Option<i32>, Option<String>), ToolError> {
         let path = format!("/command/status/{id}");
         let resp = self.send(self.req(Method::GET, &path), &path).await?;
         let v: Value = resp.json().await.map_err(transport)?;
@@ -257,7 +257,7 @@ impl Execd {
     }
 
     /// `GET /files/download`.
-    pub(crate) async fn download(&self, path: &str) -> Result<Vec<u8>, ToolExecutionFailure> {
+    pub(crate) async fn download(&self, path: &str) -> Result<Vec<u8>, ToolError> {
         let resp = self
             .send(
                 self.req(Method::GET, "/files/download")
@@ -269,7 +269,7 @@ impl Execd {
     }
 
     /// `POST /directories` (mkdir -p) for one directory.
-    pub(crate) async fn make_dir(&self, path: &str) -> Result<(), ToolExecutionFailure> {
+    pub(crate) async fn make_dir(&self, path: &str) -> Result<(), ToolError> {
         let body = json!({ path: { "mode": 755 } });
         self.send(
             self.req(Method::POST, "/directories").json(&body),
@@ -285,7 +285,7 @@ impl Execd {
         path: &str,
         content: Vec<u8>,
         mode: Option<u32>,
-    ) -> Result<(), ToolExecutionFailure> {
+    ) -> Result<(), ToolError> {
         let mut meta = json!({ "path": path });
         if let Some(m) = mode {
             meta["mode"] = json!(octal_digits(m));
@@ -310,7 +310,7 @@ impl Execd {
     }
 
     /// `GET /files/info`: whether `path` exists.
-    pub(crate) async fn exists(&self, path: &str) -> Result<bool, ToolExecutionFailure> {
+    pub(crate) async fn exists(&self, path: &str) -> Result<bool, ToolError> {
         match self
             .send(
                 self.req(Method::GET, "/files/info")
@@ -323,13 +323,13 @@ impl Execd {
                 let v: Value = resp.json().await.map_err(transport)?;
                 Ok(v.get(path).is_some() || v.as_object().is_some_and(|m| !m.is_empty()))
             }
-            Err(f) if f.kind == FailureKind::NotFound => Ok(false),
+            Err(f) if f.kind == ToolErrorKind::NotFound => Ok(false),
             Err(f) => Err(f),
         }
     }
 
     /// `GET /directories/list?depth=1`.
-    pub(crate) async fn list(&self, path: &str) -> Result<Vec<Value>, ToolExecutionFailure> {
+    pub(crate) async fn list(&self, path: &str) -> Result<Vec<Value>, ToolError> {
         let resp = self
             .send(
                 self.req(Method::GET, "/directories/list")

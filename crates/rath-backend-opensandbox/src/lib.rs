@@ -39,8 +39,8 @@ use async_trait::async_trait;
 use base64::Engine;
 use rath_backend::{
     Availability, Backend, BackendError, Capabilities, CodePayload, CommandLine, CommandOutput,
-    CommandPayload, DispatchContext, EntryKind, FailureKind, FileEntry, IsolationLevel, OUTPUT_CAP,
-    Output, Payload, ToolExecutionFailure, confine_relative, shell_quote,
+    CommandPayload, DispatchContext, EntryKind, FileEntry, IsolationLevel, OUTPUT_CAP, Output,
+    Payload, ToolError, ToolErrorKind, confine_relative, shell_quote,
 };
 use rath_session::{SandboxHandle, SandboxLease, SandboxSpec, Stamper};
 use serde_json::{Value, json};
@@ -143,7 +143,7 @@ impl OpenSandboxLease {
         first
     }
 
-    fn remote(&self, rel: &str) -> Result<String, ToolExecutionFailure> {
+    fn remote(&self, rel: &str) -> Result<String, ToolError> {
         let rel = confine_relative(rel)?;
         Ok(if rel.is_empty() {
             self.workdir.clone()
@@ -307,14 +307,14 @@ impl OpenSandboxBackend {
     }
 }
 
-fn lease_of(handle: &SandboxHandle) -> Result<&OpenSandboxLease, ToolExecutionFailure> {
+fn lease_of(handle: &SandboxHandle) -> Result<&OpenSandboxLease, ToolError> {
     let lease = handle
         .lease()
         .as_any()
         .downcast_ref::<OpenSandboxLease>()
         .ok_or_else(|| {
-            ToolExecutionFailure::new(
-                FailureKind::BackendUnavailable,
+            ToolError::new(
+                ToolErrorKind::BackendUnavailable,
                 format!(
                     "sandbox {} belongs to backend {}",
                     handle.id(),
@@ -323,8 +323,8 @@ fn lease_of(handle: &SandboxHandle) -> Result<&OpenSandboxLease, ToolExecutionFa
             )
         })?;
     if !lease.is_live() {
-        return Err(ToolExecutionFailure::new(
-            FailureKind::SandboxClosed,
+        return Err(ToolError::new(
+            ToolErrorKind::SandboxClosed,
             format!("sandbox {} is closed", handle.id()),
         ));
     }
@@ -344,7 +344,7 @@ async fn run_line(
     env: &BTreeMap<String, String>,
     timeout: Duration,
     cx: &DispatchContext,
-) -> Result<CommandOutput, ToolExecutionFailure> {
+) -> Result<CommandOutput, ToolError> {
     // No stdin field in the API: feed it through the shell, and give an empty stdin otherwise
     // so nothing waits on a terminal.
     let command = match stdin {
@@ -365,8 +365,8 @@ async fn run_line(
         "envs": envs,
     });
     let timed_out = || {
-        ToolExecutionFailure::new(
-            FailureKind::ToolTimeout,
+        ToolError::new(
+            ToolErrorKind::ToolTimeout,
             format!("command timed out after {}s", timeout.as_secs_f64()),
         )
         .with_detail(json!({ "timeout_seconds": timeout.as_secs_f64() }))
@@ -440,7 +440,7 @@ async fn dispatch_on(
     lease: &OpenSandboxLease,
     payload: &Payload,
     cx: &DispatchContext,
-) -> Result<Output, ToolExecutionFailure> {
+) -> Result<Output, ToolError> {
     let default_timeout = lease.timeout.unwrap_or(DEFAULT_TIMEOUT);
     match payload {
         Payload::Command(c) => {
@@ -482,9 +482,7 @@ async fn dispatch_on(
         } => {
             let remote = lease.remote(path)?;
             if remote == lease.workdir {
-                return Err(ToolExecutionFailure::exception(
-                    "cannot write the workspace root",
-                ));
+                return Err(ToolError::exception("cannot write the workspace root"));
             }
             if let Some((parent, _)) = remote.rsplit_once('/')
                 && !parent.is_empty()
@@ -510,8 +508,8 @@ async fn dispatch_on(
             entries.sort_by(|a, b| a.name.cmp(&b.name));
             Ok(Output::Listing(entries))
         }
-        _ => Err(ToolExecutionFailure::new(
-            FailureKind::PayloadUnsupported,
+        _ => Err(ToolError::new(
+            ToolErrorKind::PayloadUnsupported,
             format!("opensandbox does not run {} payloads", payload.kind()),
         )),
     }
@@ -578,7 +576,7 @@ impl Backend for OpenSandboxBackend {
         handle: &SandboxHandle,
         payload: &Payload,
         cx: &DispatchContext,
-    ) -> Result<Output, ToolExecutionFailure> {
+    ) -> Result<Output, ToolError> {
         dispatch_on(lease_of(handle)?, payload, cx).await
     }
 

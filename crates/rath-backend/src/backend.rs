@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use rath_session::{SandboxHandle, SandboxSpec, Stamper, Timer};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{BackendError, ToolExecutionFailure};
+use crate::error::{BackendError, ToolError};
 use crate::payload::{Output, Payload, PayloadKind};
 
 /// How strongly a backend separates a tool's side effects from the host.
@@ -212,7 +212,7 @@ impl DispatchContext {
 ///
 /// A backend opens sandboxes ([`SandboxHandle`]s whose lease it implements), runs
 /// [`Payload`]s in them, and closes them. Dropping the last holder of a handle closes the
-/// sandbox too, exactly once. Failures of the work itself are [`ToolExecutionFailure`] values,
+/// sandbox too, exactly once. Failures of the work itself are [`ToolError`] values,
 /// never panics.
 ///
 /// ```
@@ -257,7 +257,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
         handle: &SandboxHandle,
         payload: &Payload,
         cx: &DispatchContext,
-    ) -> Result<Output, ToolExecutionFailure>;
+    ) -> Result<Output, ToolError>;
 
     /// Closes the sandbox now; later dispatches fail with `sandbox_closed`. Closing twice is
     /// a no-op.

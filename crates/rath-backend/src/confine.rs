@@ -43,15 +43,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::json;
 
-use crate::error::{FailureKind, ToolExecutionFailure};
+use crate::error::{ToolError, ToolErrorKind};
 use crate::payload::{EntryKind, FileEntry};
 
 /// The most symlinks one resolution follows (the kernel's own limit).
 const MAX_LINKS: usize = 40;
 
-fn escape(rel: &str, why: &str) -> ToolExecutionFailure {
-    ToolExecutionFailure::new(
-        FailureKind::PathEscape,
+fn escape(rel: &str, why: &str) -> ToolError {
+    ToolError::new(
+        ToolErrorKind::PathEscape,
         format!("path {rel:?} is refused: {why}"),
     )
     .with_detail(json!({ "path": rel }))
@@ -69,7 +69,7 @@ fn escape(rel: &str, why: &str) -> ToolExecutionFailure {
 /// assert_eq!(confine_relative("../x").unwrap_err().kind.as_str(), "path_escape");
 /// assert!(confine_relative("/etc/passwd").is_err());
 /// ```
-pub fn confine_relative(rel: &str) -> Result<String, ToolExecutionFailure> {
+pub fn confine_relative(rel: &str) -> Result<String, ToolError> {
     let parts = lexical(rel)?;
     let strs: Vec<String> = parts
         .iter()
@@ -78,7 +78,7 @@ pub fn confine_relative(rel: &str) -> Result<String, ToolExecutionFailure> {
     Ok(strs.join("/"))
 }
 
-fn lexical(rel: &str) -> Result<Vec<&OsStr>, ToolExecutionFailure> {
+fn lexical(rel: &str) -> Result<Vec<&OsStr>, ToolError> {
     if rel.contains('\0') {
         return Err(escape(rel, "it contains a NUL byte"));
     }
@@ -444,7 +444,7 @@ impl Root {
         Ok(())
     }
 
-    fn failure(&self, what: &str, rel: &str, f: Fail) -> ToolExecutionFailure {
+    fn failure(&self, what: &str, rel: &str, f: Fail) -> ToolError {
         match f {
             Fail::Escape(why) => escape(rel, why),
             Fail::Io(e) => io_failure(what, rel, &e),
@@ -452,7 +452,7 @@ impl Root {
     }
 
     /// Reads the regular file `rel`, at most `limit` bytes.
-    pub(crate) fn read_file(&self, rel: &str, limit: u64) -> Result<Vec<u8>, ToolExecutionFailure> {
+    pub(crate) fn read_file(&self, rel: &str, limit: u64) -> Result<Vec<u8>, ToolError> {
         let parts = lexical(rel)?;
         let fd = self
             .resolve(&parts, Last::File, false)
@@ -466,10 +466,10 @@ impl Root {
             ));
         }
         if !is_kind(&st, libc::S_IFREG) {
-            return Err(ToolExecutionFailure::exception(format!(
-                "cannot read {rel:?}: not a regular file"
-            ))
-            .with_detail(json!({ "path": rel })));
+            return Err(
+                ToolError::exception(format!("cannot read {rel:?}: not a regular file"))
+                    .with_detail(json!({ "path": rel })),
+            );
         }
         if nlink(&st) > 1 {
             return Err(hard_link(rel, nlink(&st)));
@@ -497,12 +497,10 @@ impl Root {
         rel: &str,
         content: &[u8],
         mode: Option<u32>,
-    ) -> Result<u64, ToolExecutionFailure> {
+    ) -> Result<u64, ToolError> {
         let parts = lexical(rel)?;
         let Some((name, parents)) = parts.split_last() else {
-            return Err(ToolExecutionFailure::exception(
-                "cannot write the workspace root",
-            ));
+            return Err(ToolError::exception("cannot write the workspace root"));
         };
         let dir = self
             .resolve(parents, Last::DirPath, true)
@@ -524,10 +522,10 @@ impl Root {
         };
         let st = fstat(fd.as_fd()).map_err(|e| io_failure("write", rel, &e))?;
         if !is_kind(&st, libc::S_IFREG) {
-            return Err(ToolExecutionFailure::exception(format!(
-                "cannot write {rel:?}: not a regular file"
-            ))
-            .with_detail(json!({ "path": rel })));
+            return Err(
+                ToolError::exception(format!("cannot write {rel:?}: not a regular file"))
+                    .with_detail(json!({ "path": rel })),
+            );
         }
         if nlink(&st) > 1 {
             return Err(hard_link(rel, nlink(&st)));
@@ -551,7 +549,7 @@ impl Root {
 
     /// Lists the directory `rel`, sorted by name; entries are not followed (a symlink is
     /// listed as one).
-    pub(crate) fn list(&self, rel: &str) -> Result<Vec<FileEntry>, ToolExecutionFailure> {
+    pub(crate) fn list(&self, rel: &str) -> Result<Vec<FileEntry>, ToolError> {
         let parts = lexical(rel)?;
         let fd = self
             .resolve(&parts, Last::Dir, false)
@@ -589,7 +587,7 @@ impl Root {
 
     /// Whether `rel` names something (symlinks followed beneath the root). A path that
     /// would leave the workspace is a `path_escape` failure, not `false`.
-    pub(crate) fn exists(&self, rel: &str) -> Result<bool, ToolExecutionFailure> {
+    pub(crate) fn exists(&self, rel: &str) -> Result<bool, ToolError> {
         let parts = lexical(rel)?;
         match self.resolve(&parts, Last::Any, false) {
             Ok(_) => Ok(true),
@@ -600,7 +598,7 @@ impl Root {
 
     /// Opens the directory `rel` as a working directory for a command; also returns its
     /// lexically normalized host path (for backends that name it inside their own view).
-    pub(crate) fn open_dir(&self, rel: &str) -> Result<(OwnedFd, PathBuf), ToolExecutionFailure> {
+    pub(crate) fn open_dir(&self, rel: &str) -> Result<(OwnedFd, PathBuf), ToolError> {
         let parts = lexical(rel)?;
         let fd = self
             .resolve(&parts, Last::DirPath, false)
@@ -667,7 +665,7 @@ fn read_dir_names(dir: BorrowedFd<'_>) -> io::Result<Vec<OsString>> {
     Ok(names)
 }
 
-fn hard_link(rel: &str, links: u64) -> ToolExecutionFailure {
+fn hard_link(rel: &str, links: u64) -> ToolError {
     escape(
         rel,
         &format!(
@@ -677,21 +675,21 @@ fn hard_link(rel: &str, links: u64) -> ToolExecutionFailure {
     )
 }
 
-fn too_big(rel: &str, size: u64, limit: u64) -> ToolExecutionFailure {
-    ToolExecutionFailure::new(
-        FailureKind::OutputLimit,
+fn too_big(rel: &str, size: u64, limit: u64) -> ToolError {
+    ToolError::new(
+        ToolErrorKind::OutputLimit,
         format!("{rel:?} is {size} bytes; reads return at most {limit}"),
     )
 }
 
 /// A typed failure for an I/O error on `path`: `not_found` for ENOENT, else an exception.
-pub(crate) fn io_failure(what: &str, path: &str, e: &io::Error) -> ToolExecutionFailure {
+pub(crate) fn io_failure(what: &str, path: &str, e: &io::Error) -> ToolError {
     let kind = if e.kind() == io::ErrorKind::NotFound {
-        FailureKind::NotFound
+        ToolErrorKind::NotFound
     } else {
-        FailureKind::ToolExecutionException
+        ToolErrorKind::ToolExecutionException
     };
-    ToolExecutionFailure::new(kind, format!("cannot {what} {path:?}: {e}"))
+    ToolError::new(kind, format!("cannot {what} {path:?}: {e}"))
         .with_detail(json!({ "path": path }))
 }
 
@@ -707,7 +705,7 @@ mod tests {
         ]
     }
 
-    fn kind(r: Result<impl std::fmt::Debug, ToolExecutionFailure>) -> FailureKind {
+    fn kind(r: Result<impl std::fmt::Debug, ToolError>) -> ToolErrorKind {
         r.unwrap_err().kind
     }
 
@@ -725,26 +723,26 @@ mod tests {
             for bad in ["../x", "a/../../x", "/etc/passwd", "x\0y"] {
                 assert_eq!(
                     kind(root.read_file(bad, 99)),
-                    FailureKind::PathEscape,
+                    ToolErrorKind::PathEscape,
                     "{bad}"
                 );
                 assert_eq!(
                     kind(root.write_file(bad, b"x", None)),
-                    FailureKind::PathEscape
+                    ToolErrorKind::PathEscape
                 );
             }
-            assert_eq!(kind(root.read_file("nope", 99)), FailureKind::NotFound);
+            assert_eq!(kind(root.read_file("nope", 99)), ToolErrorKind::NotFound);
             assert_eq!(
                 kind(root.read_file("a/b/c.txt", 2)),
-                FailureKind::OutputLimit
+                ToolErrorKind::OutputLimit
             );
             assert_eq!(
                 kind(root.read_file("a", 99)),
-                FailureKind::ToolExecutionException
+                ToolErrorKind::ToolExecutionException
             );
             assert_eq!(
                 kind(root.write_file("", b"x", None)),
-                FailureKind::ToolExecutionException
+                ToolErrorKind::ToolExecutionException
             );
             let names: Vec<String> = root
                 .list("a")
@@ -780,32 +778,32 @@ mod tests {
             for bad in ["out/secret", "out_file", "dangle", "up/etc/passwd"] {
                 assert_eq!(
                     kind(root.read_file(bad, 99)),
-                    FailureKind::PathEscape,
+                    ToolErrorKind::PathEscape,
                     "{bad}"
                 );
-                assert_eq!(kind(root.exists(bad)), FailureKind::PathEscape, "{bad}");
+                assert_eq!(kind(root.exists(bad)), ToolErrorKind::PathEscape, "{bad}");
             }
-            assert_eq!(kind(root.list("out")), FailureKind::PathEscape);
-            assert_eq!(kind(root.open_dir("out")), FailureKind::PathEscape);
+            assert_eq!(kind(root.list("out")), ToolErrorKind::PathEscape);
+            assert_eq!(kind(root.open_dir("out")), ToolErrorKind::PathEscape);
             assert_eq!(
                 kind(root.write_file("out/new", b"x", None)),
-                FailureKind::PathEscape
+                ToolErrorKind::PathEscape
             );
             // A final symlink is never written through, even one that stays inside.
             assert_eq!(
                 kind(root.write_file("dangle", b"x", None)),
-                FailureKind::PathEscape
+                ToolErrorKind::PathEscape
             );
             assert_eq!(
                 kind(root.write_file("rel_ok", b"x", None)),
-                FailureKind::PathEscape
+                ToolErrorKind::PathEscape
             );
             // Parents through an inside symlink are fine.
             root.write_file("rel_ok/g", b"g", None).unwrap();
             assert_eq!(std::fs::read(r.join("in/deep/g")).unwrap(), b"g");
             assert_eq!(
                 kind(root.read_file("loop", 99)),
-                FailureKind::ToolExecutionException
+                ToolErrorKind::ToolExecutionException
             );
         }
         assert!(!outside.path().join("new").exists());
@@ -822,14 +820,14 @@ mod tests {
         // SAFETY: a NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
         for root in roots(&r) {
-            assert_eq!(kind(root.read_file("two", 99)), FailureKind::PathEscape);
+            assert_eq!(kind(root.read_file("two", 99)), ToolErrorKind::PathEscape);
             assert_eq!(
                 kind(root.write_file("two", b"clobber", None)),
-                FailureKind::PathEscape
+                ToolErrorKind::PathEscape
             );
             assert_eq!(
                 kind(root.read_file("fifo", 99)),
-                FailureKind::ToolExecutionException
+                ToolErrorKind::ToolExecutionException
             );
             assert!(root.write_file("fifo", b"x", None).is_err());
         }
@@ -919,7 +917,10 @@ mod tests {
             assert_eq!(mode & 0o777, 0o755);
             let (_fd, path) = root.open_dir(&format!("n{i}/x")).unwrap();
             assert_eq!(path, r.join(format!("n{i}/x")));
-            assert_eq!(kind(root.open_dir(&p)), FailureKind::ToolExecutionException);
+            assert_eq!(
+                kind(root.open_dir(&p)),
+                ToolErrorKind::ToolExecutionException
+            );
         }
     }
 }

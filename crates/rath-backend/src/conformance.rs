@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use rath_session::{SandboxHandle, SandboxSpec, Session, Stamper};
 
 use crate::backend::{Backend, DispatchContext};
-use crate::error::FailureKind;
+use crate::error::ToolErrorKind;
 use crate::payload::{CodePayload, CommandPayload, EntryKind, Output, Payload};
 use crate::registry::BackendRegistry;
 
@@ -237,7 +237,7 @@ async fn command_timeout(b: &Arc<dyn Backend>) -> CheckResult {
         .await;
     let waited = started.elapsed();
     match r {
-        Err(f) if f.kind == FailureKind::ToolTimeout => {}
+        Err(f) if f.kind == ToolErrorKind::ToolTimeout => {}
         other => return Err(format!("want tool_timeout, got {other:?}")),
     }
     if waited > Duration::from_secs(10) {
@@ -331,7 +331,7 @@ async fn files_missing(b: &Arc<dyn Backend>) -> CheckResult {
     let h = open(b).await?;
     let cx = DispatchContext::new(&stamper());
     match b.dispatch(&h, &Payload::read("nope.txt"), &cx).await {
-        Err(f) if f.kind == FailureKind::NotFound => {}
+        Err(f) if f.kind == ToolErrorKind::NotFound => {}
         other => {
             return Err(format!(
                 "read of a missing file: want not_found, got {other:?}"
@@ -339,7 +339,7 @@ async fn files_missing(b: &Arc<dyn Backend>) -> CheckResult {
         }
     }
     match b.dispatch(&h, &Payload::list("no/dir"), &cx).await {
-        Err(f) if f.kind == FailureKind::NotFound => Ok(()),
+        Err(f) if f.kind == ToolErrorKind::NotFound => Ok(()),
         other => Err(format!(
             "list of a missing dir: want not_found, got {other:?}"
         )),
@@ -361,7 +361,7 @@ async fn paths_confined(b: &Arc<dyn Backend>) -> CheckResult {
     ];
     for p in bad {
         match b.dispatch(&h, &p, &cx).await {
-            Err(f) if f.kind == FailureKind::PathEscape => {}
+            Err(f) if f.kind == ToolErrorKind::PathEscape => {}
             other => return Err(format!("{}: want path_escape, got {other:?}", p.summary())),
         }
     }
@@ -415,7 +415,7 @@ async fn code_python(b: &Arc<dyn Backend>) -> CheckResult {
         )
         .await
     {
-        Err(f) if f.kind == FailureKind::ToolTimeout => Ok(()),
+        Err(f) if f.kind == ToolErrorKind::ToolTimeout => Ok(()),
         other => Err(format!("code timeout: want tool_timeout, got {other:?}")),
     }
 }
@@ -516,7 +516,7 @@ async fn handle_shared(b: &Arc<dyn Backend>) -> CheckResult {
         .dispatch(&h, &Payload::exists("."), &DispatchContext::new(&stamper()))
         .await
     {
-        Err(f) if f.kind == FailureKind::SandboxClosed => {}
+        Err(f) if f.kind == ToolErrorKind::SandboxClosed => {}
         other => {
             return Err(format!(
                 "dispatch after close: want sandbox_closed, got {other:?}"

@@ -22,7 +22,7 @@
 use rath_session::ToolEvidence;
 use serde::{Deserialize, Serialize};
 
-use crate::error::ToolExecutionFailure;
+use crate::error::ToolError;
 use crate::payload::{Output, Payload, PayloadKind};
 
 /// The record one dispatch leaves: the fields of [`rath_session::ToolEvidence`] that the
@@ -55,7 +55,7 @@ impl DispatchEvidence {
         backend: &str,
         handle_id: &str,
         payload: &Payload,
-        outcome: &Result<Output, ToolExecutionFailure>,
+        outcome: &Result<Output, ToolError>,
         elapsed_ms: f64,
     ) -> Self {
         let (exit_code, outcome_name, bytes_out) = match outcome {
@@ -102,14 +102,14 @@ impl DispatchEvidence {
 #[derive(Clone, Debug)]
 pub struct Dispatched {
     /// The output, or why there is none.
-    pub outcome: Result<Output, ToolExecutionFailure>,
+    pub outcome: Result<Output, ToolError>,
     /// The record for the session.
     pub evidence: DispatchEvidence,
 }
 
 impl Dispatched {
     /// The outcome alone.
-    pub fn into_result(self) -> Result<Output, ToolExecutionFailure> {
+    pub fn into_result(self) -> Result<Output, ToolError> {
         self.outcome
     }
 

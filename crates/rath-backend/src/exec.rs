@@ -10,7 +10,7 @@ use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use crate::backend::DispatchContext;
-use crate::error::{FailureKind, ToolExecutionFailure};
+use crate::error::{ToolError, ToolErrorKind};
 use crate::payload::{CodeOutput, CommandOutput};
 
 /// Each of stdout and stderr is kept up to this many bytes; the rest is read and dropped.
@@ -89,12 +89,9 @@ async fn read_capped<R: AsyncRead + Unpin>(reader: Option<R>, cap: usize) -> (Ve
 /// Runs `spec`; the output is capped at [`OUTPUT_CAP`] per stream. On timeout the child's
 /// whole process group is killed and a `tool_timeout` failure returned. When the child exits,
 /// anything it left running in its group is killed too, so no process outlives a dispatch.
-pub async fn run(
-    spec: ProcessSpec,
-    cx: &DispatchContext,
-) -> Result<CommandOutput, ToolExecutionFailure> {
+pub async fn run(spec: ProcessSpec, cx: &DispatchContext) -> Result<CommandOutput, ToolError> {
     let Some((program, args)) = spec.argv.split_first() else {
-        return Err(ToolExecutionFailure::exception("empty command line"));
+        return Err(ToolError::exception("empty command line"));
     };
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args).env_clear().envs(&spec.env);
@@ -128,7 +125,7 @@ pub async fn run(
     .process_group(0)
     .kill_on_drop(true);
     let mut child = cmd.spawn().map_err(|e| {
-        ToolExecutionFailure::exception(format!("cannot start {program:?}: {e}"))
+        ToolError::exception(format!("cannot start {program:?}: {e}"))
             .with_detail(json!({ "program": program }))
     })?;
     drop(spec.cwd_fd);
@@ -167,14 +164,13 @@ pub async fn run(
         kill_group(pid);
         let _ = child.wait().await;
         let secs = spec.timeout.map_or(0.0, |t| t.as_secs_f64());
-        return Err(ToolExecutionFailure::new(
-            FailureKind::ToolTimeout,
+        return Err(ToolError::new(
+            ToolErrorKind::ToolTimeout,
             format!("command timed out after {secs}s; its process group was killed"),
         )
         .with_detail(json!({ "timeout_seconds": secs })));
     };
-    let status =
-        status.map_err(|e| ToolExecutionFailure::exception(format!("wait failed: {e}")))?;
+    let status = status.map_err(|e| ToolError::exception(format!("wait failed: {e}")))?;
     let mut output = CommandOutput::new(
         status.code(),
         String::from_utf8_lossy(&out).into_owned(),

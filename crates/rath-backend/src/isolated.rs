@@ -49,7 +49,7 @@ use crate::backend::{
     Availability, Backend, Capabilities, DispatchContext, FileConfinement, FilesystemView,
     IsolationLevel, Mount, MountAccess,
 };
-use crate::error::{BackendError, ToolExecutionFailure};
+use crate::error::{BackendError, ToolError};
 use crate::exec::ProcessSpec;
 use crate::local::{LocalSandbox, Runner, WorkspaceBackend};
 use crate::payload::{Output, Payload};
@@ -307,9 +307,9 @@ impl Backend for IsolatedBackend {
         handle: &SandboxHandle,
         payload: &Payload,
         cx: &DispatchContext,
-    ) -> Result<Output, ToolExecutionFailure> {
+    ) -> Result<Output, ToolError> {
         let runner = self.runner().map_err(|reason| {
-            ToolExecutionFailure::new(crate::error::FailureKind::BackendUnavailable, reason)
+            ToolError::new(crate::error::ToolErrorKind::BackendUnavailable, reason)
         })?;
         self.inner.dispatch(&runner, handle, payload, cx).await
     }

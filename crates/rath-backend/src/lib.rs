@@ -18,7 +18,7 @@
 //! ```
 //!
 //! The crate owns the [`Backend`] trait, typed [`Payload`]s and [`Output`]s, the
-//! [`ToolExecutionFailure`] value, [`DispatchEvidence`], the [`BackendRegistry`], and two
+//! [`ToolError`] value, [`DispatchEvidence`], the [`BackendRegistry`], and two
 //! backends: [`local::LocalBackend`] (a confined host directory) and
 //! [`isolated::IsolatedBackend`] (the same under bubblewrap). A sandbox is a
 //! [`rath_session::SandboxHandle`] whose lease a backend implements: forks share it, and the
@@ -47,7 +47,7 @@ pub use backend::{
     IsolationLevel, Mount, MountAccess,
 };
 pub use confine::confine_relative;
-pub use error::{BackendError, FailureKind, ToolExecutionFailure};
+pub use error::{BackendError, ToolError, ToolErrorKind};
 pub use evidence::{DispatchEvidence, Dispatched};
 pub use exec::{ENV_ALLOW_LIST, OUTPUT_CAP};
 pub use payload::{

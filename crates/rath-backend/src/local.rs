@@ -47,7 +47,7 @@ use crate::backend::{
     IsolationLevel,
 };
 use crate::confine::Root;
-use crate::error::{BackendError, FailureKind, ToolExecutionFailure};
+use crate::error::{BackendError, ToolError, ToolErrorKind};
 use crate::exec::{self, ProcessSpec};
 use crate::payload::{CodePayload, CommandPayload, Output, Payload};
 
@@ -187,15 +187,15 @@ impl WorkspaceBackend {
     pub(crate) fn lease<'h>(
         &self,
         handle: &'h SandboxHandle,
-    ) -> Result<&'h LocalSandbox, ToolExecutionFailure> {
+    ) -> Result<&'h LocalSandbox, ToolError> {
         let sandbox = handle
             .lease()
             .as_any()
             .downcast_ref::<LocalSandbox>()
             .filter(|s| s.backend == self.name)
             .ok_or_else(|| {
-                ToolExecutionFailure::new(
-                    FailureKind::BackendUnavailable,
+                ToolError::new(
+                    ToolErrorKind::BackendUnavailable,
                     format!(
                         "sandbox {} belongs to backend {}, not {}",
                         handle.id(),
@@ -205,8 +205,8 @@ impl WorkspaceBackend {
                 )
             })?;
         if !sandbox.is_live() {
-            return Err(ToolExecutionFailure::new(
-                FailureKind::SandboxClosed,
+            return Err(ToolError::new(
+                ToolErrorKind::SandboxClosed,
                 format!("sandbox {} is closed", handle.id()),
             ));
         }
@@ -234,7 +234,7 @@ impl WorkspaceBackend {
         handle: &SandboxHandle,
         payload: &Payload,
         cx: &DispatchContext,
-    ) -> Result<Output, ToolExecutionFailure> {
+    ) -> Result<Output, ToolError> {
         let sandbox = self.lease(handle)?;
         match payload {
             Payload::Command(c) => command(runner, sandbox, c, cx).await.map(Output::Command),
@@ -274,12 +274,12 @@ impl WorkspaceBackend {
 /// Runs a blocking file operation on the sandbox's workspace root off the async threads.
 async fn on_root<T: Send + 'static>(
     sandbox: &LocalSandbox,
-    op: impl FnOnce(&Root) -> Result<T, ToolExecutionFailure> + Send + 'static,
-) -> Result<T, ToolExecutionFailure> {
+    op: impl FnOnce(&Root) -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
     let root = sandbox.root.clone();
     tokio::task::spawn_blocking(move || op(&root))
         .await
-        .map_err(|e| ToolExecutionFailure::exception(format!("file operation failed: {e}")))?
+        .map_err(|e| ToolError::exception(format!("file operation failed: {e}")))?
 }
 
 async fn command(
@@ -287,7 +287,7 @@ async fn command(
     sandbox: &LocalSandbox,
     c: &CommandPayload,
     cx: &DispatchContext,
-) -> Result<crate::payload::CommandOutput, ToolExecutionFailure> {
+) -> Result<crate::payload::CommandOutput, ToolError> {
     let rel = c.cwd.clone().unwrap_or_default();
     let (cwd_fd, cwd) = on_root(sandbox, move |r| r.open_dir(&rel)).await?;
     let spec = ProcessSpec {
@@ -306,7 +306,7 @@ async fn code(
     sandbox: &LocalSandbox,
     c: &CodePayload,
     cx: &DispatchContext,
-) -> Result<crate::payload::CodeOutput, ToolExecutionFailure> {
+) -> Result<crate::payload::CodeOutput, ToolError> {
     let (cwd_fd, cwd) = on_root(sandbox, |r| r.open_dir("")).await?;
     let spec = ProcessSpec {
         argv: vec![exec::python(), "-".into()],
@@ -375,7 +375,7 @@ impl Backend for LocalBackend {
         handle: &SandboxHandle,
         payload: &Payload,
         cx: &DispatchContext,
-    ) -> Result<Output, ToolExecutionFailure> {
+    ) -> Result<Output, ToolError> {
         self.inner.dispatch(&Direct, handle, payload, cx).await
     }
 

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use rath_session::{SandboxHandle, SandboxSpec, Session, Stamper};
 
 use crate::backend::{Backend, DispatchContext};
-use crate::error::{BackendError, FailureKind, ToolExecutionFailure};
+use crate::error::{BackendError, ToolError, ToolErrorKind};
 use crate::evidence::{DispatchEvidence, Dispatched};
 use crate::payload::Payload;
 
@@ -144,16 +144,16 @@ impl BackendRegistry {
     ) -> Dispatched {
         let cx = DispatchContext::new(stamper);
         let outcome = match self.backends.get(handle.backend()) {
-            None => Err(ToolExecutionFailure::new(
-                FailureKind::BackendUnavailable,
+            None => Err(ToolError::new(
+                ToolErrorKind::BackendUnavailable,
                 format!(
                     "sandbox {} belongs to backend {}, which is not registered",
                     handle.id(),
                     handle.backend()
                 ),
             )),
-            Some(_) if !handle.is_live() => Err(ToolExecutionFailure::new(
-                FailureKind::SandboxClosed,
+            Some(_) if !handle.is_live() => Err(ToolError::new(
+                ToolErrorKind::SandboxClosed,
                 format!("sandbox {} is closed", handle.id()),
             )),
             Some(b) => b.dispatch(handle, payload, &cx).await,

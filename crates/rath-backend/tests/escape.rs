@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use rath_backend::local::LocalBackend;
 use rath_backend::{
-    Backend, CodePayload, CommandPayload, DispatchContext, FailureKind, Output, Payload,
+    Backend, CodePayload, CommandPayload, DispatchContext, Output, Payload, ToolErrorKind,
 };
 use rath_session::{SandboxHandle, SandboxSpec, Stamper};
 
@@ -31,7 +31,7 @@ async fn run(
     b: &Arc<dyn Backend>,
     h: &SandboxHandle,
     p: Payload,
-) -> Result<Output, rath_backend::ToolExecutionFailure> {
+) -> Result<Output, rath_backend::ToolError> {
     b.dispatch(h, &p, &DispatchContext::new(&Stamper::counter()))
         .await
 }
@@ -59,7 +59,7 @@ async fn parent_and_absolute_paths_are_refused() {
             let e = run(&b, &h, p.clone()).await.unwrap_err();
             assert_eq!(
                 e.kind,
-                FailureKind::PathEscape,
+                ToolErrorKind::PathEscape,
                 "{} on {}",
                 p.summary(),
                 b.name()
@@ -88,7 +88,7 @@ async fn symlinks_out_of_the_workspace_are_refused() {
             let e = run(&b, &h, p.clone()).await.unwrap_err();
             assert_eq!(
                 e.kind,
-                FailureKind::PathEscape,
+                ToolErrorKind::PathEscape,
                 "{} on {}",
                 p.summary(),
                 b.name()
@@ -158,7 +158,7 @@ async fn a_timeout_leaves_no_process_behind() {
         )
         .await
         .unwrap_err();
-        assert_eq!(e.kind, FailureKind::ToolTimeout);
+        assert_eq!(e.kind, ToolErrorKind::ToolTimeout);
         assert!(started.elapsed() < Duration::from_secs(10));
         wait_gone(&marker).await;
         // A background child of a command that exits normally does not outlive it either,

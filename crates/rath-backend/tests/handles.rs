@@ -2,7 +2,7 @@
 //! different live handles.
 
 use rath_backend::local::LocalBackend;
-use rath_backend::{BackendRegistry, FailureKind, Payload};
+use rath_backend::{BackendRegistry, Payload, ToolErrorKind};
 use rath_session::{Session, SessionError, Stamper};
 
 fn registry(backend: &LocalBackend) -> BackendRegistry {
@@ -51,7 +51,7 @@ async fn explicit_close_then_drop_counts_once() {
     let d = reg
         .dispatch(&h, &Payload::exists("."), session.stamper())
         .await;
-    assert_eq!(d.outcome.unwrap_err().kind, FailureKind::SandboxClosed);
+    assert_eq!(d.outcome.unwrap_err().kind, ToolErrorKind::SandboxClosed);
     assert_eq!(d.evidence.outcome, "sandbox_closed");
     drop(h);
     drop(session);

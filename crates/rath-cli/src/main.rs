@@ -1,6 +1,6 @@
 //! `rath`: inspect, compare, replay and view openrath session stores.
 //!
-//! A thin shell over [`openrath::inspect`], and [`openrath::view`]: it
+//! A thin shell over [`rath_inspect`] (and its HTML viewer, [`rath_inspect::view`]): it
 //! parses arguments, picks the store, prints what the library returns (human text, or JSON
 //! with `--json`) and turns every error into one line on stderr with exit code 2.
 //!
@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use openrath::inspect::{FileWarning, InspectError, Page, StoreView, lineage_tree};
-use openrath::persist::{export_jsonl_string, to_dot, to_mermaid};
+use rath_inspect::view::{ViewOptions, write_store_page};
+use rath_inspect::{FileWarning, InspectError, Page, StoreView};
 
 /// Inspect, compare, replay and view openrath session stores.
 #[derive(Debug, Parser)]
@@ -79,7 +79,7 @@ enum Command {
         #[arg(long, value_name = "FILE", default_value = "rath-view.html")]
         out: PathBuf,
         /// Chunks shown from the start, and again from the end, of each transcript.
-        #[arg(long, value_name = "N", default_value_t = openrath::view::TRANSCRIPT_CHUNKS)]
+        #[arg(long, value_name = "N", default_value_t = rath_inspect::view::TRANSCRIPT_CHUNKS)]
         transcript_chunks: usize,
     },
 }
@@ -90,6 +90,17 @@ enum LineageFormat {
     Jsonl,
     Dot,
     Mermaid,
+}
+
+impl From<LineageFormat> for rath_inspect::LineageFormat {
+    fn from(f: LineageFormat) -> Self {
+        match f {
+            LineageFormat::Tree => Self::Tree,
+            LineageFormat::Jsonl => Self::Jsonl,
+            LineageFormat::Dot => Self::Dot,
+            LineageFormat::Mermaid => Self::Mermaid,
+        }
+    }
 }
 
 /// Bad input: one line on stderr, exit code 2.
@@ -252,13 +263,10 @@ fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
         }
         Command::Lineage { format } => {
             let listing = store.lineage()?;
-            let rows = &listing.rows;
-            let text = match (cli.json, format) {
-                (true, _) => json(&listing)?,
-                (false, LineageFormat::Tree) => lineage_tree(rows),
-                (false, LineageFormat::Jsonl) => export_jsonl_string(rows),
-                (false, LineageFormat::Dot) => to_dot(rows),
-                (false, LineageFormat::Mermaid) => to_mermaid(rows),
+            let text = if cli.json {
+                json(&listing)?
+            } else {
+                listing.render((*format).into())
             };
             Ok(Output::ok(text).warn(&listing.warnings, true))
         }
@@ -315,37 +323,14 @@ fn view(cli: &Cli, store: &StoreView, out: &Path, chunks: usize) -> Result<Outpu
         .as_ref()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| "the default store".to_owned());
-    let options = openrath::view::ViewOptions::default()
+    let options = ViewOptions::default()
         .source(source)
         .transcript_chunks(chunks);
-    let (page, warnings) = openrath::view::render_store_report(store, options)?;
-    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty())
-        && !parent.is_dir()
-    {
-        return Err(Failure(format!(
-            "cannot write {}: directory {} does not exist",
-            out.display(),
-            parent.display()
-        )));
-    }
-    std::fs::write(out, &page)
-        .map_err(|e| Failure(format!("cannot write {}: {e}", out.display())))?;
-    let nodes = page.matches("<g class=\"node").count();
-    let edges = page.matches("<line class=\"edge\"").count();
+    let report = write_store_page(store, options, out)?;
     Ok(Output::ok(if cli.json {
-        json(&serde_json::json!({
-            "out": out.display().to_string(),
-            "sessions": nodes,
-            "edges": edges,
-            "bytes": page.len(),
-            "warnings": warnings,
-        }))?
+        json(&report)?
     } else {
-        format!(
-            "wrote {} ({nodes} sessions, {edges} parent links, {} bytes)\n",
-            out.display(),
-            page.len()
-        )
+        report.render()
     })
-    .warn(&warnings, true))
+    .warn(&report.warnings, true))
 }

@@ -69,12 +69,10 @@ pub use layers::{Observed, WithBudget, WithMemory, WithSink};
 pub use memory::{MemoryHook, PolicyMemory};
 pub use policy::{ToolPolicy, Verdict, approve, decision_for, reject};
 pub use selector::{Candidate, DecideFn, Decision, ROUTE_TOOL, Selector};
-pub use session_loop::{
-    LoopOptions, MAX_TOOL_ROUNDS_EXCEEDED, SessionLoop, pending_reason, run_session_loop,
-};
+pub use session_loop::{LoopOptions, SessionLoop, pending_reason, run_session_loop};
 pub use tool::{
-    RawTool, RawToolFn, Tool, ToolContext, ToolError, ToolOutput, ToolSet, TypedTool, error_kind,
-    parameters_for, py_json, typed_tool,
+    RawTool, RawToolFn, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput, ToolSet,
+    TypedTool, parameters_for, py_json, typed_tool,
 };
 pub use workflow::{
     EmptyWorkflow, FnWorkflow, LoopUntil, Parallel, Sequence, SessionFn, SessionPredicate,

@@ -43,10 +43,7 @@ use crate::FlowError;
 use crate::context::{FlowContext, FlowEvent};
 use crate::error::{FailedAt, failed};
 use crate::policy::{ToolPolicy, Verdict, decision_for};
-use crate::tool::{Registered, ToolContext, ToolError, ToolOutput, ToolSet, error_kind};
-
-/// The extra error kind for calls the model made after `max_tool_rounds` was reached.
-pub const MAX_TOOL_ROUNDS_EXCEEDED: &str = "max_tool_rounds_exceeded";
+use crate::tool::{Registered, ToolContext, ToolError, ToolErrorKind, ToolOutput, ToolSet};
 
 /// Pending-call reasons.
 pub mod pending_reason {
@@ -182,22 +179,54 @@ pub async fn run_session_loop(
         .await
 }
 
+/// How a call reaches the round: through the policy, or already decided by a reviewer.
 enum Gate {
     Policy,
     Approved,
     Rejected(PolicyDecision),
 }
 
-enum Answer {
-    Done(ToolOutput),
-    Failed(ToolError),
+/// What became of one tool call: its answer and, with evidence on, its complete
+/// `tool_evidence` (outcome and elapsed time filled in).
+struct Outcome {
+    answer: Result<ToolOutput, ToolError>,
+    evidence: Option<ToolEvidence>,
 }
 
+/// A call whose tool is resolved and whose arguments are checked, ready to run.
 struct Exec<'a> {
-    index: usize,
     call: &'a ToolCall,
     reg: &'a Registered,
     args: Value,
+}
+
+/// One call of a round on its way from its gate to its answer.
+// Every slot ends `Answered`, so boxing the large variant would only add an allocation per call.
+#[allow(clippy::large_enum_variant)]
+enum Slot<'a> {
+    /// Ready to run.
+    Run(Exec<'a>),
+    /// Answered; a policy decision chunk goes before the result when there is one.
+    Answered(Option<Chunk>, Outcome),
+}
+
+impl Slot<'_> {
+    fn parallel_safe(&self) -> bool {
+        matches!(self, Slot::Run(e) if e.reg.tool.parallel_safe())
+    }
+
+    fn resource_key(&self) -> Option<String> {
+        match self {
+            Slot::Run(e) => e.reg.tool.resource_key(&e.args),
+            Slot::Answered(..) => None,
+        }
+    }
+}
+
+/// A round's calls up to the first one that needs approval, and that call's index.
+struct Plan<'a> {
+    slots: Vec<Slot<'a>>,
+    gated: Option<usize>,
 }
 
 impl SessionLoop {
@@ -533,45 +562,68 @@ impl SessionLoop {
     fn refuse_all(&self, mut out: Session, calls: &[ToolCall]) -> Session {
         for call in calls {
             let err = ToolError::new(
-                MAX_TOOL_ROUNDS_EXCEEDED,
+                ToolErrorKind::MaxToolRoundsExceeded,
                 format!(
                     "max_tool_rounds ({}) reached; answer without calling tools",
                     self.options.max_tool_rounds
                 ),
             );
-            out = self.push_result(out, call, &Answer::Failed(err), None, 0.0);
+            let outcome = self.settle(call, err);
+            out = self.push_answer(out, call, outcome);
         }
         out
     }
 
-    fn push_result(
-        &self,
-        mut out: Session,
-        call: &ToolCall,
-        answer: &Answer,
-        evidence: Option<ToolEvidence>,
-        elapsed_ms: f64,
-    ) -> Session {
-        let (content, outcome) = match answer {
-            Answer::Done(o) => (o.content.clone(), "ok".to_owned()),
-            Answer::Failed(e) => (e.to_content(), e.kind.clone()),
+    /// Appends the call's `tool_result` chunk and, with evidence on, its `tool_evidence`.
+    fn push_answer(&self, mut out: Session, call: &ToolCall, outcome: Outcome) -> Session {
+        let content = match outcome.answer {
+            Ok(o) => o.content,
+            Err(e) => e.to_content(),
         };
         out.push_mut(Chunk::tool_result(
             call.id.clone(),
             call.function.name.clone(),
             content,
         ));
-        if self.options.evidence {
-            let mut ev = evidence.unwrap_or_else(|| ToolEvidence {
-                tool_call_id: call.id.clone(),
-                tool: call.function.name.clone(),
-                ..ToolEvidence::default()
-            });
-            ev.outcome = outcome;
-            ev.elapsed_ms = elapsed_ms;
+        if let Some(ev) = outcome.evidence {
             out.push_mut(Chunk::new(ChunkBody::ToolEvidence(ev)));
         }
         out
+    }
+
+    /// A call answered with `error` without running.
+    fn settle(&self, call: &ToolCall, error: ToolError) -> Outcome {
+        let answer = Err(error);
+        Outcome {
+            evidence: self.evidence(call, &answer, None),
+            answer,
+        }
+    }
+
+    /// The call's `tool_evidence`, built in one place (`None` with evidence off). A call that
+    /// ran (`ran`: its context and elapsed time) reports what it recorded, else its last
+    /// sandbox dispatch, else an in-process record; a call answered without running reports
+    /// its outcome alone.
+    fn evidence(
+        &self,
+        call: &ToolCall,
+        answer: &Result<ToolOutput, ToolError>,
+        ran: Option<(&ToolContext, f64)>,
+    ) -> Option<ToolEvidence> {
+        if !self.options.evidence {
+            return None;
+        }
+        let mut ev = match ran {
+            Some((tcx, _)) => ran_evidence(call, answer, tcx),
+            None => ToolEvidence {
+                tool_call_id: call.id.clone(),
+                tool: call.function.name.clone(),
+                ..ToolEvidence::default()
+            },
+        };
+        ev.outcome = outcome_name(answer);
+        ev.elapsed_ms = ran.map_or(0.0, |(_, ms)| ms);
+        Some(ev)
     }
 
     fn policy_chunk(&self, call: &ToolCall, decision: &str, reason: &str) -> Chunk {
@@ -585,119 +637,122 @@ impl SessionLoop {
         }))
     }
 
-    /// Answers `work` in call order. Returns `Stopped` when a call needs approval: earlier
-    /// calls are answered, that call and the later ones become pending.
+    fn pending(&self, call: ToolCall, reason: &str) -> PendingCall {
+        PendingCall {
+            call,
+            agent: self.agent.clone(),
+            reason: reason.to_owned(),
+        }
+    }
+
+    /// Answers `work` in call order: plan (gates and arguments), run what is ready, record
+    /// the answers. Returns `Stopped` when a call needs approval: earlier calls are
+    /// answered, that call and the later ones become pending.
     async fn answer_calls(
         &self,
         out: Session,
         work: Vec<(ToolCall, Gate)>,
         cx: &FlowContext,
     ) -> Result<Step, FlowError> {
-        let n = work.len();
-        let mut answers: Vec<Option<(Answer, Option<ToolEvidence>, f64)>> =
-            (0..n).map(|_| None).collect();
-        let mut decisions: Vec<Option<Chunk>> = (0..n).map(|_| None).collect();
-        let mut execs: Vec<Exec<'_>> = Vec::with_capacity(n);
-        let mut stop_at = None;
-        for (i, (call, gate)) in work.iter().enumerate() {
-            match gate {
-                Gate::Rejected(d) => {
-                    let msg = format!("rejected by {}: {}", d.decided_by, d.reason);
-                    answers[i] = Some((
-                        Answer::Failed(ToolError::new(error_kind::DENIED_BY_POLICY, msg)),
-                        None,
-                        0.0,
-                    ));
-                    continue;
-                }
-                Gate::Policy if !self.policy.is_permissive() => {
-                    match self.policy.check(&call.function.name) {
-                        Verdict::Allow => {}
-                        Verdict::Deny(reason) => {
-                            decisions[i] = Some(self.policy_chunk(call, "deny", &reason));
-                            answers[i] = Some((
-                                Answer::Failed(ToolError::new(
-                                    error_kind::DENIED_BY_POLICY,
-                                    reason,
-                                )),
-                                None,
-                                0.0,
-                            ));
-                            continue;
-                        }
-                        Verdict::RequireApproval => {
-                            stop_at = Some(i);
-                            break;
-                        }
-                    }
-                }
-                _ => {}
-            }
-            match self.prepare(call) {
-                Ok((reg, args)) => execs.push(Exec {
-                    index: i,
-                    call,
-                    reg,
-                    args,
-                }),
-                Err(e) => answers[i] = Some((Answer::Failed(e), None, 0.0)),
-            }
-        }
-
-        let run = self.execute_all(&out, execs, cx);
-        let results = tokio::select! {
+        let Plan { mut slots, gated } = self.plan(&work);
+        let finished = tokio::select! {
             biased;
-            () = cx.cancel_token().cancelled() => None,
-            r = run => Some(r),
+            () = cx.cancel_token().cancelled() => false,
+            () = self.run_slots(&out, &mut slots, cx) => true,
         };
-        let Some(results) = results else {
+        if !finished {
             // Nothing of this round is recorded as answered: all of it becomes pending work.
-            let mut s = out;
+            drop(slots);
+            let mut out = out;
             for (call, _) in work {
-                s = s.with_pending(PendingCall {
-                    call,
-                    agent: self.agent.clone(),
-                    reason: pending_reason::CANCELLED.to_owned(),
-                });
+                out = out.with_pending(self.pending(call, pending_reason::CANCELLED));
             }
-            return Err(cancelled(s));
-        };
-        for (i, r) in results {
-            answers[i] = Some(r);
+            return Err(cancelled(out));
         }
+        let out = self.record(out, &work, slots);
+        Ok(match gated {
+            None => Step::Continue(out),
+            Some(at) => Step::Stopped(self.park(out, work, at)),
+        })
+    }
 
-        let mut out = out;
-        let end = stop_at.unwrap_or(n);
-        for (i, (call, _)) in work.iter().enumerate().take(end) {
-            if let Some(d) = decisions[i].take() {
-                out.push_mut(d);
-            }
-            if let Some((answer, ev, elapsed)) = answers[i].take() {
-                out = self.push_result(out, call, &answer, ev, elapsed);
-            }
-        }
-        let Some(stop) = stop_at else {
-            return Ok(Step::Continue(out));
-        };
-        let gated = &work[stop].0;
-        out.push_mut(self.policy_chunk(
-            gated,
-            pending_reason::REQUIRE_APPROVAL,
-            &format!("tool {} requires approval", gated.function.name),
-        ));
-        for (k, (call, _)) in work.into_iter().enumerate().skip(stop) {
-            out = out.with_pending(PendingCall {
-                call,
-                agent: self.agent.clone(),
-                reason: if k == stop {
-                    pending_reason::REQUIRE_APPROVAL
-                } else {
-                    pending_reason::QUEUED
+    /// Takes the calls through their gates in order, up to the first that needs approval.
+    fn plan<'a>(&'a self, work: &'a [(ToolCall, Gate)]) -> Plan<'a> {
+        let mut slots = Vec::with_capacity(work.len());
+        for (i, (call, gate)) in work.iter().enumerate() {
+            match self.triage(call, gate) {
+                Some(slot) => slots.push(slot),
+                None => {
+                    return Plan {
+                        slots,
+                        gated: Some(i),
+                    };
                 }
-                .to_owned(),
-            });
+            }
         }
-        Ok(Step::Stopped(out))
+        Plan { slots, gated: None }
+    }
+
+    /// One call through its gate: answered (rejected, denied, bad arguments), ready to run,
+    /// or `None` when the policy wants a reviewer's decision first.
+    fn triage<'a>(&'a self, call: &'a ToolCall, gate: &Gate) -> Option<Slot<'a>> {
+        let denied = match gate {
+            Gate::Rejected(d) => {
+                Some((None, format!("rejected by {}: {}", d.decided_by, d.reason)))
+            }
+            Gate::Policy if !self.policy.is_permissive() => {
+                match self.policy.check(&call.function.name) {
+                    Verdict::Allow => None,
+                    Verdict::Deny(reason) => {
+                        Some((Some(self.policy_chunk(call, "deny", &reason)), reason))
+                    }
+                    Verdict::RequireApproval => return None,
+                }
+            }
+            _ => None,
+        };
+        if let Some((decision, message)) = denied {
+            let err = ToolError::new(ToolErrorKind::DeniedByPolicy, message);
+            return Some(Slot::Answered(decision, self.settle(call, err)));
+        }
+        Some(match self.prepare(call) {
+            Ok((reg, args)) => Slot::Run(Exec { call, reg, args }),
+            Err(e) => Slot::Answered(None, self.settle(call, e)),
+        })
+    }
+
+    /// Appends every answered slot (decision chunk, result, evidence) in call order.
+    fn record(&self, mut out: Session, work: &[(ToolCall, Gate)], slots: Vec<Slot<'_>>) -> Session {
+        for ((call, _), slot) in work.iter().zip(slots) {
+            // Every slot has run by now.
+            if let Slot::Answered(decision, outcome) = slot {
+                if let Some(d) = decision {
+                    out.push_mut(d);
+                }
+                out = self.push_answer(out, call, outcome);
+            }
+        }
+        out
+    }
+
+    /// Stops the round at call `at`: it waits for approval, the later calls queue behind it.
+    fn park(&self, mut out: Session, work: Vec<(ToolCall, Gate)>, at: usize) -> Session {
+        if let Some((gated, _)) = work.get(at) {
+            out.push_mut(self.policy_chunk(
+                gated,
+                pending_reason::REQUIRE_APPROVAL,
+                &format!("tool {} requires approval", gated.function.name),
+            ));
+        }
+        for (k, (call, _)) in work.into_iter().enumerate().skip(at) {
+            let reason = if k == at {
+                pending_reason::REQUIRE_APPROVAL
+            } else {
+                pending_reason::QUEUED
+            };
+            out = out.with_pending(self.pending(call, reason));
+        }
+        out
     }
 
     /// Resolves the tool and parses and validates the arguments.
@@ -705,7 +760,7 @@ impl SessionLoop {
         let name = &call.function.name;
         let Some(reg) = self.tools.registered(name) else {
             return Err(ToolError::new(
-                error_kind::UNKNOWN_TOOL,
+                ToolErrorKind::UnknownTool,
                 format!(
                     "unknown tool {name:?}; available: {}",
                     self.tools.names().join(", ")
@@ -728,83 +783,49 @@ impl SessionLoop {
         Ok((reg, args))
     }
 
-    /// Runs the prepared calls: consecutive parallel-safe calls concurrently (calls sharing
-    /// a resource key one after another), every other call alone, in call order.
-    async fn execute_all(
-        &self,
-        out: &Session,
-        execs: Vec<Exec<'_>>,
-        cx: &FlowContext,
-    ) -> Vec<(usize, (Answer, Option<ToolEvidence>, f64))> {
-        let mut results = Vec::with_capacity(execs.len());
-        let mut batch: Vec<Exec<'_>> = Vec::new();
-        for e in execs {
-            if e.reg.tool.parallel_safe() {
-                batch.push(e);
+    /// Runs the slots that are ready, each answered in place: consecutive parallel-safe
+    /// calls concurrently (calls sharing a resource key one after another), every other
+    /// call alone, in call order.
+    async fn run_slots(&self, out: &Session, slots: &mut [Slot<'_>], cx: &FlowContext) {
+        let mut batch: Vec<&mut Slot<'_>> = Vec::new();
+        for slot in slots.iter_mut() {
+            if !matches!(slot, Slot::Run(_)) {
                 continue;
             }
-            if !batch.is_empty() {
-                results.extend(self.run_batch(out, std::mem::take(&mut batch), cx).await);
+            if slot.parallel_safe() {
+                batch.push(slot);
+                continue;
             }
-            let i = e.index;
-            results.push((i, self.execute(out, e, cx).await));
+            self.run_batch(out, std::mem::take(&mut batch), cx).await;
+            self.run_slot(out, slot, cx).await;
         }
-        if !batch.is_empty() {
-            results.extend(self.run_batch(out, batch, cx).await);
-        }
-        results
+        self.run_batch(out, batch, cx).await;
     }
 
-    async fn run_batch(
-        &self,
-        out: &Session,
-        batch: Vec<Exec<'_>>,
-        cx: &FlowContext,
-    ) -> Vec<(usize, (Answer, Option<ToolEvidence>, f64))> {
-        if batch.len() == 1 {
-            let mut batch = batch;
-            let e = batch.remove(0);
-            let i = e.index;
-            return vec![(i, self.execute(out, e, cx).await)];
-        }
-        let mut groups: Vec<Vec<Exec<'_>>> = Vec::new();
-        let mut by_key: HashMap<String, usize> = HashMap::new();
-        for e in batch {
-            match e.reg.tool.resource_key(&e.args) {
-                Some(k) => match by_key.get(&k) {
-                    Some(&g) => groups[g].push(e),
-                    None => {
-                        by_key.insert(k, groups.len());
-                        groups.push(vec![e]);
-                    }
-                },
-                None => groups.push(vec![e]),
+    async fn run_batch(&self, out: &Session, batch: Vec<&mut Slot<'_>>, cx: &FlowContext) {
+        if batch.len() <= 1 {
+            for slot in batch {
+                self.run_slot(out, slot, cx).await;
             }
+            return;
         }
-        let futs = groups.into_iter().map(|g| async move {
-            let mut r = Vec::with_capacity(g.len());
-            for e in g {
-                let i = e.index;
-                r.push((i, self.execute(out, e, cx).await));
+        let groups = by_resource(batch).into_iter().map(|group| async move {
+            for slot in group {
+                self.run_slot(out, slot, cx).await;
             }
-            r
         });
-        let mut all: Vec<_> = futures::future::join_all(futs)
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
-        all.sort_by_key(|(i, _)| *i);
-        all
+        futures::future::join_all(groups).await;
     }
 
-    /// One call: timeout, panic capture, evidence.
-    async fn execute(
-        &self,
-        out: &Session,
-        e: Exec<'_>,
-        cx: &FlowContext,
-    ) -> (Answer, Option<ToolEvidence>, f64) {
+    async fn run_slot(&self, out: &Session, slot: &mut Slot<'_>, cx: &FlowContext) {
+        if let Slot::Run(e) = slot {
+            let outcome = self.execute(out, e, cx).await;
+            *slot = Slot::Answered(None, outcome);
+        }
+    }
+
+    /// One call: start and end events, its answer, its evidence.
+    async fn execute(&self, out: &Session, e: &mut Exec<'_>, cx: &FlowContext) -> Outcome {
         let agent = self.agent.as_deref();
         cx.emit(&FlowEvent::ToolStart {
             agent,
@@ -816,79 +837,111 @@ impl SessionLoop {
             self.agent.clone(),
             e.call.id.clone(),
         );
-        let bytes_in = e.call.function.arguments.len() as u64;
         let timer = out.stamper().start_timer();
-        let timeout = e.reg.tool.timeout().or(self.options.tool_timeout);
-        let fut = AssertUnwindSafe(e.reg.tool.call(&tcx, e.args)).catch_unwind();
-        let outcome = match timeout {
-            Some(d) => tokio::time::timeout(d, fut).await.ok(),
-            None => Some(fut.await),
-        };
-        let answer = match outcome {
-            None => Answer::Failed(ToolError::new(
-                error_kind::TOOL_TIMEOUT,
-                format!(
-                    "tool {} did not finish within {}",
-                    e.call.function.name,
-                    fmt_duration(timeout.unwrap_or_default())
-                ),
-            )),
-            Some(Err(panic)) => Answer::Failed(ToolError::exception(format!(
-                "tool {} panicked: {}",
-                e.call.function.name,
-                panic_message(panic.as_ref())
-            ))),
-            Some(Ok(Ok(o))) => Answer::Done(o),
-            Some(Ok(Err(err))) => Answer::Failed(err),
-        };
-        let elapsed = timer.elapsed_ms();
-        let evidence = if self.options.evidence {
-            let dispatched = tcx.dispatch_evidence();
-            Some(match (tcx.recorded_evidence(), dispatched.last()) {
-                (Some(mut ev), _) => {
-                    ev.tool_call_id = e.call.id.clone();
-                    ev.tool = e.call.function.name.clone();
-                    ev
-                }
-                (None, Some(d)) => {
-                    let mut ev =
-                        d.to_tool_evidence(e.call.id.clone(), e.call.function.name.clone());
-                    if dispatched.len() > 1 {
-                        ev.detail.insert(
-                            "dispatches".to_owned(),
-                            Value::from(dispatched.len() as u64),
-                        );
-                    }
-                    ev
-                }
-                (None, None) => ToolEvidence {
-                    tool_call_id: e.call.id.clone(),
-                    tool: e.call.function.name.clone(),
-                    backend: Some("in-process".to_owned()),
-                    bytes_in,
-                    bytes_out: match &answer {
-                        Answer::Done(o) => o.content.len() as u64,
-                        Answer::Failed(_) => 0,
-                    },
-                    ..ToolEvidence::default()
-                },
-            })
-        } else {
-            None
-        };
+        let answer = self.invoke(&tcx, e).await;
+        let evidence = self.evidence(e.call, &answer, Some((&tcx, timer.elapsed_ms())));
         if let Some(obs) = cx.observer() {
-            let (outcome, content) = match &answer {
-                Answer::Done(o) => ("ok".to_owned(), o.content.clone()),
-                Answer::Failed(err) => (err.kind.clone(), err.to_content()),
+            let content = match &answer {
+                Ok(o) => o.content.clone(),
+                Err(err) => err.to_content(),
             };
             obs.on_event(&FlowEvent::ToolEnd {
                 agent,
                 call: e.call,
-                outcome: &outcome,
+                outcome: &outcome_name(&answer),
                 content: &content,
             });
         }
-        (answer, evidence, elapsed)
+        Outcome { answer, evidence }
+    }
+
+    /// Calls the tool with its timeout; a timeout or a panic is a tool error.
+    async fn invoke(&self, tcx: &ToolContext, e: &mut Exec<'_>) -> Result<ToolOutput, ToolError> {
+        let name = &e.call.function.name;
+        let timeout = e.reg.tool.timeout().or(self.options.tool_timeout);
+        let args = std::mem::take(&mut e.args);
+        let fut = AssertUnwindSafe(e.reg.tool.call(tcx, args)).catch_unwind();
+        let finished = match timeout {
+            Some(d) => tokio::time::timeout(d, fut).await.ok(),
+            None => Some(fut.await),
+        };
+        match finished {
+            None => Err(ToolError::new(
+                ToolErrorKind::ToolTimeout,
+                format!(
+                    "tool {name} did not finish within {}",
+                    fmt_duration(timeout.unwrap_or_default())
+                ),
+            )),
+            Some(Err(panic)) => Err(ToolError::exception(format!(
+                "tool {name} panicked: {}",
+                panic_message(panic.as_ref())
+            ))),
+            Some(Ok(answer)) => answer,
+        }
+    }
+}
+
+/// Groups a batch by resource key: calls on one key run one after another, in call order.
+fn by_resource<'s, 'a>(batch: Vec<&'s mut Slot<'a>>) -> Vec<Vec<&'s mut Slot<'a>>> {
+    let mut groups: Vec<Vec<&'s mut Slot<'a>>> = Vec::new();
+    let mut by_key: HashMap<String, usize> = HashMap::new();
+    for slot in batch {
+        let Some(key) = slot.resource_key() else {
+            groups.push(vec![slot]);
+            continue;
+        };
+        match by_key.get(&key) {
+            Some(&g) => groups[g].push(slot),
+            None => {
+                by_key.insert(key, groups.len());
+                groups.push(vec![slot]);
+            }
+        }
+    }
+    groups
+}
+
+/// `ok`, or the error kind: a call's `outcome` in evidence and events.
+fn outcome_name(answer: &Result<ToolOutput, ToolError>) -> String {
+    match answer {
+        Ok(_) => "ok".to_owned(),
+        Err(e) => e.kind.as_str().to_owned(),
+    }
+}
+
+/// The evidence of a call that ran: what the tool recorded, else its last sandbox dispatch
+/// (with the dispatch count when there were several), else an in-process record.
+fn ran_evidence(
+    call: &ToolCall,
+    answer: &Result<ToolOutput, ToolError>,
+    tcx: &ToolContext,
+) -> ToolEvidence {
+    let dispatched = tcx.dispatch_evidence();
+    match (tcx.recorded_evidence(), dispatched.last()) {
+        (Some(ev), _) => ToolEvidence {
+            tool_call_id: call.id.clone(),
+            tool: call.function.name.clone(),
+            ..ev
+        },
+        (None, Some(d)) => {
+            let mut ev = d.to_tool_evidence(call.id.clone(), call.function.name.clone());
+            if dispatched.len() > 1 {
+                ev.detail.insert(
+                    "dispatches".to_owned(),
+                    Value::from(dispatched.len() as u64),
+                );
+            }
+            ev
+        }
+        (None, None) => ToolEvidence {
+            tool_call_id: call.id.clone(),
+            tool: call.function.name.clone(),
+            backend: Some("in-process".to_owned()),
+            bytes_in: call.function.arguments.len() as u64,
+            bytes_out: answer.as_ref().map_or(0, |o| o.content.len() as u64),
+            ..ToolEvidence::default()
+        },
     }
 }
 

@@ -43,7 +43,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rath_backend::{BackendRegistry, DispatchEvidence, Output, Payload, ToolExecutionFailure};
+use rath_backend::{BackendRegistry, DispatchEvidence, Output, Payload};
+/// The one tool-failure type (defined in `rath-backend`, so backends and tools share it):
+/// `{kind, message, detail}`, rendered as `{"ok": false, "error_kind": ..., "message": ...}`.
+pub use rath_backend::{ToolError, ToolErrorKind};
 use rath_provider::ToolSchema;
 use rath_session::{SandboxHandle, Session, ToolEvidence};
 use schemars::JsonSchema;
@@ -52,20 +55,6 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::FlowError;
-
-/// The `error_kind` names a failed tool result carries.
-pub mod error_kind {
-    /// The arguments were not JSON, or did not match the tool's schema.
-    pub const INVALID_TOOL_ARGUMENTS: &str = "invalid_tool_arguments";
-    /// No tool of that name is offered.
-    pub const UNKNOWN_TOOL: &str = "unknown_tool";
-    /// The tool failed or panicked.
-    pub const TOOL_EXECUTION_EXCEPTION: &str = "tool_execution_exception";
-    /// The tool ran past its timeout.
-    pub const TOOL_TIMEOUT: &str = "tool_timeout";
-    /// The agent's policy denied the call, or a reviewer rejected it.
-    pub const DENIED_BY_POLICY: &str = "denied_by_policy";
-}
 
 /// Renders `value` as Python's `json.dumps(value, ensure_ascii=False)` would (`", "` and
 /// `": "` separators): the one format every tool result content in this crate uses.
@@ -77,13 +66,8 @@ pub mod error_kind {
 ///            r#"{"words": 4, "unique_lowercase": 4}"#);
 /// ```
 pub fn py_json<T: Serialize + ?Sized>(value: &T) -> String {
-    rath_persist::json::to_string(value).unwrap_or_else(|e| {
-        rath_persist::json::to_string(&serde_json::json!({
-            "ok": false,
-            "error_kind": error_kind::TOOL_EXECUTION_EXCEPTION,
-            "message": format!("tool result could not be serialised: {e}"),
-        }))
-        .unwrap_or_default()
+    rath_session::json::to_string(value).unwrap_or_else(|e| {
+        ToolError::exception(format!("tool result could not be serialised: {e}")).to_content()
     })
 }
 
@@ -106,75 +90,6 @@ impl ToolOutput {
     pub fn text(text: impl Into<String>) -> Self {
         Self {
             content: text.into(),
-        }
-    }
-}
-
-/// Why a tool call failed; becomes `{"ok": false, "error_kind": ..., "message": ...}`.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-#[error("{kind}: {message}")]
-pub struct ToolError {
-    /// The error kind (see [`error_kind`]; backend failures keep their own kinds, such as
-    /// `path_escape` or `not_found`).
-    pub kind: String,
-    /// A one-line message for the model.
-    pub message: String,
-    /// Structured detail, `null` when none.
-    pub detail: Value,
-}
-
-impl ToolError {
-    /// An error of `kind`.
-    pub fn new(kind: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            kind: kind.into(),
-            message: message.into(),
-            detail: Value::Null,
-        }
-    }
-
-    /// `tool_execution_exception`.
-    pub fn exception(message: impl Into<String>) -> Self {
-        Self::new(error_kind::TOOL_EXECUTION_EXCEPTION, message)
-    }
-
-    /// `invalid_tool_arguments`.
-    pub fn invalid_arguments(message: impl Into<String>) -> Self {
-        Self::new(error_kind::INVALID_TOOL_ARGUMENTS, message)
-    }
-
-    /// The same error with `detail`.
-    pub fn with_detail(mut self, detail: Value) -> Self {
-        self.detail = detail;
-        self
-    }
-
-    /// The tool result content: `{"ok": false, "error_kind": ..., "message": ...}` (plus
-    /// `"detail"` when there is one), in Python's JSON layout.
-    pub fn to_content(&self) -> String {
-        #[derive(Serialize)]
-        struct Wire<'a> {
-            ok: bool,
-            error_kind: &'a str,
-            message: &'a str,
-            #[serde(skip_serializing_if = "Value::is_null")]
-            detail: &'a Value,
-        }
-        py_json(&Wire {
-            ok: false,
-            error_kind: &self.kind,
-            message: &self.message,
-            detail: &self.detail,
-        })
-    }
-}
-
-impl From<ToolExecutionFailure> for ToolError {
-    fn from(f: ToolExecutionFailure) -> Self {
-        Self {
-            kind: f.kind.as_str().to_owned(),
-            message: f.message,
-            detail: f.detail,
         }
     }
 }
@@ -239,7 +154,7 @@ impl ToolContext {
             .backends
             .sandbox_for(&self.0.session)
             .await
-            .map_err(|e| ToolError::from(e.to_failure()))
+            .map_err(|e| e.to_failure())
     }
 
     /// Runs `payload` in the session's sandbox and keeps the dispatch evidence for the
@@ -254,7 +169,7 @@ impl ToolContext {
         if let Ok(mut ev) = self.0.evidence.lock() {
             ev.push(done.evidence.clone());
         }
-        done.outcome.map_err(ToolError::from)
+        done.outcome
     }
 
     /// Evidence of the dispatches made so far.

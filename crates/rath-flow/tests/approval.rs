@@ -8,8 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rath_flow::{
-    Agent, FlowContext, StoreSink, ToolPolicy, ToolSet, Workflow, WorkflowExt, approve, error_kind,
-    reject,
+    Agent, FlowContext, StoreSink, ToolPolicy, ToolSet, Workflow, WorkflowExt, approve, reject,
 };
 use rath_persist::Store;
 use rath_provider::{ScriptedProvider, ScriptedResponse};
@@ -162,7 +161,7 @@ async fn reject_round_trip_across_processes() {
     assert!(!work.path().join("note.txt").exists());
     let done = resumed_from(store_dir.path(), stopped.id());
     let v = result_for(&done, "call_write");
-    assert_eq!(v["error_kind"], json!(error_kind::DENIED_BY_POLICY));
+    assert_eq!(v["error_kind"], json!("denied_by_policy"));
     assert!(v["message"].as_str().unwrap_or("").contains("not today"));
     assert_eq!(result_for(&done, "call_exists")["exists"], json!(false));
     assert_eq!(rath_flow::final_text(&done), Some("I did not write it."));

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rath_flow::{
-    FlowContext, LoopOptions, SessionLoop, ToolContext, ToolError, ToolSet, error_kind, typed_tool,
+    FlowContext, LoopOptions, SessionLoop, ToolContext, ToolError, ToolSet, typed_tool,
 };
 use rath_provider::{ScriptedProvider, ScriptedResponse};
 use rath_session::{ChunkBody, ChunkKind, Session, Stamper};
@@ -114,7 +114,7 @@ fn assert_error(s: &Session, kind: &str) {
 #[tokio::test]
 async fn malformed_json_arguments() {
     let (s, p) = run_one("word_count", "{\"text\": ", LoopOptions::default()).await;
-    assert_error(&s, error_kind::INVALID_TOOL_ARGUMENTS);
+    assert_error(&s, "invalid_tool_arguments");
     // The model saw the error on its second request.
     assert_eq!(
         p.requests()[1].messages.last().map(|m| m.role),
@@ -125,21 +125,21 @@ async fn malformed_json_arguments() {
 #[tokio::test]
 async fn schema_violation() {
     let (s, _) = run_one("word_count", r#"{"text": 5}"#, LoopOptions::default()).await;
-    assert_error(&s, error_kind::INVALID_TOOL_ARGUMENTS);
+    assert_error(&s, "invalid_tool_arguments");
     let (s, _) = run_one("word_count", r#"{}"#, LoopOptions::default()).await;
-    assert_error(&s, error_kind::INVALID_TOOL_ARGUMENTS);
+    assert_error(&s, "invalid_tool_arguments");
 }
 
 #[tokio::test]
 async fn unknown_tool() {
     let (s, _) = run_one("no_such_tool", "{}", LoopOptions::default()).await;
-    assert_error(&s, error_kind::UNKNOWN_TOOL);
+    assert_error(&s, "unknown_tool");
 }
 
 #[tokio::test]
 async fn panicking_tool_is_caught() {
     let (s, _) = run_one("boom", "{}", LoopOptions::default()).await;
-    assert_error(&s, error_kind::TOOL_EXECUTION_EXCEPTION);
+    assert_error(&s, "tool_execution_exception");
     assert!(
         result_of(&s, "call_1")["message"]
             .as_str()
@@ -151,13 +151,13 @@ async fn panicking_tool_is_caught() {
 #[tokio::test]
 async fn failing_tool() {
     let (s, _) = run_one("failing", "{}", LoopOptions::default()).await;
-    assert_error(&s, error_kind::TOOL_EXECUTION_EXCEPTION);
+    assert_error(&s, "tool_execution_exception");
 }
 
 #[tokio::test]
 async fn tool_timeout_per_tool_and_loop_default() {
     let (s, _) = run_one("slow", "{}", LoopOptions::default()).await;
-    assert_error(&s, error_kind::TOOL_TIMEOUT);
+    assert_error(&s, "tool_timeout");
 }
 
 #[tokio::test]
@@ -185,7 +185,7 @@ async fn truncation_answers_and_finishes() {
     assert_eq!(out.lineage().extra("loop.truncated"), Some(&json!(true)));
     assert_eq!(result_of(&out, "call_1"), json!({"words": 2}));
     let v = result_of(&out, "call_2");
-    assert_eq!(v["error_kind"], json!(rath_flow::MAX_TOOL_ROUNDS_EXCEEDED));
+    assert_eq!(v["error_kind"], json!("max_tool_rounds_exceeded"));
     assert_eq!(rath_flow::final_text(&out), Some("final answer"));
     assert!(out.unanswered_tool_calls().is_empty());
 }

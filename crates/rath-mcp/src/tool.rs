@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rath_flow::{Tool, ToolContext, ToolError, ToolOutput, error_kind, py_json};
+use rath_flow::{Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput, py_json};
 use rath_session::ToolEvidence;
 use serde_json::{Value, json};
 
@@ -59,7 +59,7 @@ impl McpTool {
         let server = self.client.name().to_owned();
         match e {
             McpError::Timeout { timeout_ms, .. } => ToolError::new(
-                error_kind::TOOL_TIMEOUT,
+                ToolErrorKind::ToolTimeout,
                 format!(
                     "MCP server {server} did not answer tools/call {} within {timeout_ms} ms",
                     self.info.name
@@ -74,9 +74,9 @@ impl McpTool {
             } => {
                 // -32602: invalid params.
                 let kind = if code == -32602 {
-                    error_kind::INVALID_TOOL_ARGUMENTS
+                    ToolErrorKind::InvalidToolArguments
                 } else {
-                    error_kind::TOOL_EXECUTION_EXCEPTION
+                    ToolErrorKind::ToolExecutionException
                 };
                 ToolError::new(kind, format!("MCP server {server}: {message}"))
                     .with_detail(json!({"mcp_server": server, "jsonrpc_code": code, "data": data}))

@@ -36,7 +36,6 @@
 mod error;
 mod fast;
 pub mod journal;
-pub mod json;
 pub mod loader;
 mod mapped;
 mod record;
@@ -50,6 +49,8 @@ pub use journal::{
     export_sessions_to_file, parse_lineage_jsonl, record_tracked, to_dot, to_mermaid,
 };
 pub use loader::{LoadedSession, load_bytes, load_file};
+/// Python's `json.dumps` layout (it lives in `rath-session`, so every crate writes it the same way).
+pub use rath_session::json;
 pub use record::{EXT_KEY, SCHEMA_VERSION};
 pub use store::{
     PARTIAL_SUFFIX, SESSION_SUFFIX, SessionSummary, Store, openrath_home, summarize_file,

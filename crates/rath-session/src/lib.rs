@@ -32,6 +32,7 @@
 mod chunk;
 mod error;
 mod graph;
+pub mod json;
 mod lineage;
 mod list;
 mod messages;

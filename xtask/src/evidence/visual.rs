@@ -59,10 +59,10 @@ fn build_visual(ctx: &mut Ctx) -> Result<Report> {
         .into_iter()
         .map(|(_, s)| s)
         .collect();
-    let options = openrath::view::ViewOptions::default()
+    let options = rath_inspect::view::ViewOptions::default()
         .title("openrath evidence: lineage scenario")
         .source("xtask evidence (lineage_export scenario)");
-    let html = openrath::view::render_sessions(&sessions, &options);
+    let html = rath_inspect::view::render_sessions(&sessions, &options);
     ctx.write("view.html", &html)?;
     let want_nodes = sessions.len();
     let want_edges: usize = sessions.iter().map(|s| s.lineage().parents.len()).sum();

@@ -404,9 +404,9 @@ pub async fn run(config: TeamConfig) -> Result<TeamReport, DemoError> {
         path: home.clone(),
         source: std::io::Error::other(e.to_string()),
     })?;
-    let page = crate::view::render_store(
+    let page = crate::inspect::view::render_store(
         &view,
-        crate::view::ViewOptions::default().title("engineering_team sessions"),
+        crate::inspect::view::ViewOptions::default().title("engineering_team sessions"),
     )
     .map_err(|e| DemoError::Io {
         path: view_path.clone(),

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use rath_backend::isolated::IsolatedBackend;
-use rath_backend::{Backend, DispatchContext, Output, Payload, ToolExecutionFailure};
+use rath_backend::{Backend, DispatchContext, Output, Payload, ToolError};
 use rath_session::{SandboxHandle, SandboxSpec, Stamper};
 
 /// True under CI (`RATH_CI=1`), where a missing prerequisite is a failure, not a skip.
@@ -37,11 +37,7 @@ pub async fn open(b: &Arc<dyn Backend>) -> SandboxHandle {
 }
 
 /// Dispatches `p`.
-pub async fn run(
-    b: &Arc<dyn Backend>,
-    h: &SandboxHandle,
-    p: Payload,
-) -> Result<Output, ToolExecutionFailure> {
+pub async fn run(b: &Arc<dyn Backend>, h: &SandboxHandle, p: Payload) -> Result<Output, ToolError> {
     b.dispatch(h, &p, &DispatchContext::new(&Stamper::counter()))
         .await
 }

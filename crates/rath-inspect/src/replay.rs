@@ -1,12 +1,12 @@
 //! `rath replay`: re-ask a cassette for every model turn of a stored session and compare.
 //!
 //! ```no_run
-//! use openrath::inspect::StoreView;
+//! use rath_inspect::StoreView;
 //!
 //! let view = StoreView::open(".openrath")?;
 //! let report = view.replay(&view.resolve("0003")?, "run.jsonl".as_ref())?;
 //! println!("{}", report.render()); // "identical" or the first difference
-//! # Ok::<(), openrath::inspect::InspectError>(())
+//! # Ok::<(), rath_inspect::InspectError>(())
 //! ```
 
 use std::future::Future;

@@ -1,4 +1,4 @@
-//! The inspect module's one error type.
+//! The crate's one error type.
 
 use std::path::PathBuf;
 
@@ -44,6 +44,25 @@ pub enum InspectError {
     #[error("{path}: {source}")]
     Io {
         /// The path concerned.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The directory an output file (the viewer's page) should go into does not exist. Create
+    /// it, or name another file.
+    #[error("cannot write {path}: directory {dir} does not exist")]
+    NoOutputDir {
+        /// The file asked for.
+        path: PathBuf,
+        /// Its missing directory.
+        dir: PathBuf,
+    },
+    /// An output file (the viewer's page) could not be written. Check the path and
+    /// permissions.
+    #[error("cannot write {path}: {source}")]
+    WriteFile {
+        /// The file.
         path: PathBuf,
         /// The OS error.
         #[source]

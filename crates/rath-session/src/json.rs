@@ -3,8 +3,14 @@
 //! Python separates items with `", "` and keys from values with `": "`, keeps non-ASCII text
 //! as is, escapes control characters as `\u00XX` (lowercase hex) and prints floats with
 //! `repr` (`1e+16`, `1e-05`, `0.0001`, `2.0`). serde_json's compact output differs in all of
-//! those spacing and float details, so every line this crate writes goes through
-//! [`PyFormatter`].
+//! those spacing and float details, so every store line, lineage row and tool result the
+//! workspace writes goes through [`PyFormatter`].
+//!
+//! ```
+//! let v = serde_json::json!({"ok": false, "ratio": 1e16, "text": "é"});
+//! assert_eq!(rath_session::json::to_string(&v)?, r#"{"ok": false, "ratio": 1e+16, "text": "é"}"#);
+//! # Ok::<(), serde_json::Error>(())
+//! ```
 //!
 //! One deliberate difference: U+2028, U+2029 and U+0085 are written as `\u2028`-style escapes.
 //! Python's loader splits lines with `str.splitlines()`, which breaks a line at those

@@ -1,8 +1,8 @@
 //! A self-contained HTML session viewer: one file, inline CSS and JS, no network.
 //!
 //! ```
-//! use openrath::prelude::*;
-//! use openrath::view::{ViewOptions, render_sessions};
+//! use rath_session::{Chunk, Session, Stamper};
+//! use rath_inspect::view::{ViewOptions, render_sessions};
 //!
 //! let root = Session::user_with("q", Stamper::counter());
 //! let fork = root.fork().push(Chunk::assistant_text("a"));
@@ -23,16 +23,17 @@
 //! Each panel holds at most [`ViewOptions::transcript_chunks`] chunks from the start of the
 //! session and as many from its end; a longer session's panel says which chunks are left out
 //! and gives the `rath show ID --from K --limit N` command that prints them. A store is read
-//! file by file in bounded memory ([`crate::inspect::TranscriptStream`]), so the page and the
+//! file by file in bounded memory ([`crate::TranscriptStream`]), so the page and the
 //! memory it takes to make it stay small whatever the size of the sessions.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
+use std::path::Path;
 
 use rath_persist::LoadedSession;
 use rath_session::{Session, SessionId};
 
-use crate::inspect::{
+use crate::{
     FileWarning, InspectError, Page, SessionStatus, StoreView, Transcript, TranscriptEntry,
     TranscriptStream, show_command, usage_text,
 };
@@ -103,7 +104,7 @@ pub fn render_store_report(
         // A file that read through once but fails now (changed meanwhile) is left out too.
         match TranscriptStream::open(f, Page::default()).and_then(|t| t.collect_ends(n)) {
             Ok(t) => transcripts.push(t),
-            Err(e) => warnings.push(crate::inspect::FileWarning::unreadable_text(
+            Err(e) => warnings.push(crate::FileWarning::unreadable_text(
                 f.file.clone(),
                 e.to_string(),
             )),
@@ -112,6 +113,61 @@ pub fn render_store_report(
     let mut options = options;
     options.warnings.extend(warnings.iter().cloned());
     Ok((render_transcripts(&transcripts, &options), warnings))
+}
+
+/// What [`write_store_page`] wrote (`rath view` prints it; `--json` gives this value).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[non_exhaustive]
+pub struct PageReport {
+    /// The page's size in bytes.
+    pub bytes: usize,
+    /// Parent links drawn (`<line class="edge">` elements).
+    pub edges: usize,
+    /// The file written, as given.
+    pub out: String,
+    /// Sessions on the page (`<g class="node">` elements).
+    pub sessions: usize,
+    /// The files left out (also listed on the page).
+    pub warnings: Vec<FileWarning>,
+}
+
+impl PageReport {
+    /// One line: `wrote FILE (N sessions, M parent links, B bytes)`.
+    pub fn render(&self) -> String {
+        format!(
+            "wrote {} ({} sessions, {} parent links, {} bytes)\n",
+            self.out, self.sessions, self.edges, self.bytes
+        )
+    }
+}
+
+/// Renders a store ([`render_store_report`]) and writes the page to `out`. A missing
+/// directory for `out` is an error ([`InspectError::NoOutputDir`]), never created.
+pub fn write_store_page(
+    view: &StoreView,
+    options: ViewOptions,
+    out: &Path,
+) -> Result<PageReport, InspectError> {
+    let (page, warnings) = render_store_report(view, options)?;
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty())
+        && !parent.is_dir()
+    {
+        return Err(InspectError::NoOutputDir {
+            path: out.to_path_buf(),
+            dir: parent.to_path_buf(),
+        });
+    }
+    std::fs::write(out, &page).map_err(|source| InspectError::WriteFile {
+        path: out.to_path_buf(),
+        source,
+    })?;
+    Ok(PageReport {
+        bytes: page.len(),
+        edges: page.matches("<line class=\"edge\"").count(),
+        out: out.display().to_string(),
+        sessions: page.matches("<g class=\"node").count(),
+        warnings,
+    })
 }
 
 /// Renders in-memory sessions (they get no file name or timestamps beyond their own).
@@ -311,7 +367,7 @@ fn panel(o: &mut String, i: usize, t: &Transcript, ts: &[&Transcript], keep: usi
     if let Some(f) = &t.failure {
         fact(
             "failed",
-            format!("<strong>{}</strong>", esc(&crate::inspect::failure_text(f))),
+            format!("<strong>{}</strong>", esc(&crate::failure_text(f))),
         );
     }
     fact(

@@ -39,8 +39,8 @@ impl ChunkLine {
 /// related in the lineage graph when one is given.
 ///
 /// ```
-/// use openrath::inspect::SessionDiff;
-/// use openrath::prelude::*;
+/// use rath_inspect::SessionDiff;
+/// use rath_session::{Chunk, Session, Stamper};
 ///
 /// let root = Session::user_with("q", Stamper::counter());
 /// let a = root.fork().push(Chunk::assistant_text("yes"));

@@ -20,9 +20,9 @@ pub const MAX_TREE_DEPTH: usize = 24;
 /// ([`super::StoreView::lineage`] gives that); a repeated id is drawn once.
 ///
 /// ```
-/// use openrath::inspect::lineage_tree;
-/// use openrath::persist::LineageRow;
-/// use openrath::prelude::*;
+/// use rath_inspect::lineage_tree;
+/// use rath_persist::LineageRow;
+/// use rath_session::{Session, Stamper};
 ///
 /// let root = Session::user_with("q", Stamper::counter());
 /// let (a, b) = (root.fork(), root.fork());
@@ -31,7 +31,7 @@ pub const MAX_TREE_DEPTH: usize = 24;
 /// let tree = lineage_tree(&rows);
 /// assert_eq!(tree.lines().count(), 4);
 /// assert!(tree.contains("│   └── "), "{tree}");
-/// # Ok::<(), openrath::session::SessionError>(())
+/// # Ok::<(), rath_session::SessionError>(())
 /// ```
 pub fn lineage_tree(rows: &[LineageRow]) -> String {
     let mut first: HashMap<&SessionId, usize> = HashMap::new();

@@ -1,9 +1,10 @@
-//! Looking at a session store: listings, transcripts, lineage trees, diffs, verification.
+//! **rath-inspect**: reading a session store: listings, transcripts, lineage trees, diffs,
+//! offline replay, verification and a self-contained HTML viewer.
 //!
 //! ```
-//! use openrath::inspect::{StoreView, SessionRow};
-//! use openrath::persist::Store;
-//! use openrath::prelude::*;
+//! use rath_inspect::{StoreView, SessionRow};
+//! use rath_persist::Store;
+//! use rath_session::{Chunk, Session, Stamper};
 //!
 //! let dir = tempfile::tempdir()?;
 //! let root = Session::user_with("q", Stamper::counter());
@@ -20,8 +21,12 @@
 //! ```
 //!
 //! Everything here reads; nothing writes to the store. The `rath` command is a thin shell
-//! over this module (and [`crate::view`]): each operation returns a value with a human
+//! over this crate (and its [`view`] module): each operation returns a value with a human
 //! rendering (`render`) and a JSON form (`serde`), so scripts and programs see the same data.
+//! Every failure is an [`InspectError`]. The `openrath` facade re-exports this crate as
+//! `openrath::inspect`.
+
+#![warn(missing_docs)]
 
 mod diff;
 mod error;
@@ -30,6 +35,7 @@ mod replay;
 mod show;
 mod tree;
 mod verify;
+pub mod view;
 
 use std::path::{Path, PathBuf};
 
@@ -267,6 +273,34 @@ pub struct LineageListing {
     pub rows: Vec<rath_persist::LineageRow>,
     /// One entry per file left out.
     pub warnings: Vec<FileWarning>,
+}
+
+/// How [`LineageListing::render`] prints the rows (`rath lineage --format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LineageFormat {
+    /// An indented tree ([`lineage_tree`]).
+    #[default]
+    Tree,
+    /// Python OpenRath's lineage export rows, one JSON object a line.
+    Jsonl,
+    /// A Graphviz DOT graph.
+    Dot,
+    /// A Mermaid flowchart.
+    Mermaid,
+}
+
+impl LineageListing {
+    /// The rows in `format` (the files left out are in [`LineageListing::warnings`]).
+    pub fn render(&self, format: LineageFormat) -> String {
+        let rows = &self.rows;
+        match format {
+            LineageFormat::Tree => lineage_tree(rows),
+            LineageFormat::Jsonl => rath_persist::export_jsonl_string(rows),
+            LineageFormat::Dot => rath_persist::to_dot(rows),
+            LineageFormat::Mermaid => rath_persist::to_mermaid(rows),
+        }
+    }
 }
 
 /// `prompt/completion/total`, or `-`.
