@@ -204,11 +204,11 @@ async fn main() -> anyhow::Result<()> {
         Some(path) if o.resume => Arc::new(RecordingProvider::append(scripted, path)?),
         Some(path) => Arc::new(RecordingProvider::create(scripted, path)?),
     };
-    // Every new chunk goes to the store as it is made.
     let looper = SessionLoop::new(model, ToolSet::builtins())
         .with_agent_name("coder")
-        .with_options(LoopOptions::default().max_tool_rounds(32))
-        .with_sink(Arc::new(StoreSink::new(store.clone())));
+        .with_options(LoopOptions::default().max_tool_rounds(32));
+    // Every new chunk goes to the store as it is made.
+    let cx = cx.with_sink(StoreSink::new(store.clone()));
 
     let resumed_from = loaded.as_ref().map(|s| s.id().clone());
     let run = match loaded {
