@@ -1,5 +1,6 @@
-//! [`Agent`]: a system prompt, a provider, tools, a policy and an optional memory hook —
-//! a [`Workflow`] whose forward is one session loop.
+//! [`Agent`]: a system prompt, a provider, tools and a policy — a [`Workflow`] whose
+//! forward is one session loop. Memory, sinks, observers and budgets are layers
+//! ([`crate::layers`]).
 //!
 //! ```
 //! use rath_flow::{Agent, ToolSet, WorkflowExt};
@@ -27,9 +28,7 @@ use rath_provider::Provider;
 use rath_session::Session;
 
 use crate::FlowError;
-use crate::context::{FlowContext, SessionSink};
-use crate::error::{FailedAt, fail_from};
-use crate::memory::MemoryHook;
+use crate::context::FlowContext;
 use crate::policy::ToolPolicy;
 use crate::session_loop::{LoopOptions, SessionLoop};
 use crate::tool::{Tool, ToolSet};
@@ -49,7 +48,6 @@ struct Inner {
     description: String,
     system_prompt: String,
     looper: SessionLoop,
-    memory: Option<Arc<dyn MemoryHook>>,
 }
 
 /// A named agent. Cheap to clone (shared); the builder methods return a new agent.
@@ -79,7 +77,6 @@ impl Agent {
             name,
             description: String::new(),
             system_prompt: system_prompt.into(),
-            memory: None,
         }))
     }
 
@@ -91,7 +88,6 @@ impl Agent {
                 description: shared.description.clone(),
                 system_prompt: shared.system_prompt.clone(),
                 looper: shared.looper.clone(),
-                memory: shared.memory.clone(),
             },
         };
         f(&mut inner);
@@ -141,19 +137,6 @@ impl Agent {
         self.edit(|i| i.looper = i.looper.clone().with_options(options))
     }
 
-    /// Recalls before the first model call and commits after each forward.
-    pub fn with_memory(self, memory: Arc<dyn MemoryHook>) -> Self {
-        self.edit(|i| {
-            i.memory = Some(memory.clone());
-            i.looper = i.looper.clone().with_memory(memory);
-        })
-    }
-
-    /// Streams each loop output to `sink` as it grows (e.g. a [`crate::StoreSink`]).
-    pub fn with_sink(self, sink: Arc<dyn SessionSink>) -> Self {
-        self.edit(|i| i.looper = i.looper.clone().with_sink(sink))
-    }
-
     /// The agent's name (usage attribution key).
     pub fn name(&self) -> &str {
         &self.0.name
@@ -178,28 +161,10 @@ impl Agent {
     }
 
     /// Continues `stopped` after [`crate::approve`] / [`crate::reject`] decisions (see
-    /// [`SessionLoop::resume`]); commits memory when the loop finishes.
+    /// [`SessionLoop::resume`]).
     pub async fn resume(&self, stopped: &Session, cx: &FlowContext) -> Result<Session, FlowError> {
         let agent = self.agent_session(stopped, cx);
-        let out = self.0.looper.resume(stopped, &agent, cx).await?;
-        self.commit(stopped, out, cx)
-    }
-
-    fn commit(
-        &self,
-        input: &Session,
-        out: Session,
-        cx: &FlowContext,
-    ) -> Result<Session, FlowError> {
-        match &self.0.memory {
-            Some(m) if out.pending().is_empty() => m
-                .after_forward(input, &out, Some(&self.0.name))
-                .map_err(|e| {
-                    let at = FailedAt::new(Some(&self.0.name), "memory");
-                    fail_from(e, &out, "Agent.commit_memory", at, cx)
-                }),
-            _ => Ok(out),
-        }
+        self.0.looper.resume(stopped, &agent, cx).await
     }
 }
 
@@ -219,8 +184,7 @@ impl Workflow for Agent {
     ) -> BoxFuture<'a, Result<Session, FlowError>> {
         Box::pin(async move {
             let agent = self.agent_session(&session, cx);
-            let out = self.0.looper.run(&session, &agent, cx).await?;
-            self.commit(&session, out, cx)
+            self.0.looper.run(&session, &agent, cx).await
         })
     }
 

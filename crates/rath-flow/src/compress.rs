@@ -208,6 +208,7 @@ impl SummaryCompressor {
             chunks.extend(kept);
             return Ok(compressed(input, chunks, false));
         }
+        cx.admit(Some(&self.name))?;
         let mut messages: Vec<ChatMessage> = (0..cut)
             .filter_map(|i| ChatMessage::from_chunk(&input.chunks()[i]))
             .collect();

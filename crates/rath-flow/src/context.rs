@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rath_backend::BackendRegistry;
@@ -100,6 +101,18 @@ pub trait SessionSink: Send + Sync {
     fn append(&self, session: &Session) -> Result<(), FlowError>;
     /// The loop stopped; the session is final (it may carry pending work).
     fn finish(&self, session: &Session) -> Result<(), FlowError>;
+}
+
+impl<S: SessionSink + ?Sized> SessionSink for Arc<S> {
+    fn begin(&self, session: &Session) -> Result<(), FlowError> {
+        (**self).begin(session)
+    }
+    fn append(&self, session: &Session) -> Result<(), FlowError> {
+        (**self).append(session)
+    }
+    fn finish(&self, session: &Session) -> Result<(), FlowError> {
+        (**self).finish(session)
+    }
 }
 
 /// A [`SessionSink`] that streams loop outputs into a [`rath_persist::Store`]: the file is
@@ -186,6 +199,8 @@ pub struct FlowContext {
     observer: Option<Arc<dyn Observer>>,
     text_deltas: bool,
     cancel: CancellationToken,
+    sink: Option<Arc<dyn SessionSink>>,
+    budgets: Vec<Arc<BudgetMeter>>,
 }
 
 impl fmt::Debug for FlowContext {
@@ -195,6 +210,8 @@ impl fmt::Debug for FlowContext {
             .field("observer", &self.observer.is_some())
             .field("text_deltas", &self.text_deltas)
             .field("cancelled", &self.cancel.is_cancelled())
+            .field("sink", &self.sink.is_some())
+            .field("budgets", &self.budgets)
             .finish()
     }
 }
@@ -213,7 +230,53 @@ impl FlowContext {
             observer: None,
             text_deltas: false,
             cancel: CancellationToken::new(),
+            sink: None,
+            budgets: Vec::new(),
         }
+    }
+
+    /// Streams every session loop's output in this context to `sink` as it grows (what the
+    /// [`crate::WorkflowExt::with_sink`] layer sets for the workflow it wraps).
+    pub fn with_sink(self, sink: impl SessionSink + 'static) -> Self {
+        self.with_shared_sink(Arc::new(sink))
+    }
+
+    /// [`FlowContext::with_sink`] with a shared sink.
+    pub fn with_shared_sink(mut self, sink: Arc<dyn SessionSink>) -> Self {
+        self.sink = Some(sink);
+        self
+    }
+
+    /// The sink session loops stream to, if any.
+    pub fn sink(&self) -> Option<&Arc<dyn SessionSink>> {
+        self.sink.as_ref()
+    }
+
+    /// Adds an observer beside the current one (both see every event, the current one first).
+    pub fn also_observe(self, observer: impl Observer + 'static) -> Self {
+        self.also_observe_shared(Arc::new(observer))
+    }
+
+    /// [`FlowContext::also_observe`] with a shared observer.
+    pub fn also_observe_shared(mut self, added: Arc<dyn Observer>) -> Self {
+        self.observer = Some(match self.observer.take() {
+            Some(first) => Arc::new(Both(first, added)),
+            None => added,
+        });
+        self
+    }
+
+    /// Counts model calls and tokens against `budget` in this context (and in contexts made
+    /// from it); [`FlowContext::admit`] refuses a call once a limit is reached.
+    pub fn with_budget(mut self, budget: Budget) -> Self {
+        self.budgets.push(Arc::new(BudgetMeter::new(budget)));
+        self
+    }
+
+    /// Checks every budget before a model call by `agent`: `Err` (nothing sent) when one is
+    /// spent. Components that call a model call this first.
+    pub fn admit(&self, agent: Option<&str>) -> Result<(), FlowError> {
+        self.budgets.iter().try_for_each(|b| b.admit(agent))
     }
 
     /// Uses `backends` to open sandboxes.
@@ -278,6 +341,11 @@ impl FlowContext {
 
     /// Sends `event` to the observer.
     pub fn emit(&self, event: &FlowEvent<'_>) {
+        if !self.budgets.is_empty() {
+            for b in &self.budgets {
+                b.count(event);
+            }
+        }
         if let Some(o) = &self.observer {
             o.on_event(event);
         }
@@ -288,6 +356,109 @@ impl FlowContext {
     pub fn record(&self, session: &Session) {
         rath_persist::record_tracked(session);
         self.emit(&FlowEvent::Session { session });
+    }
+}
+
+/// Two observers as one.
+struct Both(Arc<dyn Observer>, Arc<dyn Observer>);
+
+impl Observer for Both {
+    fn on_event(&self, event: &FlowEvent<'_>) {
+        self.0.on_event(event);
+        self.1.on_event(event);
+    }
+}
+
+/// Limits on what a workflow may spend: model calls (`steps`) and tokens, counted over one
+/// forward of the workflow a [`crate::WorkflowExt::with_budget`] layer wraps.
+///
+/// ```
+/// use rath_flow::Budget;
+///
+/// let b = Budget::tokens(10_000).and_steps(20);
+/// assert_eq!((b.tokens, b.steps), (Some(10_000), Some(20)));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Budget {
+    /// Total tokens (prompt + completion) the model calls may use; a call is refused once
+    /// this many were used.
+    pub tokens: Option<u64>,
+    /// Model calls allowed.
+    pub steps: Option<u64>,
+}
+
+impl Budget {
+    /// At most `n` tokens.
+    pub fn tokens(n: u64) -> Self {
+        Self {
+            tokens: Some(n),
+            steps: None,
+        }
+    }
+
+    /// At most `n` model calls.
+    pub fn steps(n: u64) -> Self {
+        Self {
+            tokens: None,
+            steps: Some(n),
+        }
+    }
+
+    /// Also at most `n` model calls.
+    pub fn and_steps(mut self, n: u64) -> Self {
+        self.steps = Some(n);
+        self
+    }
+
+    /// Also at most `n` tokens.
+    pub fn and_tokens(mut self, n: u64) -> Self {
+        self.tokens = Some(n);
+        self
+    }
+}
+
+/// What a budget has counted so far.
+#[derive(Debug)]
+pub(crate) struct BudgetMeter {
+    budget: Budget,
+    tokens: AtomicU64,
+    steps: AtomicU64,
+}
+
+impl BudgetMeter {
+    fn new(budget: Budget) -> Self {
+        Self {
+            budget,
+            tokens: AtomicU64::new(0),
+            steps: AtomicU64::new(0),
+        }
+    }
+
+    fn count(&self, event: &FlowEvent<'_>) {
+        match event {
+            FlowEvent::Request { .. } => {
+                self.steps.fetch_add(1, Ordering::Relaxed);
+            }
+            FlowEvent::Usage { usage, .. } => {
+                self.tokens.fetch_add(usage.total_tokens, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+    }
+
+    fn admit(&self, agent: Option<&str>) -> Result<(), FlowError> {
+        let spent = |limit: Option<u64>, used: &AtomicU64, what: &'static str| match limit {
+            Some(max) if used.load(Ordering::Relaxed) >= max => Err(FlowError::BudgetSpent {
+                what,
+                used: used.load(Ordering::Relaxed),
+                limit: max,
+                agent: agent.map(str::to_owned),
+            }),
+            _ => Ok(()),
+        };
+        spent(self.budget.steps, &self.steps, "steps")?;
+        spent(self.budget.tokens, &self.tokens, "tokens")
     }
 }
 

@@ -66,6 +66,18 @@ pub enum FlowError {
         /// The call.
         call_id: String,
     },
+    /// A [`crate::Budget`] was spent: the next model call was not sent.
+    #[error("budget spent: {used} {what} used of {limit}; the model call was not sent")]
+    BudgetSpent {
+        /// `steps` (model calls) or `tokens`.
+        what: &'static str,
+        /// How much was used.
+        used: u64,
+        /// The limit.
+        limit: u64,
+        /// The agent whose call was refused.
+        agent: Option<String>,
+    },
     /// A component is misconfigured (empty parallel, unknown candidate, ...).
     #[error("configuration error: {0}")]
     Config(String),
@@ -118,6 +130,7 @@ impl FlowError {
     pub fn failure_kind(&self) -> &'static str {
         match self.cause() {
             FlowError::Provider(ProviderError::BudgetExceeded { .. }) => "budget_exhausted",
+            FlowError::BudgetSpent { .. } => "budget_exhausted",
             FlowError::Provider(_) => "provider",
             FlowError::Backend(_) => "backend",
             FlowError::Persist(_) => "persist",

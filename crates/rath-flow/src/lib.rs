@@ -31,11 +31,13 @@
 //! - [`Tool`], [`typed_tool`], [`RawTool`], [`ToolSet`] and the six [`builtin`] workspace
 //!   tools; arguments are validated against each tool's JSON Schema before the call.
 //! - [`SessionLoop`] / [`run_session_loop`]: the model ↔ tools loop, with evidence chunks,
-//!   per-tool timeouts, panic capture, truncation, cancellation and streaming to a
-//!   [`SessionSink`] such as [`StoreSink`].
+//!   per-tool timeouts, panic capture, truncation, cancellation and streaming to the
+//!   context's [`SessionSink`] such as [`StoreSink`].
 //! - [`Agent`] and the [`Workflow`] combinators [`Sequence`], [`Parallel`], [`LoopUntil`],
 //!   plus [`Selector`] (routing with recorded decisions) and the compressors [`KeepLastN`]
 //!   and [`SummaryCompressor`].
+//! - [`layers`]: memory, a persist-as-you-go sink, an extra observer and a [`Budget`] as
+//!   workflow wrappers, built with [`WorkflowExt`] (`agent.with_memory(m).persist_to(store)`).
 //! - [`ToolPolicy`] with [`approve`] / [`reject`] and resumable approval stops.
 //!
 //! Tool result contents are JSON in Python's `json.dumps` layout (`", "` / `": "`); failures
@@ -51,6 +53,7 @@ pub mod builtin;
 mod compress;
 mod context;
 mod error;
+pub mod layers;
 mod memory;
 mod policy;
 mod selector;
@@ -60,8 +63,9 @@ mod workflow;
 
 pub use agent::Agent;
 pub use compress::{KeepLastN, SUMMARY_HEADER, SummaryCompressor};
-pub use context::{FlowContext, FlowEvent, Observer, SessionSink, StoreSink};
+pub use context::{Budget, FlowContext, FlowEvent, Observer, SessionSink, StoreSink};
 pub use error::FlowError;
+pub use layers::{Observed, WithBudget, WithMemory, WithSink};
 pub use memory::{MemoryHook, PolicyMemory};
 pub use policy::{ToolPolicy, Verdict, approve, decision_for, reject};
 pub use selector::{Candidate, DecideFn, Decision, ROUTE_TOOL, Selector};

@@ -1,4 +1,4 @@
-//! The memory hook an [`crate::Agent`] applies around its model calls.
+//! The memory hook the [`crate::WorkflowExt::with_memory`] layer applies around a forward.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -28,10 +28,10 @@ use rath_session::Session;
 
 use crate::FlowError;
 
-/// Memory behaviour around a forward: recall-and-inject before the loop's first model call,
-/// commit after the forward ends. Both steps leave `memory_event` chunks on the session.
+/// Memory behaviour around a forward: recall-and-inject before it starts, commit after it
+/// ends. Both steps leave `memory_event` chunks on the session.
 pub trait MemoryHook: Send + Sync {
-    /// Before the first model call of a loop run.
+    /// Before a forward starts (not when it resumes stopped work).
     fn before_model_call(
         &self,
         session: &Session,
@@ -45,6 +45,24 @@ pub trait MemoryHook: Send + Sync {
         output: &Session,
         agent: Option<&str>,
     ) -> Result<Session, FlowError>;
+}
+
+impl<M: MemoryHook + ?Sized> MemoryHook for Arc<M> {
+    fn before_model_call(
+        &self,
+        session: &Session,
+        agent: Option<&str>,
+    ) -> Result<Session, FlowError> {
+        (**self).before_model_call(session, agent)
+    }
+    fn after_forward(
+        &self,
+        input: &Session,
+        output: &Session,
+        agent: Option<&str>,
+    ) -> Result<Session, FlowError> {
+        (**self).after_forward(input, output, agent)
+    }
 }
 
 /// The adapter from a `rath_memory` [`MemoryPolicy`] and store to a [`MemoryHook`].

@@ -281,6 +281,9 @@ impl Selector {
         infos: &[Candidate],
         cx: &FlowContext,
     ) -> Result<(Session, Decision), FlowError> {
+        if let Err(e) = cx.admit(Some(&self.name)) {
+            return Err(self.failed(e, session.clone(), None, cx));
+        }
         let mut listing = String::from(instructions);
         listing.push_str("\n\nCandidates:");
         for c in infos {

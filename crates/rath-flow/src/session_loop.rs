@@ -40,9 +40,8 @@ use rath_session::{
 use serde_json::Value;
 
 use crate::FlowError;
-use crate::context::{FlowContext, FlowEvent, SessionSink};
+use crate::context::{FlowContext, FlowEvent};
 use crate::error::{FailedAt, failed};
-use crate::memory::MemoryHook;
 use crate::policy::{ToolPolicy, Verdict, decision_for};
 use crate::tool::{Registered, ToolContext, ToolError, ToolErrorKind, ToolOutput, ToolSet};
 
@@ -141,7 +140,8 @@ impl LoopOptions {
     }
 }
 
-/// A configured loop: provider, tools, policy, options, agent name, memory hook and sink.
+/// A configured loop: provider, tools, policy, options and agent name. The sink its outputs
+/// stream to comes from the [`FlowContext`] ([`FlowContext::with_sink`]).
 /// Cheap to clone; [`crate::Agent`] wraps one.
 #[derive(Clone)]
 pub struct SessionLoop {
@@ -150,8 +150,6 @@ pub struct SessionLoop {
     policy: ToolPolicy,
     options: LoopOptions,
     agent: Option<String>,
-    memory: Option<Arc<dyn MemoryHook>>,
-    sink: Option<Arc<dyn SessionSink>>,
 }
 
 impl std::fmt::Debug for SessionLoop {
@@ -240,8 +238,6 @@ impl SessionLoop {
             policy: ToolPolicy::allow_all(),
             options: LoopOptions::default(),
             agent: None,
-            memory: None,
-            sink: None,
         }
     }
 
@@ -266,18 +262,6 @@ impl SessionLoop {
     /// Names the agent (usage attribution, evidence, pending work).
     pub fn with_agent_name(mut self, name: impl Into<String>) -> Self {
         self.agent = Some(name.into());
-        self
-    }
-
-    /// Applies a memory hook before the first model call.
-    pub fn with_memory(mut self, memory: Arc<dyn MemoryHook>) -> Self {
-        self.memory = Some(memory);
-        self
-    }
-
-    /// Streams the output session to `sink` as it grows.
-    pub fn with_sink(mut self, sink: Arc<dyn SessionSink>) -> Self {
-        self.sink = Some(sink);
         self
     }
 
@@ -315,17 +299,11 @@ impl SessionLoop {
             "run_session_loop",
             LineageKind::OpSessionLoop,
         );
-        let mut out = carry_usage(user, user.derive(lineage));
-        if let Some(sink) = &self.sink
+        let out = carry_usage(user, user.derive(lineage));
+        if let Some(sink) = cx.sink()
             && let Err(e) = sink.begin(&out)
         {
             return self.fail(e, Some(out), self.at("persist", 0), cx);
-        }
-        if let Some(m) = &self.memory {
-            out = match m.before_model_call(&out, self.agent.as_deref()) {
-                Ok(s) => s,
-                Err(e) => return self.fail(e, Some(out), self.at("memory", 0), cx),
-            };
         }
         self.drive(out, agent, cx, Vec::new(), 0).await
     }
@@ -383,7 +361,7 @@ impl SessionLoop {
             };
             work.push((p.call, gate));
         }
-        if let Some(sink) = &self.sink
+        if let Some(sink) = cx.sink()
             && let Err(e) = sink.begin(&out)
         {
             return self.fail(e, Some(out), self.at("persist", rounds), cx);
@@ -417,7 +395,7 @@ impl SessionLoop {
                 Ok(Step::Stopped(s)) => return self.stop(s, rounds, cx),
                 Err(e) => return self.fail(e, None, self.at("tool_calls", rounds), cx),
             }
-            if let Err(e) = self.append(&out) {
+            if let Err(e) = self.append(&out, cx) {
                 return self.fail(e, Some(out), self.at("persist", rounds), cx);
             }
             sync_messages(&mut req.messages, &out, &mut synced);
@@ -427,6 +405,9 @@ impl SessionLoop {
         loop {
             if cx.is_cancelled() {
                 return self.fail(cancelled(out), None, self.at("model_call", rounds), cx);
+            }
+            if let Err(e) = cx.admit(agent_name) {
+                return self.fail(e, Some(out), self.at("model_call", rounds), cx);
             }
             req.request_id = out.stamper().next_token("req");
             cx.emit(&FlowEvent::Request {
@@ -478,12 +459,12 @@ impl SessionLoop {
                     Err(e) => return self.fail(e, None, self.at("tool_calls", rounds), cx),
                 }
             }
-            if let Err(e) = self.append(&out) {
+            if let Err(e) = self.append(&out, cx) {
                 return self.fail(e, Some(out), self.at("persist", rounds), cx);
             }
             sync_messages(&mut req.messages, &out, &mut synced);
         }
-        if let Some(sink) = &self.sink
+        if let Some(sink) = cx.sink()
             && let Err(e) = sink.finish(&out)
         {
             return self.fail(e, Some(out), self.at("persist", rounds), cx);
@@ -498,8 +479,8 @@ impl SessionLoop {
         at
     }
 
-    fn append(&self, out: &Session) -> Result<(), FlowError> {
-        match &self.sink {
+    fn append(&self, out: &Session, cx: &FlowContext) -> Result<(), FlowError> {
+        match cx.sink() {
             Some(sink) => sink.append(out),
             None => Ok(()),
         }
@@ -509,7 +490,7 @@ impl SessionLoop {
         let out = out
             .with_extra("loop.rounds", rounds as u64)
             .with_extra("loop.stopped", "pending_approval");
-        if let Some(sink) = &self.sink {
+        if let Some(sink) = cx.sink() {
             sink.finish(&out)?;
         }
         cx.record(&out);
@@ -528,7 +509,7 @@ impl SessionLoop {
     ) -> Result<Session, FlowError> {
         let e = failed(e, out, at);
         if let Some(session) = e.partial_session() {
-            if let Some(sink) = &self.sink {
+            if let Some(sink) = cx.sink() {
                 let _ = sink.finish(session);
             }
             cx.record(session);

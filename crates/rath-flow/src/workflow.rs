@@ -29,12 +29,15 @@ use std::fmt;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use rath_session::{Chunk, ChunkBody, ChunkList, Lineage, LineageKind, Session};
+use rath_session::{ChunkBody, Session};
 
 use crate::FlowError;
 use crate::agent::Agent;
-use crate::context::{FlowContext, branch_stamper};
+use crate::context::{Budget, FlowContext, Observer, SessionSink, StoreSink, branch_stamper};
 use crate::error::{FailedAt, fail_from};
+use crate::layers::{Observed, WithBudget, WithMemory, WithSink};
+use crate::memory::MemoryHook;
+use rath_persist::Store;
 
 /// A shared workflow.
 pub type SharedWorkflow = Arc<dyn Workflow>;
@@ -89,6 +92,48 @@ pub trait WorkflowExt: Workflow {
             let cx = FlowContext::new();
             self.forward(session, &cx).await
         })
+    }
+
+    /// Recalls from `memory` before each fresh forward and commits after each finished one
+    /// (see [`WithMemory`]).
+    fn with_memory(self, memory: impl MemoryHook + 'static) -> WithMemory<Self>
+    where
+        Self: Sized,
+    {
+        WithMemory::new(self, Arc::new(memory))
+    }
+
+    /// Streams every session loop's output inside to `sink` as it grows (see [`WithSink`]).
+    fn with_sink(self, sink: impl SessionSink + 'static) -> WithSink<Self>
+    where
+        Self: Sized,
+    {
+        WithSink::new(self, Arc::new(sink))
+    }
+
+    /// Persists as it goes: [`WorkflowExt::with_sink`] with a [`StoreSink`] on `store` (each
+    /// loop output is `<id>.jsonl.__partial__` while it runs, closed when it stops).
+    fn persist_to(self, store: Store) -> WithSink<Self>
+    where
+        Self: Sized,
+    {
+        self.with_sink(StoreSink::new(store))
+    }
+
+    /// Sends this workflow's events to `observer` too (see [`Observed`]).
+    fn observe(self, observer: impl Observer + 'static) -> Observed<Self>
+    where
+        Self: Sized,
+    {
+        Observed::new(self, Arc::new(observer))
+    }
+
+    /// Limits each forward to `budget` (see [`WithBudget`]).
+    fn with_budget(self, budget: Budget) -> WithBudget<Self>
+    where
+        Self: Sized,
+    {
+        WithBudget::new(self, budget)
     }
 }
 
@@ -360,6 +405,33 @@ impl Parallel {
     }
 }
 
+impl Parallel {
+    /// The branch outputs as one session: [`Session::merge_all`] (lineage, strict placement
+    /// rule, shared prefix once, tagged suffixes), plus the input's usage.
+    fn merge(
+        &self,
+        input: &Session,
+        outs: &[Session],
+        cx: &FlowContext,
+    ) -> Result<Session, FlowError> {
+        let merged = Session::merge_all(outs).map_err(|e| {
+            let at = FailedAt::new(Some(&self.name), "merge");
+            fail_from(e.into(), input, "Parallel.merge", at, cx)
+        })?;
+        let mut per_agent = input.agent_usage().clone();
+        for (a, u) in merged.agent_usage() {
+            *per_agent.entry(a.clone()).or_default() += *u;
+        }
+        let usage = rath_session::sum_optional(input.usage(), merged.usage());
+        let merged = merged
+            .with_usage_totals(usage, per_agent)
+            .with_extra("parallel.name", self.name.clone())
+            .with_extra("parallel.branches", outs.len() as u64);
+        cx.record(&merged);
+        Ok(merged)
+    }
+}
+
 impl Workflow for Parallel {
     fn name(&self) -> &str {
         &self.name
@@ -406,56 +478,7 @@ impl Workflow for Parallel {
                 outs.push(r?.with_stamper(parent_stamper.clone()));
             }
 
-            // Lineage and the strict placement rule come from pairwise merges in order.
-            let mut merged = outs[0].clone();
-            for o in &outs[1..] {
-                merged = match merged.merge(o) {
-                    Ok(m) => m,
-                    Err(e) => {
-                        let at = FailedAt::new(Some(&self.name), "merge");
-                        return Err(fail_from(e.into(), &merged, "Parallel.merge", at, cx));
-                    }
-                };
-                cx.record(&merged);
-            }
-            if outs.len() == 1 {
-                merged = merged.derive(Lineage::new(
-                    vec![outs[0].id().clone()],
-                    "Parallel.merge",
-                    LineageKind::OpMerge,
-                ));
-            }
-            // Content: the shared prefix once, then each branch's suffix tagged.
-            let p = outs
-                .iter()
-                .map(|o| session.chunks().shared_prefix_len(o.chunks()))
-                .min()
-                .unwrap_or(0);
-            let mut chunks: ChunkList = session.chunks().clone().slice(0..p);
-            for o in &outs {
-                let tag = o.id().to_string();
-                chunks.extend(
-                    o.chunks()
-                        .iter()
-                        .skip(p)
-                        .map(|c: &Chunk| c.with_branch(tag.as_str())),
-                );
-            }
-            let mut usage = session.usage();
-            let mut per_agent = session.agent_usage().clone();
-            for o in &outs {
-                usage = rath_session::sum_optional(usage, o.usage());
-                for (a, u) in o.agent_usage() {
-                    *per_agent.entry(a.clone()).or_default() += *u;
-                }
-            }
-            let merged = merged
-                .with_chunks(chunks)
-                .with_usage_totals(usage, per_agent)
-                .with_extra("parallel.name", self.name.clone())
-                .with_extra("parallel.branches", outs.len() as u64);
-            cx.record(&merged);
-            Ok(merged)
+            self.merge(&session, &outs, cx)
         })
     }
     fn named_agents(&self) -> Vec<(String, Agent)> {

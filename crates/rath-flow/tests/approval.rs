@@ -7,7 +7,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rath_flow::{Agent, FlowContext, StoreSink, ToolPolicy, ToolSet, Workflow, approve, reject};
+use rath_flow::{
+    Agent, FlowContext, StoreSink, ToolPolicy, ToolSet, Workflow, WorkflowExt, approve, reject,
+};
 use rath_persist::Store;
 use rath_provider::{ScriptedProvider, ScriptedResponse};
 use rath_session::{ChunkBody, LineageKind, SandboxSpec, Session, SessionId, Stamper};
@@ -53,7 +55,7 @@ async fn interrupt(store_dir: &Path, workdir: &Path) -> Session {
         ])
         .usage(30, 20),
     ]));
-    let agent = editor(provider.clone()).with_sink(Arc::new(StoreSink::new(Store::at(store_dir))));
+    let agent = editor(provider.clone()).persist_to(Store::at(store_dir));
     let user = Session::user_with("Write note.txt.", Stamper::counter())
         .to_with("local", SandboxSpec::working_dir(workdir.to_string_lossy()));
     let stopped = agent
@@ -212,11 +214,9 @@ async fn approval_child() {
     let provider = Arc::new(ScriptedProvider::new(vec![
         ScriptedResponse::text(final_text).usage(40, 10),
     ]));
-    let agent = editor(provider.clone()).with_sink(Arc::new(StoreSink::new(Store::at(&dir))));
-    let done = agent
-        .resume(&decided, &FlowContext::new())
-        .await
-        .expect("resume");
+    let agent = editor(provider.clone());
+    let cx = FlowContext::new().with_sink(StoreSink::new(Store::at(&dir)));
+    let done = agent.resume(&decided, &cx).await.expect("resume");
     provider.assert_complete().expect("script used");
     assert_eq!(done.lineage().kind, LineageKind::OpResume);
     assert_eq!(done.lineage().parents[0], *stopped.id());

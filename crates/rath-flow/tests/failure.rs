@@ -56,8 +56,11 @@ async fn a_provider_failure_is_kept_in_the_store_closed_and_failed() {
     let user = Session::user_with("go", stamper);
     let err = SessionLoop::new(provider, ToolSet::new().with(count).expect("tools"))
         .with_agent_name("worker")
-        .with_sink(Arc::new(StoreSink::new(store.clone())))
-        .run(&user, &agent, &FlowContext::new())
+        .run(
+            &user,
+            &agent,
+            &FlowContext::new().with_sink(StoreSink::new(store.clone())),
+        )
         .await
         .expect_err("the second model call fails");
 

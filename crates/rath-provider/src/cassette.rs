@@ -98,7 +98,9 @@ impl RecordedResponse {
     }
 }
 
-/// Wraps a provider and appends every successful interaction to a JSONL cassette.
+/// Wraps a provider and appends every successful interaction to a JSONL cassette: the
+/// recording layer (also built with [`crate::ProviderExt::record_to`]); its manifest lists
+/// a `recording` layer.
 #[derive(Debug)]
 pub struct RecordingProvider<P> {
     inner: P,
@@ -181,9 +183,9 @@ impl<P: Provider> Provider for RecordingProvider<P> {
     }
 
     fn manifest(&self) -> ProviderManifest {
-        let mut m = self.inner.manifest();
-        m.parameters.insert("cassette".into(), json!("recording"));
-        m
+        self.inner
+            .manifest()
+            .wrapped(crate::LayerManifest::new("recording"))
     }
 }
 

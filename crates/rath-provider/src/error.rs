@@ -113,6 +113,36 @@ pub enum ProviderError {
 }
 
 impl ProviderError {
+    /// A non-success HTTP answer with the server's `Retry-After`, if it sent one: what any
+    /// provider (including one written outside this crate) returns so that the retry layer
+    /// ([`crate::Retrying`]) classifies it and honours the hint.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rath_provider::ProviderError;
+    ///
+    /// let e = ProviderError::http(429, "slow down", Some(Duration::from_secs(2)));
+    /// assert!(e.is_retryable());
+    /// assert_eq!(e.retry_after(), Some(Duration::from_secs(2)));
+    /// assert!(!ProviderError::http(401, "bad key", None).is_retryable());
+    /// ```
+    pub fn http(status: u16, message: impl Into<String>, retry_after: Option<Duration>) -> Self {
+        ProviderError::Http {
+            status,
+            message: message.into(),
+            retry_after,
+        }
+    }
+
+    /// True when the provider could not answer for now: the fault itself is retryable, or
+    /// retries of a retryable fault ran out ([`ProviderError::RetriesExhausted`] whose
+    /// final error is retryable). The fallback layer ([`crate::WithFallback`]) asks the
+    /// second provider exactly then; a refused request (400, 401, budget, configuration)
+    /// would fail there too and is returned as it is.
+    pub fn is_unavailable(&self) -> bool {
+        self.root().is_retryable()
+    }
+
     /// True when trying the same request again may succeed: HTTP 408, 409, 429 and 5xx,
     /// timeouts, connection failures and malformed answers. A 400, 401, 403, 404 or 422, a
     /// 5xx whose text says the request failed schema validation (llama-cpp-python answers

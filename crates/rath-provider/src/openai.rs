@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use std::time::Instant;
 
@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{Value, json};
 
+use crate::env::{millis, non_blank, parse_bool, parse_u64};
 use crate::wire::{Defaults, WireChunk, WireResponse, request_body};
 use crate::{
     Attempt, AttemptMode, Provider, ProviderError, ProviderManifest, ProviderRequest,
@@ -28,7 +29,10 @@ pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 /// The default model when neither configuration nor `OPENAI_MODEL` names one.
 pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
 
-/// Configuration of an [`OpenAiProvider`]. `Debug` never prints the key.
+/// Configuration of an [`OpenAiProvider`]: the wire only (server, model, defaults,
+/// timeout, headers, streaming). Retries and budgets are layers
+/// ([`crate::ProviderExt`]); [`crate::StackConfig`] builds the usual stack from the
+/// environment. `Debug` never prints the key.
 ///
 /// ```
 /// use std::time::Duration;
@@ -36,9 +40,7 @@ pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
 ///
 /// let cfg = OpenAiConfig::new("http://127.0.0.1:8099/v1", "smollm2")
 ///     .with_api_key("sk-test")
-///     .with_timeout(Duration::from_secs(30))
-///     .with_max_retries(2)
-///     .with_token_budget(10_000);
+///     .with_timeout(Duration::from_secs(30));
 /// assert!(!format!("{cfg:?}").contains("sk-test"));
 /// ```
 #[derive(Clone)]
@@ -57,16 +59,8 @@ pub struct OpenAiConfig {
     pub max_tokens: Option<u32>,
     /// Time allowed for one attempt (for streams: the whole stream).
     pub timeout: Duration,
-    /// Retries after the first attempt on 429, 5xx, timeouts, cut connections and
-    /// malformed answers.
-    pub max_retries: u32,
-    /// First backoff delay; doubles per retry, with jitter.
-    pub backoff_base: Duration,
-    /// Upper bound for one backoff delay (and for an honoured `Retry-After`).
-    pub backoff_max: Duration,
-    /// Total tokens this provider may spend; a request that could exceed it is not sent.
-    pub token_budget: Option<u64>,
-    /// Treat an answer without usage as malformed (retry, then [`ProviderError::InvalidResponse`]).
+    /// Treat an answer without usage as malformed ([`ProviderError::InvalidResponse`],
+    /// which the retry layer retries).
     pub require_usage: bool,
     /// Extra headers sent with every request (recorded redacted in the manifest).
     pub headers: BTreeMap<String, String>,
@@ -76,26 +70,12 @@ pub struct OpenAiConfig {
     /// streamed call offering tools is then sent non-streamed and its answer replayed as
     /// events (`stream_skipped` in the evidence).
     pub stream_tools: bool,
-    /// The longest a call may take once it starts retrying, measured from the start of its
-    /// first attempt (default 120 s; env `OPENAI_RETRY_MAX_ELAPSED_MS`): no retry starts
-    /// whose backoff would end past it, and a retry's timeout is cut to what is left.
-    pub retry_max_elapsed: Duration,
-    /// Total time this provider may spend retrying over its lifetime — one run, as examples
-    /// build one provider per run (default 600 s; env `OPENAI_RETRY_BUDGET_MS`, `none` for
-    /// no limit): backoff waits plus the retried attempts. Once spent, failures are final.
-    pub retry_budget: Option<Duration>,
 }
 
 /// `OPENAI_STREAM_TOOLS`: `false` marks a server that cannot stream tool calls.
 pub const ENV_STREAM_TOOLS: &str = "OPENAI_STREAM_TOOLS";
-/// `OPENAI_MAX_RETRIES`: retries after the first attempt.
-pub const ENV_MAX_RETRIES: &str = "OPENAI_MAX_RETRIES";
 /// `OPENAI_TIMEOUT_MS`: time allowed for one attempt.
 pub const ENV_TIMEOUT_MS: &str = "OPENAI_TIMEOUT_MS";
-/// `OPENAI_RETRY_MAX_ELAPSED_MS`: the longest one call may take once it retries.
-pub const ENV_RETRY_MAX_ELAPSED_MS: &str = "OPENAI_RETRY_MAX_ELAPSED_MS";
-/// `OPENAI_RETRY_BUDGET_MS`: the total retry time of a provider (`none`: unlimited).
-pub const ENV_RETRY_BUDGET_MS: &str = "OPENAI_RETRY_BUDGET_MS";
 
 impl fmt::Debug for OpenAiConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -119,20 +99,16 @@ impl fmt::Debug for OpenAiConfig {
             .field("seed", &self.seed)
             .field("max_tokens", &self.max_tokens)
             .field("timeout", &self.timeout)
-            .field("max_retries", &self.max_retries)
-            .field("token_budget", &self.token_budget)
+            .field("require_usage", &self.require_usage)
             .field("headers", &headers)
             .field("stream_tools", &self.stream_tools)
-            .field("retry_max_elapsed", &self.retry_max_elapsed)
-            .field("retry_budget", &self.retry_budget)
             .finish()
     }
 }
 
 impl OpenAiConfig {
-    /// A configuration for `base_url` and `model`: no key, 60 s per attempt, 3 retries with
-    /// backoff from 250 ms (capped at 30 s), 120 s `retry_max_elapsed` per call, 600 s
-    /// `retry_budget`, tool calls streamed.
+    /// A configuration for `base_url` and `model`: no key, 60 s per attempt, tool calls
+    /// streamed.
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
         Self {
             base_url: base_url.into(),
@@ -142,15 +118,9 @@ impl OpenAiConfig {
             seed: None,
             max_tokens: None,
             timeout: Duration::from_secs(60),
-            max_retries: 3,
-            backoff_base: Duration::from_millis(250),
-            backoff_max: Duration::from_secs(30),
-            token_budget: None,
             require_usage: false,
             headers: BTreeMap::new(),
             stream_tools: true,
-            retry_max_elapsed: Duration::from_secs(120),
-            retry_budget: Some(Duration::from_secs(600)),
         }
     }
 
@@ -161,10 +131,10 @@ impl OpenAiConfig {
 
     /// From variables looked up with `var` (blank values count as unset):
     /// `OPENAI_BASE_URL` (default [`DEFAULT_BASE_URL`]), `OPENAI_API_KEY` (optional),
-    /// `OPENAI_MODEL` (default [`DEFAULT_MODEL`]), and the optional transport settings
-    /// `OPENAI_STREAM_TOOLS` (`true`/`false`), `OPENAI_MAX_RETRIES`, `OPENAI_TIMEOUT_MS`,
-    /// `OPENAI_RETRY_MAX_ELAPSED_MS` and `OPENAI_RETRY_BUDGET_MS` (`none` for no limit).
-    /// A value that does not parse is a [`ProviderError::Config`] naming the variable.
+    /// `OPENAI_MODEL` (default [`DEFAULT_MODEL`]), and the optional wire settings
+    /// `OPENAI_STREAM_TOOLS` (`true`/`false`) and `OPENAI_TIMEOUT_MS`. A value that does not
+    /// parse is a [`ProviderError::Config`] naming the variable. (The retry and budget
+    /// variables are read by [`crate::Retry::from_lookup`] and [`crate::StackConfig`].)
     ///
     /// ```
     /// use std::time::Duration;
@@ -173,16 +143,16 @@ impl OpenAiConfig {
     /// let cfg = OpenAiConfig::from_lookup(|k| match k {
     ///     "OPENAI_BASE_URL" => Some("http://127.0.0.1:8099/v1".into()),
     ///     "OPENAI_STREAM_TOOLS" => Some("false".into()),
-    ///     "OPENAI_RETRY_MAX_ELAPSED_MS" => Some("5000".into()),
+    ///     "OPENAI_TIMEOUT_MS" => Some("5000".into()),
     ///     _ => None,
     /// })?;
     /// assert!(!cfg.stream_tools);
-    /// assert_eq!(cfg.retry_max_elapsed, Duration::from_secs(5));
+    /// assert_eq!(cfg.timeout, Duration::from_secs(5));
     /// assert!(OpenAiConfig::from_lookup(|k| (k == "OPENAI_STREAM_TOOLS").then(|| "maybe".into())).is_err());
     /// # Ok::<(), rath_provider::ProviderError>(())
     /// ```
     pub fn from_lookup(var: impl Fn(&str) -> Option<String>) -> Result<Self, ProviderError> {
-        let var = |k: &str| var(k).filter(|v| !v.trim().is_empty());
+        let var = |k: &str| non_blank(&var, k);
         let mut cfg = Self::new(
             var("OPENAI_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.to_owned()),
             var("OPENAI_MODEL").unwrap_or_else(|| DEFAULT_MODEL.to_owned()),
@@ -191,22 +161,8 @@ impl OpenAiConfig {
         if let Some(v) = var(ENV_STREAM_TOOLS) {
             cfg.stream_tools = parse_bool(ENV_STREAM_TOOLS, &v)?;
         }
-        if let Some(v) = var(ENV_MAX_RETRIES) {
-            cfg.max_retries = parse_u64(ENV_MAX_RETRIES, &v)?
-                .try_into()
-                .map_err(|_| ProviderError::Config(format!("{ENV_MAX_RETRIES} is too large")))?;
-        }
         if let Some(v) = var(ENV_TIMEOUT_MS) {
             cfg.timeout = Duration::from_millis(parse_u64(ENV_TIMEOUT_MS, &v)?);
-        }
-        if let Some(v) = var(ENV_RETRY_MAX_ELAPSED_MS) {
-            cfg.retry_max_elapsed = Duration::from_millis(parse_u64(ENV_RETRY_MAX_ELAPSED_MS, &v)?);
-        }
-        if let Some(v) = var(ENV_RETRY_BUDGET_MS) {
-            cfg.retry_budget = match v.trim().to_ascii_lowercase().as_str() {
-                "none" | "off" | "unlimited" => None,
-                _ => Some(Duration::from_millis(parse_u64(ENV_RETRY_BUDGET_MS, &v)?)),
-            };
         }
         Ok(cfg)
     }
@@ -244,22 +200,6 @@ impl OpenAiConfig {
         self.timeout = t;
         self
     }
-    /// Sets the number of retries after the first attempt.
-    pub fn with_max_retries(mut self, n: u32) -> Self {
-        self.max_retries = n;
-        self
-    }
-    /// Sets the backoff base and cap.
-    pub fn with_backoff(mut self, base: Duration, max: Duration) -> Self {
-        self.backoff_base = base;
-        self.backoff_max = max;
-        self
-    }
-    /// Sets the token budget.
-    pub fn with_token_budget(mut self, tokens: u64) -> Self {
-        self.token_budget = Some(tokens);
-        self
-    }
     /// Requires usage in every answer.
     pub fn with_require_usage(mut self, on: bool) -> Self {
         self.require_usage = on;
@@ -270,37 +210,11 @@ impl OpenAiConfig {
         self.stream_tools = on;
         self
     }
-    /// Sets the longest a retrying call may take (from the start of its first attempt).
-    pub fn with_retry_max_elapsed(mut self, d: Duration) -> Self {
-        self.retry_max_elapsed = d;
-        self
-    }
-    /// Sets the provider's total retry time (`None`: unlimited).
-    pub fn with_retry_budget(mut self, d: Option<Duration>) -> Self {
-        self.retry_budget = d;
-        self
-    }
     /// Adds a header sent with every request.
     pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.insert(name.into(), value.into());
         self
     }
-}
-
-fn parse_bool(name: &str, v: &str) -> Result<bool, ProviderError> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" => Ok(false),
-        other => Err(ProviderError::Config(format!(
-            "{name} must be true or false, not {other:?}"
-        ))),
-    }
-}
-
-fn parse_u64(name: &str, v: &str) -> Result<u64, ProviderError> {
-    v.trim().parse::<u64>().map_err(|_| {
-        ProviderError::Config(format!("{name} must be a whole number, not {:?}", v.trim()))
-    })
 }
 
 /// `host[:port]` of a URL, without scheme, credentials, path or query.
@@ -508,8 +422,10 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 ///
 /// Built on `async-openai` (its `byot` chat calls, with our own lenient wire types) over a
 /// rustls `reqwest` client, so HTTPS endpoints such as api.openai.com work. Streamed calls
-/// ask for usage with `stream_options.include_usage`; the provider stops before a
-/// configured token budget could be exceeded.
+/// ask for usage with `stream_options.include_usage`. This is the wire only: one call is
+/// one request (or a stream and its one fallback); retries, a token budget, a rate limit or
+/// a second provider are layers ([`crate::ProviderExt`]), and [`crate::from_env`] builds
+/// the usual stack.
 ///
 /// **Streams that cannot answer.** When a streamed request yields no event (llama-cpp-python
 /// answers a streamed request offering tools with `tool_choice: auto` with HTTP 200 and an
@@ -520,19 +436,19 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// sent non-streamed (`stream_skipped: tools_stream_failed_earlier`);
 /// [`OpenAiConfig::stream_tools`] `= false` does so from the start.
 ///
-/// **Retries.** HTTP 408, 409, 429, 5xx, timeouts, cut connections and malformed answers
-/// are retried up to [`OpenAiConfig::max_retries`] times, with exponential backoff and
-/// jitter, honouring `Retry-After` (capped at `backoff_max`), within
-/// [`OpenAiConfig::retry_max_elapsed`] per call and [`OpenAiConfig::retry_budget`] per
-/// provider. 400, 401, 403, 404, 422 and an empty stream are never retried. A failure
-/// after several attempts is [`ProviderError::RetriesExhausted`] listing them.
+/// **Faults** come back typed: [`ProviderError::Http`] with the status and the server's
+/// `Retry-After`, [`ProviderError::Timeout`], [`ProviderError::Connection`],
+/// [`ProviderError::InvalidResponse`], so the retry layer classifies them. A stream
+/// fallback that fails too is a [`ProviderError::RetriesExhausted`] listing both attempts.
 ///
 /// ```no_run
-/// use rath_provider::{OpenAiConfig, OpenAiProvider, Provider, ProviderRequest};
+/// use rath_provider::{OpenAiConfig, OpenAiProvider, Provider, ProviderExt, ProviderRequest, Retry};
 /// use rath_session::Session;
 ///
 /// # async fn run() -> Result<(), rath_provider::ProviderError> {
-/// let provider = OpenAiProvider::new(OpenAiConfig::from_env()?)?;
+/// let provider = OpenAiProvider::new(OpenAiConfig::from_env()?)?
+///     .with_retry(Retry::default())
+///     .with_budget(100_000);
 /// let s = Session::user("Say hi");
 /// let req = ProviderRequest::from_session(&s, vec![]);
 /// let resp = provider.complete(&req).await?;
@@ -546,8 +462,6 @@ pub struct OpenAiProvider {
     fallback_client: Client<OpenAIConfig>,
     defaults: Defaults,
     secrets: Secrets,
-    used_tokens: Mutex<u64>,
-    retry_spent: Mutex<Duration>,
     tools_stream_failed: AtomicBool,
 }
 
@@ -566,10 +480,6 @@ pub const OPENAI_PROVIDER_NAME: &str = "openai-compatible";
 pub const STREAM_SKIPPED_DISABLED: &str = "stream_tools_disabled";
 /// `stream_skipped` when an earlier streamed call with tools needed a fallback.
 pub const STREAM_SKIPPED_FAILED_EARLIER: &str = "tools_stream_failed_earlier";
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
 
 /// Why a failed streamed attempt gets a non-streamed fallback, if it does.
 fn fallback_reason(e: &ProviderError) -> Option<String> {
@@ -641,8 +551,6 @@ impl OpenAiProvider {
             fallback_client,
             defaults,
             secrets,
-            used_tokens: Mutex::new(0),
-            retry_spent: Mutex::new(Duration::ZERO),
             tools_stream_failed: AtomicBool::new(false),
         })
     }
@@ -655,62 +563,6 @@ impl OpenAiProvider {
     /// The configuration.
     pub fn config(&self) -> &OpenAiConfig {
         &self.config
-    }
-
-    /// Tokens spent so far (as reported by the server, or estimated when it reported none).
-    pub fn used_tokens(&self) -> u64 {
-        *self.used_tokens.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Time spent retrying so far (backoff waits plus retried attempts), counted against
-    /// [`OpenAiConfig::retry_budget`].
-    pub fn retry_time_spent(&self) -> Duration {
-        *self.retry_spent.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn spend_retry_time(&self, d: Duration) {
-        let mut spent = self.retry_spent.lock().unwrap_or_else(|p| p.into_inner());
-        *spent = spent.saturating_add(d);
-    }
-
-    fn check_budget(&self, req: &ProviderRequest) -> Result<(), ProviderError> {
-        let Some(budget) = self.config.token_budget else {
-            return Ok(());
-        };
-        let used = self.used_tokens();
-        let needed = req.estimated_prompt_tokens()
-            + u64::from(req.max_tokens.or(self.config.max_tokens).unwrap_or(0));
-        if used.saturating_add(needed) > budget {
-            return Err(ProviderError::BudgetExceeded {
-                budget,
-                used,
-                needed,
-            });
-        }
-        Ok(())
-    }
-
-    fn charge(&self, req: &ProviderRequest, resp: &ProviderResponse) {
-        let spent = match resp.usage {
-            Some(u) => u.total_tokens,
-            None => req.estimated_prompt_tokens(),
-        };
-        let mut used = self.used_tokens.lock().unwrap_or_else(|p| p.into_inner());
-        *used = used.saturating_add(spent);
-    }
-
-    fn backoff(&self, retry: u32, hint: Option<Duration>) -> Duration {
-        if let Some(h) = hint {
-            return h.min(self.config.backoff_max);
-        }
-        let exp = self
-            .config
-            .backoff_base
-            .saturating_mul(1u32 << retry.saturating_sub(1).min(16));
-        let capped = exp.min(self.config.backoff_max);
-        // "Equal jitter": half fixed, half random, so retries from many clients spread out.
-        let jitter: f64 = rand::random::<f64>();
-        capped.mul_f64(0.5 + 0.5 * jitter)
     }
 
     async fn attempt_complete(
@@ -826,170 +678,157 @@ impl OpenAiProvider {
         })
     }
 
-    /// One call: the attempts, the stream fallback, the retries and their evidence.
-    /// `sink` is `Some` for [`Provider::stream`].
+    /// How a call asks first: a stream when the caller streams and the server can take
+    /// this request streamed; `detail` says why not when it cannot.
+    fn first_mode(
+        &self,
+        req: &ProviderRequest,
+        streaming: bool,
+        detail: &mut BTreeMap<String, Value>,
+    ) -> AttemptMode {
+        let tools = !req.tools.is_empty();
+        let skipped = if !streaming {
+            return AttemptMode::Complete;
+        } else if tools && !self.config.stream_tools {
+            STREAM_SKIPPED_DISABLED
+        } else if tools && self.tools_stream_failed.load(Ordering::Relaxed) {
+            STREAM_SKIPPED_FAILED_EARLIER
+        } else {
+            return AttemptMode::Stream;
+        };
+        detail.insert("stream_skipped".into(), json!(skipped));
+        AttemptMode::Complete
+    }
+
+    /// One attempt in `mode` (a fallback on a fresh connection), its error scrubbed of
+    /// secrets, and how long it took. `events` counts what reached `sink`.
+    async fn attempt(
+        &self,
+        req: &ProviderRequest,
+        mode: AttemptMode,
+        sink: Option<&mut StreamSink<'_>>,
+        fresh: bool,
+        events: &mut usize,
+    ) -> (Result<ProviderResponse, ProviderError>, Duration) {
+        let t0 = Instant::now();
+        let timeout = self.config.timeout;
+        let result = match (mode, sink) {
+            (AttemptMode::Stream, Some(s)) => self.attempt_stream(req, s, timeout, events).await,
+            _ => self.attempt_complete(req, timeout, fresh).await,
+        };
+        (
+            result.map_err(|e| self.secrets.scrub_error(e)),
+            t0.elapsed(),
+        )
+    }
+
+    /// One call: one request, or a stream and, when the stream cannot answer, one
+    /// non-streamed fallback at once. `sink` is `Some` for [`Provider::stream`].
     async fn call(
         &self,
         req: &ProviderRequest,
         mut sink: Option<&mut StreamSink<'_>>,
     ) -> Result<ProviderResponse, ProviderError> {
-        self.check_budget(req)?;
-        let tools = !req.tools.is_empty();
-        let mut detail: BTreeMap<String, Value> = BTreeMap::new();
-        let mut mode = AttemptMode::Complete;
-        if sink.is_some() {
-            if tools && !self.config.stream_tools {
-                detail.insert("stream_skipped".into(), json!(STREAM_SKIPPED_DISABLED));
-            } else if tools && self.tools_stream_failed.load(Ordering::Relaxed) {
-                detail.insert(
-                    "stream_skipped".into(),
-                    json!(STREAM_SKIPPED_FAILED_EARLIER),
-                );
-            } else {
-                mode = AttemptMode::Stream;
-            }
-        }
-        let started = Instant::now();
-        // `None`: so far off that it cannot be represented (no limit in practice).
-        let deadline = started.checked_add(self.config.retry_max_elapsed);
-        let mut history: Vec<Attempt> = Vec::new();
-        let mut retries = 0u32;
-        let mut fallback: Option<String> = None;
-        let mut timeout = self.config.timeout;
-        let mut retrying = false;
-        let mut fresh_next = false;
-        loop {
-            let n = u32::try_from(history.len()).unwrap_or(u32::MAX - 1) + 1;
-            let t0 = Instant::now();
-            let mut events = 0usize;
-            // Only the attempt right after a failed stream needs a fresh connection.
-            let fresh = std::mem::take(&mut fresh_next);
-            let result = match (mode, sink.as_deref_mut()) {
-                (AttemptMode::Stream, Some(s)) => {
-                    self.attempt_stream(req, s, timeout, &mut events).await
-                }
-                _ => self.attempt_complete(req, timeout, fresh).await,
-            };
-            let took = t0.elapsed();
-            if retrying {
-                self.spend_retry_time(took);
-            }
-            let err = match result {
-                Ok(mut resp) => {
-                    history.push(Attempt::ok(n, mode, millis(took)));
-                    if mode == AttemptMode::Complete
-                        && let Some(s) = sink
-                    {
-                        for ev in StreamAssembler::events_for(&resp) {
-                            s(ev);
-                        }
-                    }
-                    if fallback.is_some() && tools {
-                        self.tools_stream_failed.store(true, Ordering::Relaxed);
-                    }
-                    detail.insert("stream".into(), json!(mode == AttemptMode::Stream));
-                    if let Some(reason) = fallback {
-                        detail.insert("stream_fallback".into(), json!(reason));
-                    }
-                    if history.len() > 1 {
-                        detail.insert(
-                            "attempts".into(),
-                            serde_json::to_value(&history).unwrap_or(Value::Null),
-                        );
-                    }
-                    resp.detail = detail;
-                    self.charge(req, &resp);
-                    return Ok(resp);
-                }
-                Err(e) => self.secrets.scrub_error(e),
-            };
-            let mut record = Attempt::failed(n, mode, millis(took), &err);
-
-            // A stream that cannot answer: one non-streamed fallback, at once.
-            if mode == AttemptMode::Stream
-                && fallback.is_none()
-                && let Some(reason) = fallback_reason(&err)
-            {
-                record.fallback = true;
-                history.push(record);
-                if events > 0
-                    && let Some(s) = sink.as_deref_mut()
-                {
-                    s(StreamEvent::Retry {
-                        attempt: n + 1,
-                        reason: format!("falling back to a non-streamed request: {err}"),
-                    });
-                }
-                fallback = Some(reason);
-                fresh_next = true;
-                mode = AttemptMode::Complete;
-                timeout = self.config.timeout;
-                retrying = false;
-                continue;
-            }
-
-            let stopped = if !err.is_retryable() {
-                Some("not_retryable")
-            } else if retries >= self.config.max_retries {
-                Some("max_retries")
-            } else {
-                None
-            };
-            if let Some(stopped) = stopped {
-                history.push(record);
-                return Err(give_up(err, history, stopped));
-            }
-            let wait = self.backoff(retries + 1, err.retry_after());
-            let left = deadline.map_or(Duration::MAX, |d| {
-                d.saturating_duration_since(Instant::now())
+        let mut detail = BTreeMap::new();
+        let mode = self.first_mode(req, sink.is_some(), &mut detail);
+        let mut events = 0usize;
+        let (result, took) = self
+            .attempt(req, mode, sink.as_deref_mut(), false, &mut events)
+            .await;
+        let err = match result {
+            Ok(resp) => return Ok(answered(resp, mode, sink, detail, Vec::new())),
+            Err(e) => e,
+        };
+        let reason = (mode == AttemptMode::Stream)
+            .then(|| fallback_reason(&err))
+            .flatten();
+        let Some(reason) = reason else {
+            return Err(err);
+        };
+        let mut first = Attempt::failed(1, mode, millis(took), &err);
+        first.fallback = true;
+        if events > 0
+            && let Some(s) = sink.as_deref_mut()
+        {
+            s(StreamEvent::Retry {
+                attempt: 2,
+                reason: format!("falling back to a non-streamed request: {err}"),
             });
-            let budget_left = self
-                .config
-                .retry_budget
-                .map(|b| b.saturating_sub(self.retry_time_spent()));
-            if wait >= left {
-                history.push(record);
-                return Err(give_up(err, history, "retry_max_elapsed"));
+        }
+        detail.insert("stream_fallback".into(), json!(reason));
+        let (result, took) = self
+            .attempt(req, AttemptMode::Complete, None, true, &mut events)
+            .await;
+        self.after_fallback(req, first, result, took, sink, detail)
+    }
+
+    /// The end of a call whose stream fell back: the answer with both attempts in its
+    /// evidence, or [`ProviderError::RetriesExhausted`] listing them. A stream of a request
+    /// with tools that failed so (unless the request itself was refused) marks this
+    /// server as one that cannot stream tool calls, for later calls.
+    fn after_fallback(
+        &self,
+        req: &ProviderRequest,
+        first: Attempt,
+        result: Result<ProviderResponse, ProviderError>,
+        took: Duration,
+        sink: Option<&mut StreamSink<'_>>,
+        detail: BTreeMap<String, Value>,
+    ) -> Result<ProviderResponse, ProviderError> {
+        let refused = result.as_ref().is_err_and(|e| !e.is_retryable());
+        if !req.tools.is_empty() && !refused {
+            self.tools_stream_failed.store(true, Ordering::Relaxed);
+        }
+        match result {
+            Ok(resp) => {
+                let second = Attempt::ok(2, AttemptMode::Complete, millis(took));
+                let history = vec![first, second];
+                Ok(answered(resp, AttemptMode::Complete, sink, detail, history))
             }
-            if budget_left.is_some_and(|b| wait >= b) {
-                history.push(record);
-                return Err(give_up(err, history, "retry_budget"));
-            }
-            record.backoff_ms = Some(millis(wait));
-            history.push(record);
-            tokio::time::sleep(wait).await;
-            self.spend_retry_time(wait);
-            retries += 1;
-            retrying = true;
-            // The retry may use only what is left of both limits.
-            timeout = self.config.timeout.min(left - wait);
-            if let Some(b) = budget_left {
-                timeout = timeout.min(b - wait);
-            }
-            if mode == AttemptMode::Stream
-                && let Some(s) = sink.as_deref_mut()
-            {
-                s(StreamEvent::Retry {
-                    attempt: n + 1,
-                    reason: err.to_string(),
-                });
+            Err(e) => {
+                let second = Attempt::failed(2, AttemptMode::Complete, millis(took), &e);
+                let stopped = if refused {
+                    "not_retryable"
+                } else {
+                    "max_retries"
+                };
+                Err(ProviderError::RetriesExhausted {
+                    attempts: 2,
+                    last: Box::new(e),
+                    history: vec![first, second],
+                    stopped: stopped.to_owned(),
+                })
             }
         }
     }
 }
 
-/// The error a call ends with: the fault itself after a single attempt that cannot be
-/// retried, otherwise [`ProviderError::RetriesExhausted`] listing every attempt.
-fn give_up(err: ProviderError, history: Vec<Attempt>, stopped: &str) -> ProviderError {
-    if history.len() == 1 && stopped == "not_retryable" {
-        return err;
+/// The answer of a call: replayed to `sink` as events when it was fetched non-streamed,
+/// with its evidence (`stream`, why a stream was skipped or replaced, and the attempts
+/// when there were several).
+fn answered(
+    mut resp: ProviderResponse,
+    mode: AttemptMode,
+    sink: Option<&mut StreamSink<'_>>,
+    mut detail: BTreeMap<String, Value>,
+    history: Vec<Attempt>,
+) -> ProviderResponse {
+    if mode == AttemptMode::Complete
+        && let Some(s) = sink
+    {
+        for ev in StreamAssembler::events_for(&resp) {
+            s(ev);
+        }
     }
-    ProviderError::RetriesExhausted {
-        attempts: u32::try_from(history.len()).unwrap_or(u32::MAX),
-        last: Box::new(err),
-        history,
-        stopped: stopped.to_owned(),
+    detail.insert("stream".into(), json!(mode == AttemptMode::Stream));
+    if history.len() > 1 {
+        detail.insert(
+            "attempts".into(),
+            serde_json::to_value(&history).unwrap_or(Value::Null),
+        );
     }
+    resp.detail = detail;
+    resp
 }
 
 #[async_trait]
@@ -1020,16 +859,7 @@ impl Provider for OpenAiProvider {
         p.insert("seed".into(), json!(c.seed));
         p.insert("max_tokens".into(), json!(c.max_tokens));
         p.insert("timeout_ms".into(), json!(millis(c.timeout)));
-        p.insert("max_retries".into(), json!(c.max_retries));
-        p.insert("backoff_base_ms".into(), json!(millis(c.backoff_base)));
-        p.insert("backoff_max_ms".into(), json!(millis(c.backoff_max)));
-        p.insert(
-            "retry_max_elapsed_ms".into(),
-            json!(millis(c.retry_max_elapsed)),
-        );
-        p.insert("retry_budget_ms".into(), json!(c.retry_budget.map(millis)));
         p.insert("stream_tools".into(), json!(c.stream_tools));
-        p.insert("token_budget".into(), json!(c.token_budget));
         p.insert("require_usage".into(), json!(c.require_usage));
         p.insert("stream_include_usage".into(), json!(true));
         p.insert("api_key_set".into(), json!(c.api_key.is_some()));
@@ -1064,22 +894,5 @@ mod tests {
         assert_eq!(parse_retry_after("2"), Some(Duration::from_secs(2)));
         assert_eq!(parse_retry_after("0.5"), Some(Duration::from_millis(500)));
         assert_eq!(parse_retry_after("Wed, 21 Oct 2015"), None);
-    }
-
-    #[test]
-    fn backoff_grows_and_is_capped() {
-        let p = OpenAiProvider::new(
-            OpenAiConfig::new("http://127.0.0.1:1/v1", "m")
-                .with_backoff(Duration::from_millis(100), Duration::from_millis(350)),
-        )
-        .unwrap();
-        let d1 = p.backoff(1, None);
-        assert!(d1 >= Duration::from_millis(50) && d1 <= Duration::from_millis(100));
-        let d3 = p.backoff(3, None);
-        assert!(d3 >= Duration::from_millis(175) && d3 <= Duration::from_millis(350));
-        assert_eq!(
-            p.backoff(1, Some(Duration::from_secs(9))),
-            Duration::from_millis(350)
-        );
     }
 }

@@ -491,6 +491,47 @@ pub struct ProviderManifest {
     pub headers: BTreeMap<String, String>,
     /// Library name → version (this crate, async-openai, ...).
     pub library_versions: BTreeMap<String, String>,
+    /// The layers wrapped around the provider (retry, budget, rate limit, fallback,
+    /// recording), outermost first, each with its settings; omitted when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<LayerManifest>,
+}
+
+/// One layer of a stacked provider as its manifest lists it: the layer's name and its
+/// settings (limits, delays, the inner provider of a fallback), never a key.
+///
+/// ```
+/// use rath_provider::{LayerManifest, ProviderManifest};
+/// use serde_json::json;
+///
+/// let m = ProviderManifest::new("scripted")
+///     .wrapped(LayerManifest::new("budget").with("token_budget", json!(1000)));
+/// assert_eq!(m.layers[0].layer, "budget");
+/// assert_eq!(serde_json::to_value(&m).unwrap()["layers"][0]["settings"]["token_budget"], 1000);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LayerManifest {
+    /// `retry`, `budget`, `rate_limit`, `fallback`, `recording`, ...
+    pub layer: String,
+    /// The layer's settings.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub settings: BTreeMap<String, Value>,
+}
+
+impl LayerManifest {
+    /// A layer named `layer` with no settings yet.
+    pub fn new(layer: impl Into<String>) -> Self {
+        Self {
+            layer: layer.into(),
+            settings: BTreeMap::new(),
+        }
+    }
+
+    /// Adds one setting.
+    pub fn with(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.settings.insert(key.into(), value);
+        self
+    }
 }
 
 /// The text that replaces secret values in manifests.
@@ -509,6 +550,13 @@ impl ProviderManifest {
             library_versions,
             ..Self::default()
         }
+    }
+
+    /// This manifest with `layer` wrapped around everything listed so far (it becomes the
+    /// outermost, first, entry of [`ProviderManifest::layers`]).
+    pub fn wrapped(mut self, layer: LayerManifest) -> Self {
+        self.layers.insert(0, layer);
+        self
     }
 
     /// Records a header, redacting its value when the name looks secret.

@@ -140,7 +140,7 @@ async fn manifest_and_all_outputs_never_contain_the_key() {
             }
             let mut c = cfg.clone();
             c.base_url = echo.base_url();
-            let p = OpenAiProvider::new(c.with_max_retries(2)).unwrap();
+            let p = stacked(c, retry());
             let e = if stream {
                 p.stream(&request(&common::session()), &mut |_| {})
                     .await
@@ -162,7 +162,7 @@ async fn manifest_and_all_outputs_never_contain_the_key() {
         fb.push(rath_provider::mock::MockReply::text("ok").usage(1, 1));
         let mut c = cfg.clone();
         c.base_url = fb.base_url();
-        let p = OpenAiProvider::new(c).unwrap();
+        let p = stacked(c, rath_provider::Retry::default());
         let s = common::session();
         let req = request(&s);
         let resp = p.stream(&req, &mut |_| {}).await.unwrap();
@@ -193,7 +193,7 @@ async fn server_error_text(cfg: &rath_provider::OpenAiConfig) -> ProviderError {
     let server = server().await; // empty script: every request is a 500
     let mut cfg = cfg.clone();
     cfg.base_url = server.base_url();
-    let p = OpenAiProvider::new(cfg.with_max_retries(0)).unwrap();
+    let p = stacked(cfg, retry().with_max_retries(0));
     p.complete(&request(&session())).await.unwrap_err()
 }
 

@@ -8,7 +8,8 @@ mod common;
 use std::time::Duration;
 
 use rath_provider::{
-    OpenAiConfig, OpenAiProvider, Provider, ProviderRequest, StreamEvent, ToolChoice, ToolSchema,
+    OpenAiConfig, OpenAiProvider, Provider, ProviderExt, ProviderRequest, Retry, Retrying,
+    StreamEvent, ToolChoice, ToolSchema,
 };
 use rath_session::{ChunkBody, Session, Stamper};
 use serde_json::json;
@@ -17,7 +18,7 @@ use serde_json::json;
 // it fails instead, so a skipped live tier never passes for a tested one.
 use common::skip;
 
-fn live_provider() -> Option<OpenAiProvider> {
+fn live_provider() -> Option<Retrying<OpenAiProvider>> {
     let Ok(base) = std::env::var("RATH_LIVE_BASE_URL") else {
         skip("RATH_LIVE_BASE_URL is not set");
         return None;
@@ -25,12 +26,11 @@ fn live_provider() -> Option<OpenAiProvider> {
     let model = std::env::var("RATH_LIVE_MODEL").unwrap_or_else(|_| "smollm2".to_owned());
     let cfg = OpenAiConfig::new(base.clone(), model)
         .with_timeout(Duration::from_secs(120))
-        .with_max_retries(1)
         .with_temperature(0.0)
         .with_seed(1)
         .with_max_tokens(24);
     match OpenAiProvider::new(cfg) {
-        Ok(p) => Some(p),
+        Ok(p) => Some(p.with_retry(Retry::default().with_max_retries(1))),
         Err(e) => {
             skip(&e.to_string());
             None
@@ -38,8 +38,11 @@ fn live_provider() -> Option<OpenAiProvider> {
     }
 }
 
-async fn reachable(p: &OpenAiProvider) -> bool {
-    let url = format!("{}/models", p.config().base_url.trim_end_matches('/'));
+async fn reachable(p: &Retrying<OpenAiProvider>) -> bool {
+    let url = format!(
+        "{}/models",
+        p.inner().config().base_url.trim_end_matches('/')
+    );
     let host = url
         .split("://")
         .nth(1)
@@ -171,17 +174,17 @@ async fn live_completion_stream_and_tools() {
     }
     // The same request on a provider that knows the server cannot stream tool calls: one
     // non-streamed request, no fallback needed.
-    let base = p.config().base_url.clone();
-    let model = p.config().model.clone();
+    let base = p.inner().config().base_url.clone();
+    let model = p.inner().config().model.clone();
     let q = OpenAiProvider::new(
         OpenAiConfig::new(base, model)
             .with_timeout(Duration::from_secs(120))
-            .with_max_retries(1)
             .with_temperature(0.0)
             .with_seed(1)
             .with_stream_tools(false),
     )
-    .expect("config");
+    .expect("config")
+    .with_retry(Retry::default().with_max_retries(1));
     let resp = q
         .stream(&req, &mut |_| {})
         .await

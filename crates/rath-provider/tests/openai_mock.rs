@@ -6,7 +6,9 @@ use std::time::Instant;
 
 use common::*;
 use rath_provider::mock::{MockFault, MockReply};
-use rath_provider::{Provider, ProviderError, StreamAssembler, StreamEvent, ToolChoice};
+use rath_provider::{
+    Provider, ProviderError, ProviderExt, StreamAssembler, StreamEvent, ToolChoice,
+};
 use rath_session::{ChunkKind, Usage};
 use serde_json::json;
 
@@ -303,8 +305,7 @@ async fn missing_usage_is_none_by_default_and_retried_when_required() {
     let next = resp.apply(&s, &request(&s), 0.0);
     assert_eq!(next.usage(), None);
 
-    let strict =
-        rath_provider::OpenAiProvider::new(config(&server).with_require_usage(true)).unwrap();
+    let strict = stacked(config(&server).with_require_usage(true), retry());
     let mut n = 0;
     let resp = strict.stream(&request(&s), &mut |_| n += 1).await.unwrap();
     assert_eq!(resp.usage, Some(Usage::new(4, 2)));
@@ -324,7 +325,7 @@ async fn missing_usage_is_none_by_default_and_retried_when_required() {
 async fn token_budget_stops_before_it_is_exceeded() {
     let server = server().await;
     server.set_fallback(Some(MockReply::text("ok").usage(100, 50)));
-    let p = rath_provider::OpenAiProvider::new(config(&server).with_token_budget(400)).unwrap();
+    let p = provider(&server).with_budget(400);
     let s = session();
     let req = request(&s).with_max_tokens(60);
     let mut served = 0;
@@ -371,12 +372,10 @@ async fn unreachable_server_is_a_connection_error_after_retries() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let p = rath_provider::OpenAiProvider::new(
-        rath_provider::OpenAiConfig::new(format!("http://127.0.0.1:{port}/v1"), "m")
-            .with_max_retries(1)
-            .with_backoff(secs(1), secs(1)),
-    )
-    .unwrap();
+    let p = stacked(
+        rath_provider::OpenAiConfig::new(format!("http://127.0.0.1:{port}/v1"), "m"),
+        retry().with_max_retries(1).with_backoff(secs(1), secs(1)),
+    );
     let err = p.complete(&request(&session())).await.unwrap_err();
     assert!(
         matches!(&err, ProviderError::RetriesExhausted { attempts: 2, last, .. }
@@ -575,7 +574,7 @@ async fn unavailable_then_success_is_retried_honouring_retry_after() {
     server.push(MockFault::status(408));
     server.push(MockFault::status(409));
     server.push(MockReply::text("back").usage(2, 1));
-    let p = rath_provider::OpenAiProvider::new(config(&server).with_max_retries(3)).unwrap();
+    let p = stacked(config(&server), retry().with_max_retries(3));
     let started = Instant::now();
     let resp = p.complete(&request(&session())).await.unwrap();
     assert!(started.elapsed() >= secs(1000), "{:?}", started.elapsed());
@@ -600,12 +599,12 @@ async fn unavailable_then_success_is_retried_honouring_retry_after() {
 async fn retry_time_is_bounded_per_call_and_per_provider() {
     // Every request is a 500 (empty script); retries would go on for 50 attempts.
     let server = server().await;
-    let cfg = config(&server)
+    let r = retry()
         .with_max_retries(50)
         .with_backoff(secs(60), secs(60))
-        .with_retry_max_elapsed(secs(500))
-        .with_retry_budget(None);
-    let p = rath_provider::OpenAiProvider::new(cfg).unwrap();
+        .with_max_elapsed(secs(500))
+        .with_budget(None);
+    let p = stacked(config(&server), r);
     let started = Instant::now();
     let err = p.complete(&request(&session())).await.unwrap_err();
     let took = started.elapsed();
@@ -631,12 +630,12 @@ async fn retry_time_is_bounded_per_call_and_per_provider() {
 
     // The provider-wide budget: once spent, later calls are not retried at all.
     let server = common::server().await;
-    let cfg = config(&server)
+    let r = retry()
         .with_max_retries(50)
         .with_backoff(secs(60), secs(60))
-        .with_retry_max_elapsed(std::time::Duration::from_secs(30))
-        .with_retry_budget(Some(secs(400)));
-    let p = rath_provider::OpenAiProvider::new(cfg).unwrap();
+        .with_max_elapsed(std::time::Duration::from_secs(30))
+        .with_budget(Some(secs(400)));
+    let p = stacked(config(&server), r);
     let started = Instant::now();
     let err = p.complete(&request(&session())).await.unwrap_err();
     assert!(started.elapsed() < secs(1500), "{:?}", started.elapsed());
@@ -669,10 +668,10 @@ async fn a_retry_gets_only_the_time_that_is_left() {
     for _ in 0..5 {
         server.push(MockFault::Hang(secs(10_000)));
     }
-    let cfg = config(&server)
-        .with_max_retries(5)
-        .with_retry_max_elapsed(secs(800));
-    let p = rath_provider::OpenAiProvider::new(cfg).unwrap();
+    let p = stacked(
+        config(&server),
+        retry().with_max_retries(5).with_max_elapsed(secs(800)),
+    );
     let started = Instant::now();
     let err = p.complete(&request(&session())).await.unwrap_err();
     let took = started.elapsed();
@@ -741,7 +740,7 @@ async fn stream_tools_false_never_streams_with_tools() {
     assert!(deltas >= 3);
     assert_eq!(server.requests()[3]["stream"], true);
 
-    let bad = rath_provider::OpenAiConfig::from_lookup(|k| {
+    let bad = rath_provider::StackConfig::from_lookup(|k| {
         (k == "OPENAI_RETRY_MAX_ELAPSED_MS").then(|| "soon".to_owned())
     })
     .unwrap_err();

@@ -439,6 +439,75 @@ impl Session {
         })
     }
 
+    /// The n-way [`Session::merge_with`] in the [`MergeStrategy::SharedPrefix`] layout: the
+    /// chunks every session shares (by identity, as forks of one parent do) once, then each
+    /// session's suffix in order, every suffix chunk tagged with the id of the session it
+    /// came from. Parents are the sessions in order (operator `Session.merge`, kind
+    /// `op_merge`); usage, per-agent usage and pending work are summed/concatenated as in
+    /// `merge_with`; placement is the first session's. The strict rule holds between the
+    /// first session and every other one, else [`SessionError::MergeRefused`]; an empty
+    /// slice is [`SessionError::MergeRefused`] too. One id is minted, from the first
+    /// session's stamper.
+    ///
+    /// ```
+    /// use rath_session::{Chunk, Session, Stamper, Usage};
+    ///
+    /// let root = Session::user_with("task", Stamper::counter());
+    /// let a = root.fork().push(Chunk::assistant_text("a")).with_usage(Some("a"), Usage::new(3, 1));
+    /// let b = root.fork().push(Chunk::assistant_text("b")).with_usage(Some("b"), Usage::new(5, 2));
+    /// let m = Session::merge_all(&[a.clone(), b.clone()])?;
+    /// let texts: Vec<_> = m.chunks().iter().filter_map(|c| c.text()).collect();
+    /// assert_eq!(texts, ["task", "a", "b"]);
+    /// assert_eq!(m.chunks()[1].branch(), Some(a.id().as_str()));
+    /// assert_eq!(m.lineage().parents, vec![a.id().clone(), b.id().clone()]);
+    /// assert_eq!(m.usage().map(|u| u.total_tokens), Some(11));
+    /// assert!(Session::merge_all(&[]).is_err());
+    /// # Ok::<(), rath_session::SessionError>(())
+    /// ```
+    pub fn merge_all(sessions: &[Session]) -> Result<Self, SessionError> {
+        let Some((first, rest)) = sessions.split_first() else {
+            return Err(SessionError::MergeRefused {
+                left_id: String::new(),
+                left: "nothing".to_owned(),
+                right_id: String::new(),
+                right: "nothing".to_owned(),
+            });
+        };
+        for other in rest {
+            first.check_merge(other)?;
+        }
+        let p = rest
+            .iter()
+            .map(|o| first.chunks.shared_prefix_len(&o.chunks))
+            .min()
+            .unwrap_or(first.chunks.len());
+        let mut chunks = first.chunks.clone().slice(0..p);
+        let (mut usage, mut agent_usage, mut pending) = (None, BTreeMap::new(), Vec::new());
+        for s in sessions {
+            let tag = s.id.to_string();
+            chunks.extend(s.chunks.iter().skip(p).map(|c| c.with_branch(tag.as_str())));
+            usage = sum_optional(usage, s.usage);
+            for (agent, u) in &s.meta.agent_usage {
+                *agent_usage.entry(agent.clone()).or_default() += *u;
+            }
+            pending.extend(s.meta.pending.iter().cloned());
+        }
+        let parents = sessions.iter().map(|s| s.id.clone()).collect::<Vec<_>>();
+        Ok(Self {
+            id: first.stamper.next_id(),
+            chunks,
+            usage,
+            meta: Arc::new(Meta {
+                lineage: Lineage::new(parents, "Session.merge", LineageKind::OpMerge),
+                created_at: first.stamper.now(),
+                placement: first.meta.placement.clone(),
+                pending,
+                agent_usage,
+            }),
+            stamper: first.stamper.clone(),
+        })
+    }
+
     // ---------------------------------------------------------------- edits (same id)
 
     /// Appends a chunk.

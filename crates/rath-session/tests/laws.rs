@@ -177,6 +177,38 @@ proptest! {
     }
 
     #[test]
+    fn merge_all_agrees_with_merge_with_and_sums_n_ways(
+        base in arb_session(),
+        xs in prop::collection::vec(prop::collection::vec(arb_chunk(), 0..4), 2..5),
+        usage in prop::collection::vec((0u64..50, 0u64..50), 5),
+    ) {
+        let forks: Vec<Session> = xs.iter().zip(&usage).map(|(x, &(p, c))| {
+            base.fork().extend(x.clone()).with_usage(Some("agent"), Usage::new(p, c))
+        }).collect();
+        let m = Session::merge_all(&forks).expect("unplaced forks merge");
+        prop_assert_eq!(&m.lineage().parents, &forks.iter().map(|f| f.id().clone()).collect::<Vec<_>>());
+        prop_assert_eq!(m.lineage().kind.clone(), LineageKind::OpMerge);
+        let total = forks.iter().fold(None, |acc, f| sum_optional(acc, f.usage()));
+        prop_assert_eq!(m.usage(), total);
+        prop_assert_eq!(m.agent_usage().get("agent").copied(), total);
+        let suffixes: usize = xs.iter().map(Vec::len).sum();
+        let p = base.len();
+        prop_assert_eq!(m.len(), p + suffixes);
+        let mut i = p;
+        for (f, x) in forks.iter().zip(&xs) {
+            for _ in x {
+                prop_assert_eq!(m.chunks()[i].branch(), Some(f.id().as_str()));
+                i += 1;
+            }
+        }
+        if forks.len() == 2 {
+            let pair = forks[0].merge_with(&forks[1], MergeStrategy::SharedPrefix).expect("merge");
+            prop_assert_eq!(pair.chunks().iter().cloned().collect::<Vec<_>>(), m.chunks().iter().cloned().collect::<Vec<_>>());
+            prop_assert_eq!(pair.usage(), m.usage());
+        }
+    }
+
+    #[test]
     fn session_serde_round_trip(s in arb_session()) {
         let json = serde_json::to_string(&s).expect("serialise");
         let back: Session = serde_json::from_str(&json).expect("deserialise");
@@ -218,6 +250,7 @@ proptest! {
             _ => false,
         };
         let result = a.merge(&b);
+        prop_assert_eq!(Session::merge_all(&[a.clone(), b.clone()]).is_ok(), result.is_ok());
         prop_assert_eq!(result.is_ok(), allowed, "{:?}", result.as_ref().err());
         if let Err(SessionError::MergeRefused { left_id, right_id, .. }) = &result {
             prop_assert_eq!(left_id.as_str(), a.id().as_str());

@@ -7,8 +7,8 @@ use anyhow::{Context, Result};
 use rath_flow::{Agent, ToolContext, ToolError, ToolSet, WorkflowExt, final_text, typed_tool};
 use rath_persist::Store;
 use rath_provider::{
-    OpenAiConfig, OpenAiProvider, Provider, ProviderRequest, RecordingProvider, ReplayProvider,
-    ScriptedProvider, ScriptedResponse,
+    OpenAiConfig, Provider, ProviderRequest, RecordingProvider, ReplayProvider, Retry,
+    ScriptedProvider, ScriptedResponse, StackConfig,
 };
 use rath_session::{ChunkKind, Session, Stamper};
 use serde_json::json;
@@ -28,7 +28,8 @@ fn live_base_url() -> Option<(String, &'static str)> {
     None
 }
 
-fn live_config() -> Option<OpenAiConfig> {
+/// The standard stack for the live server: one retry, no token budget.
+fn live_config() -> Option<StackConfig> {
     let (url, _) = live_base_url()?;
     let model = std::env::var("OPENAI_MODEL")
         .ok()
@@ -38,14 +39,13 @@ fn live_config() -> Option<OpenAiConfig> {
         .with_temperature(0.0)
         .with_seed(0)
         .with_max_tokens(24)
-        .with_timeout(Duration::from_secs(60))
-        .with_max_retries(1);
+        .with_timeout(Duration::from_secs(60));
     if let Ok(key) = std::env::var("OPENAI_API_KEY")
         && !key.trim().is_empty()
     {
         cfg = cfg.with_api_key(key);
     }
-    Some(cfg)
+    Some(StackConfig::new(cfg).with_retry(Retry::default().with_max_retries(1)))
 }
 
 /// The `live_provider_manifest` packet.
@@ -68,7 +68,8 @@ fn build_manifest(ctx: &mut Ctx) -> Result<Report> {
     let mut r = Report::new(
         &[
             "the provider manifest records provider, model, base URL host, sampling and \
-             transport parameters and library versions",
+             transport parameters, the layers stacked around the wire (budget, retry) with \
+             their settings, and library versions",
             "an API key and secret-looking headers never appear in it (checked with a key \
              made up at run time)",
             "the prerequisites of the live tier are disclosed in prerequisites.json",
@@ -86,7 +87,7 @@ fn build_manifest(ctx: &mut Ctx) -> Result<Report> {
         .with_seed(0)
         .with_header("Authorization", format!("Bearer {fake_key}"))
         .with_header("X-Request-Source", "openrath-evidence");
-    let provider = OpenAiProvider::new(cfg)?;
+    let provider = StackConfig::new(cfg).build()?;
     let manifest = provider.manifest();
     let text = serde_json::to_string_pretty(&manifest)?;
     r.check(
@@ -118,7 +119,7 @@ fn build_manifest(ctx: &mut Ctx) -> Result<Report> {
         }),
     )?;
     // The configuration this machine would use (volatile: depends on the environment).
-    let live = live_config().map(|c| OpenAiProvider::new(c).map(|p| p.manifest()));
+    let live = live_config().map(|c| c.build().map(|p| p.manifest()));
     let live_text = match live {
         Some(Ok(m)) => serde_json::to_string_pretty(&m)?,
         Some(Err(e)) => serde_json::to_string_pretty(&json!({"error": e.to_string()}))?,
@@ -222,8 +223,9 @@ fn build_live_run(ctx: &mut Ctx) -> Result<Report> {
         return Ok(r);
     };
     // One plain request first, so an unreachable server is a skip, not a failed example.
-    let cfg = live_config().unwrap_or_else(|| OpenAiConfig::new(url.clone(), "smollm2"));
-    let probe = OpenAiProvider::new(cfg)?;
+    let cfg = live_config()
+        .unwrap_or_else(|| StackConfig::new(OpenAiConfig::new(url.clone(), "smollm2")));
+    let probe = cfg.build()?;
     let hello = Session::user_with("Reply with one word: hello.", Stamper::counter());
     let req = ProviderRequest::from_session(&hello, vec![]).with_max_tokens(8);
     if let Err(e) = ctx.block_on(probe.complete(&req))? {

@@ -12,7 +12,7 @@ use rath_flow::{
     FlowContext, LoopOptions, SessionLoop, ToolContext, ToolError, ToolSet, typed_tool,
 };
 use rath_persist::Store;
-use rath_provider::{OpenAiConfig, OpenAiProvider, Provider, ScriptedProvider, ScriptedResponse};
+use rath_provider::{Provider, ScriptedProvider, ScriptedResponse, StackConfig};
 use rath_session::{ChunkBody, Session, Stamper};
 use serde_json::json;
 
@@ -116,26 +116,22 @@ pub fn bounded(live: bool, options: LoopOptions) -> LoopOptions {
     }
 }
 
-/// The live provider from the environment (temperature 0, seed 0 and at most
-/// [`LIVE_MAX_TOKENS`] per call unless configured otherwise), or `script` as a scripted
-/// provider named `name`.
+/// The live provider from the environment — the standard stack
+/// ([`rath_provider::StackConfig`]: OpenAI wire, retry, budget), temperature 0, seed 0 and
+/// at most [`LIVE_MAX_TOKENS`] per call unless configured otherwise — or `script` as a
+/// scripted provider named `name`.
 pub fn provider(
     live: bool,
     script: Vec<ScriptedResponse>,
     name: &str,
 ) -> Result<Arc<dyn Provider>, DemoError> {
     if live {
-        let mut config = OpenAiConfig::from_env()?;
-        if config.max_tokens.is_none() {
-            config = config.with_max_tokens(LIVE_MAX_TOKENS);
-        }
-        if config.temperature.is_none() {
-            config = config.with_temperature(0.0);
-        }
-        if config.seed.is_none() {
-            config = config.with_seed(0);
-        }
-        Ok(Arc::new(OpenAiProvider::new(config)?))
+        let mut stack = StackConfig::from_env()?;
+        let wire = &mut stack.openai;
+        wire.max_tokens = wire.max_tokens.or(Some(LIVE_MAX_TOKENS));
+        wire.temperature = wire.temperature.or(Some(0.0));
+        wire.seed = wire.seed.or(Some(0));
+        Ok(Arc::new(stack.build()?))
     } else {
         Ok(Arc::new(
             ScriptedProvider::new(script).named(format!("scripted:{name}")),

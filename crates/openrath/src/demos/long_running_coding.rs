@@ -311,8 +311,8 @@ pub async fn run(config: CodingConfig) -> Result<CodingReport, DemoError> {
     };
     let looper = SessionLoop::new(provider, ToolSet::builtins())
         .with_agent_name("coder")
-        .with_options(LoopOptions::default().max_tool_rounds(32))
-        .with_sink(Arc::new(StoreSink::new(store.clone())));
+        .with_options(LoopOptions::default().max_tool_rounds(32));
+    let cx = cx.with_sink(StoreSink::new(store.clone()));
 
     let out = match loaded {
         Some(stopped) => {

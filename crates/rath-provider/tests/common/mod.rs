@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use rath_provider::mock::MockServer;
-use rath_provider::{OpenAiConfig, OpenAiProvider, ProviderRequest, ToolSchema};
+use rath_provider::{
+    OpenAiConfig, OpenAiProvider, ProviderExt, ProviderRequest, Retry, Retrying, ToolSchema,
+};
 use rath_session::{Session, Stamper};
 use serde_json::json;
 
@@ -37,16 +39,28 @@ pub async fn server() -> MockServer {
     MockServer::start().await.expect("mock server starts")
 }
 
-/// Fast retries so fault tests stay quick.
+/// The wire against the mock: 1.5 s per attempt.
 pub fn config(server: &MockServer) -> OpenAiConfig {
-    OpenAiConfig::new(server.base_url(), "mock-model")
-        .with_timeout(Duration::from_millis(1500))
+    OpenAiConfig::new(server.base_url(), "mock-model").with_timeout(Duration::from_millis(1500))
+}
+
+/// Fast retries so fault tests stay quick: 2 retries, backoff from 10 ms.
+pub fn retry() -> Retry {
+    Retry::default()
         .with_max_retries(2)
         .with_backoff(Duration::from_millis(10), Duration::from_millis(1500))
 }
 
-pub fn provider(server: &MockServer) -> OpenAiProvider {
-    OpenAiProvider::new(config(server)).expect("valid config")
+/// The wire `cfg` wrapped in the retry layer.
+pub fn stacked(cfg: OpenAiConfig, retry: Retry) -> Retrying<OpenAiProvider> {
+    OpenAiProvider::new(cfg)
+        .expect("valid config")
+        .with_retry(retry)
+}
+
+/// The mock's wire with [`retry`].
+pub fn provider(server: &MockServer) -> Retrying<OpenAiProvider> {
+    stacked(config(server), retry())
 }
 
 pub fn session() -> Session {

@@ -1,0 +1,239 @@
+//! Layers: wrapping a workflow gives a workflow. Memory recall and commit, the
+//! persist-as-you-go sink, an extra observer and a token/step budget are wrappers built
+//! through [`crate::WorkflowExt`], so they apply to any workflow (an agent, a team, a
+//! selector), not only to one agent.
+//!
+//! ```
+//! use rath_flow::{Agent, Budget, FlowEvent, WorkflowExt};
+//! use rath_provider::{ScriptedProvider, ScriptedResponse};
+//! use rath_session::{Session, Stamper};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let dir = tempfile::tempdir().unwrap();
+//! let agent = Agent::new("a", "Be brief.", ScriptedProvider::new(vec![ScriptedResponse::text("hi").usage(5, 1)]))
+//!     .persist_to(rath_persist::Store::at(dir.path()))
+//!     .observe(|ev: &FlowEvent<'_>| if let FlowEvent::Usage { usage, .. } = ev { assert_eq!(usage.total_tokens, 6) })
+//!     .with_budget(Budget::steps(4));
+//! let out = agent.run(Session::user_with("Say hi.", Stamper::counter())).await?;
+//! assert_eq!(rath_persist::Store::at(dir.path()).load(out.id())?.session.len(), out.len());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use rath_session::Session;
+
+use crate::FlowError;
+use crate::agent::Agent;
+use crate::context::{Budget, FlowContext, Observer, SessionSink};
+use crate::error::{FailedAt, fail_from};
+use crate::memory::MemoryHook;
+use crate::workflow::Workflow;
+
+/// The describing methods of a layer: its inner workflow's.
+macro_rules! delegate_describe {
+    () => {
+        fn name(&self) -> &str {
+            self.inner.name()
+        }
+        fn description(&self) -> &str {
+            self.inner.description()
+        }
+        fn named_agents(&self) -> Vec<(String, Agent)> {
+            self.inner.named_agents()
+        }
+    };
+}
+
+/// True when `session` holds work a forward resumes rather than starts: pending calls, or
+/// tool calls cut off before their results.
+pub(crate) fn is_resumption(session: &Session) -> bool {
+    !session.pending().is_empty() || !session.unanswered_tool_calls().is_empty()
+}
+
+/// Memory around a workflow ([`crate::WorkflowExt::with_memory`]): before a fresh forward,
+/// recall and inject (a `memory_event` chunk, and the recalled text when something was
+/// found); after a forward that finished (no pending work), commit what it added. A forward
+/// that resumes stopped work does not recall again. Usage and events are attributed to the
+/// inner workflow's name.
+pub struct WithMemory<W> {
+    inner: W,
+    memory: Arc<dyn MemoryHook>,
+}
+
+impl<W: Workflow> WithMemory<W> {
+    /// `inner` with `memory`.
+    pub fn new(inner: W, memory: Arc<dyn MemoryHook>) -> Self {
+        Self { inner, memory }
+    }
+
+    fn recall(&self, session: &Session, cx: &FlowContext) -> Result<Session, FlowError> {
+        if is_resumption(session) {
+            return Ok(session.clone());
+        }
+        let name = self.inner.name();
+        self.memory
+            .before_model_call(session, Some(name))
+            .map_err(|e| {
+                fail_from(
+                    e,
+                    session,
+                    "Memory.recall",
+                    FailedAt::new(Some(name), "memory"),
+                    cx,
+                )
+            })
+    }
+
+    fn commit(
+        &self,
+        input: &Session,
+        out: Session,
+        cx: &FlowContext,
+    ) -> Result<Session, FlowError> {
+        if !out.pending().is_empty() {
+            return Ok(out);
+        }
+        let name = self.inner.name();
+        self.memory
+            .after_forward(input, &out, Some(name))
+            .map_err(|e| {
+                fail_from(
+                    e,
+                    &out,
+                    "Memory.commit",
+                    FailedAt::new(Some(name), "memory"),
+                    cx,
+                )
+            })
+    }
+}
+
+impl<W> fmt::Debug for WithMemory<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WithMemory").finish_non_exhaustive()
+    }
+}
+
+impl<W: Workflow> Workflow for WithMemory<W> {
+    fn forward<'a>(
+        &'a self,
+        session: Session,
+        cx: &'a FlowContext,
+    ) -> BoxFuture<'a, Result<Session, FlowError>> {
+        Box::pin(async move {
+            let recalled = self.recall(&session, cx)?;
+            let out = self.inner.forward(recalled, cx).await?;
+            self.commit(&session, out, cx)
+        })
+    }
+    delegate_describe!();
+}
+
+/// A workflow whose session loops stream their outputs to a sink as they grow
+/// ([`crate::WorkflowExt::with_sink`], [`crate::WorkflowExt::persist_to`]).
+pub struct WithSink<W> {
+    inner: W,
+    sink: Arc<dyn SessionSink>,
+}
+
+impl<W: Workflow> WithSink<W> {
+    /// `inner` streaming to `sink`.
+    pub fn new(inner: W, sink: Arc<dyn SessionSink>) -> Self {
+        Self { inner, sink }
+    }
+}
+
+impl<W> fmt::Debug for WithSink<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WithSink").finish_non_exhaustive()
+    }
+}
+
+impl<W: Workflow> Workflow for WithSink<W> {
+    fn forward<'a>(
+        &'a self,
+        session: Session,
+        cx: &'a FlowContext,
+    ) -> BoxFuture<'a, Result<Session, FlowError>> {
+        Box::pin(async move {
+            let child = cx.clone().with_shared_sink(self.sink.clone());
+            self.inner.forward(session, &child).await
+        })
+    }
+    delegate_describe!();
+}
+
+/// A workflow with one more observer ([`crate::WorkflowExt::observe`]): it sees the events
+/// of this workflow only, beside the context's own observer.
+pub struct Observed<W> {
+    inner: W,
+    observer: Arc<dyn Observer>,
+}
+
+impl<W: Workflow> Observed<W> {
+    /// `inner` observed by `observer`.
+    pub fn new(inner: W, observer: Arc<dyn Observer>) -> Self {
+        Self { inner, observer }
+    }
+}
+
+impl<W> fmt::Debug for Observed<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Observed").finish_non_exhaustive()
+    }
+}
+
+impl<W: Workflow> Workflow for Observed<W> {
+    fn forward<'a>(
+        &'a self,
+        session: Session,
+        cx: &'a FlowContext,
+    ) -> BoxFuture<'a, Result<Session, FlowError>> {
+        Box::pin(async move {
+            let child = cx.clone().also_observe_shared(self.observer.clone());
+            self.inner.forward(session, &child).await
+        })
+    }
+    delegate_describe!();
+}
+
+/// A workflow limited by a [`Budget`] per forward ([`crate::WorkflowExt::with_budget`]):
+/// once the limit is reached the next model call is not sent and the run fails with
+/// [`FlowError::BudgetSpent`] (kind `budget_exhausted` in its `run_failure` chunk).
+pub struct WithBudget<W> {
+    inner: W,
+    budget: Budget,
+}
+
+impl<W: Workflow> WithBudget<W> {
+    /// `inner` within `budget`.
+    pub fn new(inner: W, budget: Budget) -> Self {
+        Self { inner, budget }
+    }
+}
+
+impl<W> fmt::Debug for WithBudget<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WithBudget")
+            .field("budget", &self.budget)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<W: Workflow> Workflow for WithBudget<W> {
+    fn forward<'a>(
+        &'a self,
+        session: Session,
+        cx: &'a FlowContext,
+    ) -> BoxFuture<'a, Result<Session, FlowError>> {
+        Box::pin(async move {
+            let child = cx.clone().with_budget(self.budget);
+            self.inner.forward(session, &child).await
+        })
+    }
+    delegate_describe!();
+}
