@@ -217,7 +217,7 @@ fn sandbox_isolated_refuses_network_and_root_writes() {
         .lines()
         .find_map(|l| l.strip_prefix("Skipped: the isolated backend is unavailable here: "))
     {
-        eprintln!("skipping: isolated backend unavailable: {reason}");
+        common::missing(&format!("the isolated backend needs bubblewrap: {reason}"));
         return;
     }
     let evidence: Vec<&str> = stdout
@@ -262,7 +262,7 @@ fn sandbox_isolated_refuses_network_and_root_writes() {
 #[test]
 fn research_synthesis_records_its_compression() {
     if !python_available() {
-        eprintln!("skipping: python3 is not installed (run_code runs Python)");
+        common::missing("python3 is not installed (run_code runs Python)");
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
