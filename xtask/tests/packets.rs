@@ -32,10 +32,9 @@ fn no_packet_leaks_secrets_or_machine_paths() {
 #[test]
 fn every_packet_has_its_summary_and_manifests() {
     let dir = evidence().join("packets");
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        eprintln!("no committed packets yet; skipping");
-        return;
-    };
+    // The packets are committed: a missing directory is a failure, not a skip.
+    let entries = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e} (the committed evidence packets)", dir.display()));
     for entry in entries {
         let p = entry.expect("entry").path();
         for f in [

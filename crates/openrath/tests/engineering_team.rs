@@ -1,6 +1,8 @@
 //! Acceptance: the flagship example offline. QA's real `python3 -m unittest` run inside the
 //! local sandbox passes, and the run leaves a store, a lineage export, a report and a view.
 
+mod common;
+
 use openrath::demos::engineering_team::{SEED_FILES, TeamConfig, qa_verdict, run};
 use openrath::inspect::StoreView;
 use openrath::prelude::*;
@@ -15,7 +17,7 @@ fn python_available() -> bool {
 #[test]
 fn engineering_team_offline_passes_real_tests_in_the_sandbox() {
     if !python_available() {
-        eprintln!("skipping: python3 is not installed (QA runs python3 -m unittest)");
+        common::missing("python3 is not installed (QA runs python3 -m unittest)");
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");

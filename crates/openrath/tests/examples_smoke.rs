@@ -1,5 +1,7 @@
 //! Smoke tests: the logic of each small example, offline, against a temporary store.
 
+mod common;
+
 use openrath::demos::hello_agent::DemoConfig;
 use openrath::demos::{
     dynamic_selector, hello_agent, lineage_export, research_synthesis, sandbox_isolated,
@@ -86,7 +88,7 @@ fn sandbox_isolated_refuses_network_and_root_writes() {
     let tmp = tempfile::tempdir().expect("tempdir");
     match block_on(sandbox_isolated::run(DemoConfig::offline(tmp.path()))).expect("run") {
         sandbox_isolated::SandboxOutcome::Unavailable(reason) => {
-            eprintln!("skipping: isolated backend unavailable: {reason}");
+            common::missing(&format!("the isolated backend needs bubblewrap: {reason}"));
         }
         sandbox_isolated::SandboxOutcome::Ran(r) => {
             assert!(
@@ -111,7 +113,7 @@ fn sandbox_isolated_refuses_network_and_root_writes() {
 #[test]
 fn research_synthesis_records_its_compression() {
     if !python_available() {
-        eprintln!("skipping: python3 is not installed (run_code runs Python)");
+        common::missing("python3 is not installed (run_code runs Python)");
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");

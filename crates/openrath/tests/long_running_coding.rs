@@ -2,6 +2,8 @@
 //! and check the resumed transcript equals an uninterrupted run's and that the resume shows
 //! in the lineage.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -72,7 +74,7 @@ fn conversation(s: &Session) -> Vec<ChatMessage> {
 #[tokio::test]
 async fn killed_mid_run_then_resumed_matches_an_uninterrupted_run() -> anyhow::Result<()> {
     if !python3_available() {
-        eprintln!("skipping: python3 is not on PATH (the agent's check runs it)");
+        common::missing("python3 is not on PATH (the agent's check runs it)");
         return Ok(());
     }
     let bin = example_binary()?;

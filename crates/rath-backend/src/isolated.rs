@@ -88,10 +88,12 @@ const ETC_FILES: &[&str] = &[
 /// PATH inside the sandbox.
 const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/// The first `bwrap` on PATH. PATH alone decides (no fixed fallback directories), so a
+/// process whose PATH holds no bubblewrap sees `isolated` as unavailable, as it would see any
+/// other missing program.
 fn find_bwrap() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
+    let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
-        .chain([PathBuf::from("/usr/bin"), PathBuf::from("/usr/local/bin")])
         .map(|d| d.join("bwrap"))
         .find(|p| p.is_file())
 }
@@ -192,7 +194,7 @@ fn bwrap_args(root: &str, cwd: &str) -> Vec<String> {
 
 fn probe() -> Result<PathBuf, String> {
     let bwrap = find_bwrap().ok_or_else(|| {
-        "`bwrap` is not installed (Debian: apt-get install bubblewrap)".to_owned()
+        "`bwrap` (bubblewrap) is not on PATH (Debian: apt-get install bubblewrap)".to_owned()
     })?;
     let probe_dir = std::env::temp_dir();
     let dir = probe_dir.to_string_lossy();

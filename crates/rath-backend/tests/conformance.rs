@@ -1,10 +1,11 @@
 //! The conformance suite against `local` and `isolated`.
 
+mod common;
+
 use std::sync::Arc;
 
-use rath_backend::isolated::IsolatedBackend;
+use rath_backend::conformance;
 use rath_backend::local::LocalBackend;
-use rath_backend::{Backend, conformance};
 
 #[tokio::test]
 async fn local_conforms() {
@@ -16,12 +17,10 @@ async fn local_conforms() {
 
 #[tokio::test]
 async fn isolated_conforms() {
-    let backend = IsolatedBackend::new();
-    if let Some(reason) = backend.availability().reason() {
-        eprintln!("skipping isolated conformance: {reason}");
+    let Some(backend) = common::isolated_or_skip("isolated conformance") else {
         return;
-    }
-    let report = conformance::run_all(Arc::new(backend)).await;
+    };
+    let report = conformance::run_all(backend).await;
     eprintln!("{report}");
     assert!(report.is_ok(), "{report}");
 }

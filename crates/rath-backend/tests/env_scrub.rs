@@ -1,9 +1,10 @@
 //! A child never sees the parent's secrets. One test in its own binary, because it sets
 //! process environment variables.
 
+mod common;
+
 use std::sync::Arc;
 
-use rath_backend::isolated::IsolatedBackend;
 use rath_backend::local::LocalBackend;
 use rath_backend::{Backend, CommandPayload, DispatchContext, Output, Payload};
 use rath_session::{SandboxSpec, Stamper};
@@ -17,11 +18,7 @@ async fn secret_env_vars_do_not_reach_the_child() {
         std::env::set_var("AWS_SECRET_ACCESS_KEY", "aws-parent-secret");
     }
     let mut backends: Vec<Arc<dyn Backend>> = vec![Arc::new(LocalBackend::new())];
-    let iso = IsolatedBackend::new();
-    match iso.availability().reason() {
-        None => backends.push(Arc::new(iso)),
-        Some(reason) => eprintln!("isolated part skipped: {reason}"),
-    }
+    backends.extend(common::isolated_or_skip("isolated half"));
     for b in backends {
         let st = Stamper::counter();
         let h = b.open(&SandboxSpec::default(), &st).await.unwrap();

@@ -13,12 +13,12 @@ use rath_session::{SandboxHandle, SandboxSpec, Stamper};
 
 fn backends() -> Vec<Arc<dyn Backend>> {
     let mut v: Vec<Arc<dyn Backend>> = vec![Arc::new(LocalBackend::new())];
-    v.extend(common::isolated_or_skip("escape tests"));
+    v.extend(common::isolated_or_skip("isolated half"));
     v
 }
 
 fn isolated() -> Option<Arc<dyn Backend>> {
-    common::isolated_or_skip("escape test")
+    common::isolated_or_skip("isolated")
 }
 
 async fn open(b: &Arc<dyn Backend>) -> SandboxHandle {

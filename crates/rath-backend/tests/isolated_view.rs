@@ -23,7 +23,7 @@ fn words(s: &str) -> BTreeSet<String> {
 
 #[tokio::test]
 async fn isolated_sees_exactly_what_it_claims() {
-    let Some(b) = isolated_or_skip("isolated_sees_exactly_what_it_claims") else {
+    let Some(b) = isolated_or_skip("isolated") else {
         return;
     };
     let view = b

@@ -207,7 +207,7 @@ async fn local_file_tools_survive_a_symlink_swap_race() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
 async fn isolated_file_tools_survive_a_symlink_swap_race() {
-    let Some(b) = isolated_or_skip("isolated_file_tools_survive_a_symlink_swap_race") else {
+    let Some(b) = isolated_or_skip("isolated") else {
         return;
     };
     race(b).await;

@@ -11,7 +11,7 @@ use openrath::demos::engineering_team::{TeamConfig, run};
 fn cli_on_the_engineering_team_store() {
     let python = Command::new("python3").arg("--version").output();
     if !python.is_ok_and(|o| o.status.success()) {
-        eprintln!("skipping: python3 is not installed (the example's QA runs unittest)");
+        common::skip("python3 is not installed (the example's QA runs unittest)");
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");

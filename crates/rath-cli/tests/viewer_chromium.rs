@@ -3,7 +3,10 @@
 //! per parent link, and a real mouse click on a node shows that session's transcript.
 //!
 //! Needs Debian's `chromium` (`.ci/install.d/40-chromium.sh` installs it and exports
-//! `RATH_CHROMIUM`); without it the test prints why and passes.
+//! `RATH_CHROMIUM`); without it the test prints a `RATH-SKIP:` line and returns, and under
+//! `RATH_CI=1` it fails.
+
+mod common;
 
 use std::collections::BTreeSet;
 use std::net::TcpStream;
@@ -202,7 +205,7 @@ fn launch(exe: &Path, profile: &Path) -> (Browser, String) {
 #[test]
 fn viewer_in_headless_chromium() {
     let Some(exe) = chromium() else {
-        eprintln!("skipping: no chromium (set RATH_CHROMIUM or apt-get install chromium)");
+        common::skip("no chromium (set RATH_CHROMIUM or apt-get install chromium)");
         return;
     };
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -299,12 +299,7 @@ impl SessionLoop {
             "run_session_loop",
             LineageKind::OpSessionLoop,
         );
-        let out = carry_usage(user, user.derive(lineage));
-        if let Some(sink) = cx.sink()
-            && let Err(e) = sink.begin(&out)
-        {
-            return self.fail(e, Some(out), self.at("persist", 0), cx);
-        }
+        let out = self.begin(carry_usage(user, user.derive(lineage)), 0, cx)?;
         self.drive(out, agent, cx, Vec::new(), 0).await
     }
 
@@ -329,21 +324,29 @@ impl SessionLoop {
             "resume_session_loop",
             LineageKind::OpResume,
         );
-        let mut out = carry_usage(stopped, stopped.derive(lineage));
+        let (out, work) =
+            self.resumed_work(stopped, carry_usage(stopped, stopped.derive(lineage)))?;
+        let out = self.begin(out, rounds, cx)?;
+        self.drive(out, agent, cx, work, rounds).await
+    }
+
+    /// The stopped round's calls with their gates: the pending calls (or, for a session
+    /// cut off between the assistant chunk and its results, the unanswered ones), taken off
+    /// `out`. A call still waiting for its decision is an error.
+    fn resumed_work(
+        &self,
+        stopped: &Session,
+        mut out: Session,
+    ) -> Result<(Session, Vec<(ToolCall, Gate)>), FlowError> {
         let mut pending: Vec<PendingCall> = out.pending().to_vec();
         for p in &pending {
             out = out.take_pending(&p.call.id)?.1;
         }
         if pending.is_empty() {
-            // A session cut off between the assistant chunk and its results (a crash).
             pending = out
                 .unanswered_tool_calls()
                 .into_iter()
-                .map(|call| PendingCall {
-                    call,
-                    agent: self.agent.clone(),
-                    reason: pending_reason::CANCELLED.to_owned(),
-                })
+                .map(|call| self.pending(call, pending_reason::CANCELLED))
                 .collect();
         }
         let mut work = Vec::with_capacity(pending.len());
@@ -361,14 +364,19 @@ impl SessionLoop {
             };
             work.push((p.call, gate));
         }
-        if let Some(sink) = cx.sink()
-            && let Err(e) = sink.begin(&out)
-        {
-            return self.fail(e, Some(out), self.at("persist", rounds), cx);
-        }
-        self.drive(out, agent, cx, work, rounds).await
+        Ok((out, work))
     }
 
+    /// Opens `out` in the context's sink.
+    fn begin(&self, out: Session, rounds: usize, cx: &FlowContext) -> Result<Session, FlowError> {
+        match cx.sink().map(|sink| sink.begin(&out)) {
+            Some(Err(e)) => Err(self.fail(e, Some(out), self.at("persist", rounds), cx)),
+            _ => Ok(out),
+        }
+    }
+
+    /// The rounds: a resumed round first (if any), then model call, tool round, model call,
+    /// ... until the model answers without calls or a call waits for approval.
     async fn drive(
         &self,
         mut out: Session,
@@ -377,66 +385,20 @@ impl SessionLoop {
         resumed: Vec<(ToolCall, Gate)>,
         mut rounds: usize,
     ) -> Result<Session, FlowError> {
-        let agent_name = self.agent.as_deref();
-        let mut req = ProviderRequest::new(String::new(), agent.messages());
-        req.model = self.options.model.clone();
-        req.tools = self.tools.schemas();
-        req.tool_choice = self.options.tool_choice.clone();
-        req.temperature = self.options.temperature;
-        req.max_tokens = self.options.max_tokens;
-        req.agent = self.agent.clone();
-        let mut synced = 0usize;
-        sync_messages(&mut req.messages, &out, &mut synced);
-
+        let mut convo = Conversation::new(self.request(agent));
+        convo.sync(&out);
         if !resumed.is_empty() {
             rounds += 1;
-            match self.answer_calls(out, resumed, cx).await {
-                Ok(Step::Continue(s)) => out = s,
-                Ok(Step::Stopped(s)) => return self.stop(s, rounds, cx),
-                Err(e) => return self.fail(e, None, self.at("tool_calls", rounds), cx),
+            match self.tool_round(out, resumed, rounds, cx).await? {
+                Step::Continue(s) => out = s,
+                Step::Stopped(s) => return Ok(s),
             }
-            if let Err(e) = self.append(&out, cx) {
-                return self.fail(e, Some(out), self.at("persist", rounds), cx);
-            }
-            sync_messages(&mut req.messages, &out, &mut synced);
+            convo.sync(&out);
         }
-
         let mut truncated = false;
         loop {
-            if cx.is_cancelled() {
-                return self.fail(cancelled(out), None, self.at("model_call", rounds), cx);
-            }
-            if let Err(e) = cx.admit(agent_name) {
-                return self.fail(e, Some(out), self.at("model_call", rounds), cx);
-            }
-            req.request_id = out.stamper().next_token("req");
-            cx.emit(&FlowEvent::Request {
-                agent: agent_name,
-                request: &req,
-            });
-            let timer = out.stamper().start_timer();
-            let resp = tokio::select! {
-                biased;
-                () = cx.cancel_token().cancelled() => {
-                    let at = self.at("model_call", rounds).request(&req.request_id);
-                    return self.fail(cancelled(out), None, at, cx);
-                }
-                r = self.call_model(&req, cx) => r,
-            };
-            let resp = match resp {
-                Ok(r) => r,
-                Err(e) => {
-                    let at = self.at("model_call", rounds).request(&req.request_id);
-                    return self.fail(e.into(), Some(out), at, cx);
-                }
-            };
-            out = self.apply(out, &req, &resp, timer.elapsed_ms());
-            if let Some(u) = resp.usage {
-                cx.emit(&FlowEvent::Usage {
-                    agent: agent_name,
-                    usage: u,
-                });
-            }
+            let resp;
+            (out, resp) = self.model_turn(out, &mut convo.req, rounds, cx).await?;
             let calls = resp.tool_calls();
             if calls.is_empty() || truncated {
                 if truncated && !calls.is_empty() {
@@ -449,25 +411,107 @@ impl SessionLoop {
                 out = self
                     .refuse_all(out, calls)
                     .with_extra("loop.truncated", true);
-                req.tool_choice = ToolChoice::None;
+                convo.req.tool_choice = ToolChoice::None;
+                out = self.persist_round(out, rounds, cx)?;
             } else {
                 rounds += 1;
                 let work = calls.iter().cloned().map(|c| (c, Gate::Policy)).collect();
-                match self.answer_calls(out, work, cx).await {
-                    Ok(Step::Continue(s)) => out = s,
-                    Ok(Step::Stopped(s)) => return self.stop(s, rounds, cx),
-                    Err(e) => return self.fail(e, None, self.at("tool_calls", rounds), cx),
+                match self.tool_round(out, work, rounds, cx).await? {
+                    Step::Continue(s) => out = s,
+                    Step::Stopped(s) => return Ok(s),
                 }
             }
-            if let Err(e) = self.append(&out, cx) {
-                return self.fail(e, Some(out), self.at("persist", rounds), cx);
-            }
-            sync_messages(&mut req.messages, &out, &mut synced);
+            convo.sync(&out);
         }
-        if let Some(sink) = cx.sink()
-            && let Err(e) = sink.finish(&out)
-        {
-            return self.fail(e, Some(out), self.at("persist", rounds), cx);
+        self.finish(out, rounds, cx)
+    }
+
+    /// The request every model call of this loop starts from (its messages grow each round).
+    fn request(&self, agent: &Session) -> ProviderRequest {
+        let mut req = ProviderRequest::new(String::new(), agent.messages());
+        req.model = self.options.model.clone();
+        req.tools = self.tools.schemas();
+        req.tool_choice = self.options.tool_choice.clone();
+        req.temperature = self.options.temperature;
+        req.max_tokens = self.options.max_tokens;
+        req.agent = self.agent.clone();
+        req
+    }
+
+    /// One model call: cancellation and admission checks, the request event, the call
+    /// (cancellable), the reply applied to `out` and its usage reported.
+    async fn model_turn(
+        &self,
+        out: Session,
+        req: &mut ProviderRequest,
+        rounds: usize,
+        cx: &FlowContext,
+    ) -> Result<(Session, ProviderResponse), FlowError> {
+        let agent = self.agent.as_deref();
+        if cx.is_cancelled() {
+            return Err(self.fail(cancelled(out), None, self.at("model_call", rounds), cx));
+        }
+        if let Err(e) = cx.admit(agent) {
+            return Err(self.fail(e, Some(out), self.at("model_call", rounds), cx));
+        }
+        req.request_id = out.stamper().next_token("req");
+        cx.emit(&FlowEvent::Request {
+            agent,
+            request: req,
+        });
+        let timer = out.stamper().start_timer();
+        let at = || self.at("model_call", rounds).request(&req.request_id);
+        let resp = tokio::select! {
+            biased;
+            () = cx.cancel_token().cancelled() => {
+                return Err(self.fail(cancelled(out), None, at(), cx));
+            }
+            r = self.call_model(req, cx) => r,
+        };
+        let resp = match resp {
+            Ok(r) => r,
+            Err(e) => return Err(self.fail(e.into(), Some(out), at(), cx)),
+        };
+        let out = self.apply(out, req, &resp, timer.elapsed_ms());
+        if let Some(usage) = resp.usage {
+            cx.emit(&FlowEvent::Usage { agent, usage });
+        }
+        Ok((out, resp))
+    }
+
+    /// One round of tool calls, fresh or resumed: answered, then appended to the sink; a
+    /// round that stops for approval comes back `Stopped`, already closed.
+    async fn tool_round(
+        &self,
+        out: Session,
+        work: Vec<(ToolCall, Gate)>,
+        rounds: usize,
+        cx: &FlowContext,
+    ) -> Result<Step, FlowError> {
+        match self.answer_calls(out, work, cx).await {
+            Ok(Step::Continue(s)) => Ok(Step::Continue(self.persist_round(s, rounds, cx)?)),
+            Ok(Step::Stopped(s)) => Ok(Step::Stopped(self.stop(s, rounds, cx)?)),
+            Err(e) => Err(self.fail(e, None, self.at("tool_calls", rounds), cx)),
+        }
+    }
+
+    /// Appends the round's chunks to the context's sink.
+    fn persist_round(
+        &self,
+        out: Session,
+        rounds: usize,
+        cx: &FlowContext,
+    ) -> Result<Session, FlowError> {
+        match cx.sink().map(|sink| sink.append(&out)) {
+            Some(Err(e)) => Err(self.fail(e, Some(out), self.at("persist", rounds), cx)),
+            _ => Ok(out),
+        }
+    }
+
+    /// Closes a finished run in the sink and records it.
+    fn finish(&self, out: Session, rounds: usize, cx: &FlowContext) -> Result<Session, FlowError> {
+        if let Some(Err(e)) = cx.sink().map(|sink| sink.finish(&out)) {
+            return Err(self.fail(e, Some(out), self.at("persist", rounds), cx));
         }
         cx.record(&out);
         Ok(out)
@@ -477,13 +521,6 @@ impl SessionLoop {
         let mut at = FailedAt::new(self.agent.as_deref(), step);
         at.round = Some(rounds as u64);
         at
-    }
-
-    fn append(&self, out: &Session, cx: &FlowContext) -> Result<(), FlowError> {
-        match cx.sink() {
-            Some(sink) => sink.append(out),
-            None => Ok(()),
-        }
     }
 
     fn stop(&self, out: Session, rounds: usize, cx: &FlowContext) -> Result<Session, FlowError> {
@@ -506,7 +543,7 @@ impl SessionLoop {
         out: Option<Session>,
         at: FailedAt,
         cx: &FlowContext,
-    ) -> Result<Session, FlowError> {
+    ) -> FlowError {
         let e = failed(e, out, at);
         if let Some(session) = e.partial_session() {
             if let Some(sink) = cx.sink() {
@@ -514,7 +551,7 @@ impl SessionLoop {
             }
             cx.record(session);
         }
-        Err(e)
+        e
     }
 
     async fn call_model(
@@ -961,15 +998,25 @@ pub(crate) fn carry_usage(from: &Session, to: Session) -> Session {
     to.with_usage_totals(from.usage(), from.agent_usage().clone())
 }
 
-/// Appends the chat messages of `session`'s chunks past `synced`.
-fn sync_messages(messages: &mut Vec<ChatMessage>, session: &Session, synced: &mut usize) {
-    if *synced < session.len() {
-        for i in *synced..session.len() {
+/// The request of a loop and how much of the output session its messages already hold.
+struct Conversation {
+    req: ProviderRequest,
+    synced: usize,
+}
+
+impl Conversation {
+    fn new(req: ProviderRequest) -> Self {
+        Self { req, synced: 0 }
+    }
+
+    /// Appends the chat messages of `session`'s chunks not yet synced.
+    fn sync(&mut self, session: &Session) {
+        for i in self.synced..session.len() {
             if let Some(m) = session.get(i).and_then(ChatMessage::from_chunk) {
-                messages.push(m);
+                self.req.messages.push(m);
             }
         }
-        *synced = session.len();
+        self.synced = self.synced.max(session.len());
     }
 }
 

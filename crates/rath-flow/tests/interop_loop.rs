@@ -1,6 +1,8 @@
 //! Reproduces the Python OpenRath 1.3.0 interop loop (scripted responses, word_count tool)
 //! and compares our transcript and provider requests with the fixture files.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -45,7 +47,10 @@ fn strip_nulls(v: &Value) -> Value {
 async fn python_interop_loop_matches_fixture() {
     let dir = fixtures();
     let Ok(requests_text) = std::fs::read_to_string(dir.join("llm_requests.json")) else {
-        eprintln!("skipping: interop fixtures not found at {}", dir.display());
+        common::skip(&format!(
+            "interop fixtures not found at {} (the ../shared checkout)",
+            dir.display()
+        ));
         return;
     };
     let expected_requests: Value = serde_json::from_str(&requests_text).expect("requests json");

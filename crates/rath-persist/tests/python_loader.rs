@@ -96,12 +96,10 @@ fn run(py: &Path, home: &Path, rows: &Path, files: usize) {
 #[test]
 fn python_openrath_loads_our_store() {
     let Some(py) = python() else {
-        let why = "RATH_OPENRATH_PYTHON is not set to a Python with openrath==2.0.0 (see .ci/install.d/30-persist-python.sh)";
-        assert!(
-            std::env::var("RATH_CI").map_or(true, |v| v != "1"),
-            "RATH_CI=1 but {why}"
+        common::skip(
+            "RATH_OPENRATH_PYTHON is not set to a Python with openrath==2.0.0 \
+             (see .ci/install.d/30-persist-python.sh)",
         );
-        eprintln!("skipping: {why}");
         return;
     };
     let tmp = tempfile::tempdir().expect("tmp");

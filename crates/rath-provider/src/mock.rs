@@ -415,15 +415,7 @@ fn error_json(status: u16, message: &str) -> Response {
 async fn fault_response(fault: MockFault, streamed: bool, authorization: &str) -> Response {
     let reply = MockReply::text("partial answer that never completes").usage(1, 1);
     match fault {
-        MockFault::RateLimited { retry_after_secs } => Response::builder()
-            .status(StatusCode::TOO_MANY_REQUESTS)
-            .header(header::RETRY_AFTER, retry_after_secs.to_string())
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Body::from(
-                json!({"error": {"message": "rate limited", "type": "rate_limit", "code": null}})
-                    .to_string(),
-            ))
-            .unwrap_or_else(|_| StatusCode::TOO_MANY_REQUESTS.into_response()),
+        MockFault::RateLimited { retry_after_secs } => rate_limited(retry_after_secs),
         MockFault::ServerError => {
             (StatusCode::INTERNAL_SERVER_ERROR, "mock: internal error").into_response()
         }
@@ -432,36 +424,8 @@ async fn fault_response(fault: MockFault, streamed: bool, authorization: &str) -
             (StatusCode::GATEWAY_TIMEOUT, "mock: hung").into_response()
         }
         MockFault::CutMidStream if streamed => sse(reply.stream_chunks(), true),
-        MockFault::CutMidStream => {
-            let full = reply.completion_json().to_string();
-            let half = full.as_bytes()[..full.len() / 2].to_vec();
-            let parts: Vec<Result<Bytes, std::io::Error>> = vec![
-                Ok(Bytes::from(half)),
-                Err(std::io::Error::new(
-                    std::io::ErrorKind::ConnectionReset,
-                    "mock: connection cut",
-                )),
-            ];
-            Response::builder()
-                .header(header::CONTENT_TYPE, "application/json")
-                .header(header::CONTENT_LENGTH, full.len().to_string())
-                .body(Body::from_stream(futures::stream::iter(parts)))
-                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
-        }
-        MockFault::InvalidJson if streamed => {
-            let parts: Vec<Result<Bytes, Infallible>> = vec![
-                Ok(Bytes::from_static(b"data: {\"choices\": [oops\n\n")),
-                Ok(Bytes::from_static(b"data: [DONE]\n\n")),
-            ];
-            Response::builder()
-                .header(header::CONTENT_TYPE, "text/event-stream")
-                .body(Body::from_stream(futures::stream::iter(parts)))
-                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
-        }
-        MockFault::InvalidJson => Response::builder()
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Body::from("{\"choices\": [ this is not json"))
-            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()),
+        MockFault::CutMidStream => cut_body(&reply),
+        MockFault::InvalidJson => invalid_json(streamed),
         MockFault::Status {
             status,
             retry_after_secs,
@@ -479,32 +443,84 @@ async fn fault_response(fault: MockFault, streamed: bool, authorization: &str) -
             status,
             &format!("mock: rejected request with authorization {authorization:?}"),
         ),
-        MockFault::EmptyStream => Response::builder()
-            .header(
-                header::CONTENT_TYPE,
-                if streamed {
-                    "text/event-stream"
-                } else {
-                    "application/json"
-                },
-            )
-            .body(Body::empty())
-            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()),
-        MockFault::NoFinishReason if streamed => {
-            let mut chunks = reply.stream_chunks();
-            for c in &mut chunks {
-                if let Some(choices) = c["choices"].as_array_mut() {
-                    for ch in choices {
-                        ch["finish_reason"] = Value::Null;
-                    }
+        MockFault::EmptyStream => {
+            let kind = if streamed {
+                "text/event-stream"
+            } else {
+                "application/json"
+            };
+            Response::builder()
+                .header(header::CONTENT_TYPE, kind)
+                .body(Body::empty())
+                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+        }
+        MockFault::NoFinishReason => no_finish_reason(&reply, streamed),
+    }
+}
+
+/// HTTP 429 with `Retry-After` and an OpenAI-style error body.
+fn rate_limited(retry_after_secs: u64) -> Response {
+    Response::builder()
+        .status(StatusCode::TOO_MANY_REQUESTS)
+        .header(header::RETRY_AFTER, retry_after_secs.to_string())
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(
+            json!({"error": {"message": "rate limited", "type": "rate_limit", "code": null}})
+                .to_string(),
+        ))
+        .unwrap_or_else(|_| StatusCode::TOO_MANY_REQUESTS.into_response())
+}
+
+/// Half of `reply`'s JSON body, then a reset connection.
+fn cut_body(reply: &MockReply) -> Response {
+    let full = reply.completion_json().to_string();
+    let half = full.as_bytes()[..full.len() / 2].to_vec();
+    let parts: Vec<Result<Bytes, std::io::Error>> = vec![
+        Ok(Bytes::from(half)),
+        Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "mock: connection cut",
+        )),
+    ];
+    Response::builder()
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CONTENT_LENGTH, full.len().to_string())
+        .body(Body::from_stream(futures::stream::iter(parts)))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// A body that is not JSON (as a stream: an event that is not).
+fn invalid_json(streamed: bool) -> Response {
+    if streamed {
+        let parts: Vec<Result<Bytes, Infallible>> = vec![
+            Ok(Bytes::from_static(b"data: {\"choices\": [oops\n\n")),
+            Ok(Bytes::from_static(b"data: [DONE]\n\n")),
+        ];
+        return Response::builder()
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .body(Body::from_stream(futures::stream::iter(parts)))
+            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+    }
+    Response::builder()
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from("{\"choices\": [ this is not json"))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// `reply` without a finish reason (streamed or whole).
+fn no_finish_reason(reply: &MockReply, streamed: bool) -> Response {
+    if streamed {
+        let mut chunks = reply.stream_chunks();
+        for c in &mut chunks {
+            if let Some(choices) = c["choices"].as_array_mut() {
+                for ch in choices {
+                    ch["finish_reason"] = Value::Null;
                 }
             }
-            sse(chunks, false)
         }
-        MockFault::NoFinishReason => {
-            let mut body = reply.completion_json();
-            body["choices"][0]["finish_reason"] = Value::Null;
-            axum::Json(body).into_response()
-        }
+        return sse(chunks, false);
     }
+    let mut body = reply.completion_json();
+    body["choices"][0]["finish_reason"] = Value::Null;
+    axum::Json(body).into_response()
 }

@@ -3,6 +3,8 @@
 //! usage figures and well-formed chunks, not model quality. Skips, with a reason, when no
 //! server is configured or it does not answer.
 
+mod common;
+
 use std::time::Duration;
 
 use rath_provider::{
@@ -12,14 +14,9 @@ use rath_provider::{
 use rath_session::{ChunkBody, Session, Stamper};
 use serde_json::json;
 
-/// Skips with a printed reason; under `RATH_CI=1` (CI installs the server) a missing
-/// prerequisite fails instead, so a skipped live tier never passes for a tested one.
-fn skip(reason: &str) {
-    if std::env::var("RATH_CI").is_ok_and(|v| v == "1") {
-        panic!("live provider test cannot run under RATH_CI=1: {reason}");
-    }
-    eprintln!("skipping live provider test: {reason}");
-}
+// A missing server skips with a printed reason; under `RATH_CI=1` (CI installs the server)
+// it fails instead, so a skipped live tier never passes for a tested one.
+use common::skip;
 
 fn live_provider() -> Option<Retrying<OpenAiProvider>> {
     let Ok(base) = std::env::var("RATH_LIVE_BASE_URL") else {
