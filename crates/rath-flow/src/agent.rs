@@ -29,6 +29,7 @@ use rath_session::Session;
 
 use crate::FlowError;
 use crate::context::FlowContext;
+use crate::layers::is_resumption;
 use crate::policy::ToolPolicy;
 use crate::session_loop::{LoopOptions, SessionLoop};
 use crate::tool::{Tool, ToolSet};
@@ -159,13 +160,6 @@ impl Agent {
         cx.record(&s);
         s
     }
-
-    /// Continues `stopped` after [`crate::approve`] / [`crate::reject`] decisions (see
-    /// [`SessionLoop::resume`]).
-    pub async fn resume(&self, stopped: &Session, cx: &FlowContext) -> Result<Session, FlowError> {
-        let agent = self.agent_session(stopped, cx);
-        self.0.looper.resume(stopped, &agent, cx).await
-    }
 }
 
 impl Workflow for Agent {
@@ -184,7 +178,13 @@ impl Workflow for Agent {
     ) -> BoxFuture<'a, Result<Session, FlowError>> {
         Box::pin(async move {
             let agent = self.agent_session(&session, cx);
-            self.0.looper.run(&session, &agent, cx).await
+            if is_resumption(&session) {
+                // Pending work (an approval stop, an interrupted round): continue it after
+                // the reviewers' approve/reject decisions (see SessionLoop::resume).
+                self.0.looper.resume(&session, &agent, cx).await
+            } else {
+                self.0.looper.run(&session, &agent, cx).await
+            }
         })
     }
 

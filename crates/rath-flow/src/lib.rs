@@ -56,6 +56,7 @@ mod error;
 pub mod layers;
 mod memory;
 mod policy;
+pub mod resume;
 mod selector;
 mod session_loop;
 mod tool;

@@ -41,6 +41,7 @@ use crate::FlowError;
 use crate::agent::Agent;
 use crate::context::{FlowContext, FlowEvent};
 use crate::error::{FailedAt, failed};
+use crate::resume;
 use crate::session_loop::carry_usage;
 use crate::workflow::{EmptyWorkflow, SharedWorkflow, Workflow};
 
@@ -343,6 +344,17 @@ impl Selector {
 }
 
 impl Selector {
+    /// The candidate a stopped selector was running and its step, from the marker `key`.
+    fn resumed(&self, session: &Session, key: &str) -> (Option<SharedWorkflow>, usize) {
+        let Some(m) = resume::marker(session, key) else {
+            return (None, 0);
+        };
+        let name = m.get("candidate").and_then(Value::as_str).unwrap_or("");
+        let step = m.get("step").and_then(Value::as_u64).unwrap_or(0) as usize;
+        let running = self.candidates.iter().find(|c| c.name() == name).cloned();
+        (running, step)
+    }
+
     /// `e` as this selector's failure, on the annotated session `out` it had reached.
     fn failed(
         &self,
@@ -403,19 +415,28 @@ impl Workflow for Selector {
         cx: &'a FlowContext,
     ) -> BoxFuture<'a, Result<Session, FlowError>> {
         Box::pin(async move {
+            let key = resume::key("selector", &self.name);
+            let (mut running, start) = self.resumed(&session, &key);
             let mut s = session;
-            for _ in 0..self.max_steps {
-                let (annotated, next) = self.select(&s, cx).await?;
-                s = annotated;
-                let done = s.chunks().last().is_some_and(
-                    |c| matches!(c.body(), ChunkBody::RouteDecision(d) if d.choice.is_none()),
-                );
-                if done {
-                    break;
-                }
+            for step in start..self.max_steps {
+                let next = match running.take() {
+                    Some(c) => c,
+                    None => {
+                        let (annotated, next) = self.select(&s, cx).await?;
+                        s = annotated;
+                        let done = s.chunks().last().is_some_and(|c| {
+                            matches!(c.body(), ChunkBody::RouteDecision(d) if d.choice.is_none())
+                        });
+                        if done {
+                            break;
+                        }
+                        next
+                    }
+                };
                 s = next.forward(s, cx).await?;
                 if !s.pending().is_empty() {
-                    break;
+                    let marker = json!({"candidate": next.name(), "step": step});
+                    return Ok(s.with_extra(key, marker));
                 }
             }
             Ok(s)

@@ -29,7 +29,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use rath_session::{ChunkBody, Session};
+use std::collections::BTreeMap;
+
+use rath_session::{ChunkBody, Session, Usage};
+use serde_json::Value;
+
+use crate::resume;
 
 use crate::FlowError;
 use crate::agent::Agent;
@@ -324,11 +329,15 @@ impl Workflow for Sequence {
         cx: &'a FlowContext,
     ) -> BoxFuture<'a, Result<Session, FlowError>> {
         Box::pin(async move {
+            let key = resume::key("sequence", &self.name);
+            let start = resume::marker(&session, &key)
+                .and_then(Value::as_u64)
+                .unwrap_or(0) as usize;
             let mut s = session;
-            for step in &self.steps {
+            for (i, step) in self.steps.iter().enumerate().skip(start) {
                 s = step.forward(s, cx).await?;
                 if !s.pending().is_empty() {
-                    break;
+                    return Ok(s.with_extra(key, i as u64));
                 }
             }
             Ok(s)
@@ -405,30 +414,122 @@ impl Parallel {
     }
 }
 
+/// A session's usage and per-agent attribution.
+type UsageOf = (Option<Usage>, BTreeMap<String, Usage>);
+
 impl Parallel {
     /// The branch outputs as one session: [`Session::merge_all`] (lineage, strict placement
-    /// rule, shared prefix once, tagged suffixes), plus the input's usage.
+    /// rule, shared prefix once, tagged suffixes), plus the input's usage; when a branch
+    /// stopped on pending work, the resume marker too.
     fn merge(
         &self,
+        base: &UsageOf,
         input: &Session,
         outs: &[Session],
         cx: &FlowContext,
     ) -> Result<Session, FlowError> {
-        let merged = Session::merge_all(outs).map_err(|e| {
+        let mut merged = Session::merge_all(outs).map_err(|e| {
             let at = FailedAt::new(Some(&self.name), "merge");
             fail_from(e.into(), input, "Parallel.merge", at, cx)
         })?;
-        let mut per_agent = input.agent_usage().clone();
+        let mut per_agent = base.1.clone();
         for (a, u) in merged.agent_usage() {
             *per_agent.entry(a.clone()).or_default() += *u;
         }
-        let usage = rath_session::sum_optional(input.usage(), merged.usage());
-        let merged = merged
+        let usage = rath_session::sum_optional(base.0, merged.usage());
+        merged = merged
             .with_usage_totals(usage, per_agent)
             .with_extra("parallel.name", self.name.clone())
             .with_extra("parallel.branches", outs.len() as u64);
+        if !merged.pending().is_empty() {
+            let prefix = match outs.split_first() {
+                Some((first, rest)) if !rest.is_empty() => rest
+                    .iter()
+                    .map(|o| first.chunks().shared_prefix_len(o.chunks()))
+                    .min()
+                    .unwrap_or(0),
+                _ => outs.first().map_or(0, Session::len),
+            };
+            let marker = resume::parallel_marker(base, outs, prefix, merged.len());
+            merged = merged.with_extra(resume::key("parallel", &self.name), marker);
+        }
         cx.record(&merged);
         Ok(merged)
+    }
+
+    /// Opens the input's sandbox once, forks, runs every branch, merges.
+    async fn fan_out(&self, session: Session, cx: &FlowContext) -> Result<Session, FlowError> {
+        let placement = session.placement();
+        if placement.backend().is_some()
+            && placement.handle().is_none()
+            && let Err(e) = cx.backends().sandbox_for(&session).await
+        {
+            let at = FailedAt::new(Some(&self.name), "fan_out");
+            return Err(fail_from(e.into(), &session, "Parallel.fan_out", at, cx));
+        }
+        let parent = session.stamper().clone();
+        let forks: Vec<Session> = self
+            .branches
+            .iter()
+            .map(|_| {
+                let f = session.fork();
+                cx.record(&f);
+                f.with_stamper(branch_stamper(&parent))
+            })
+            .collect();
+        let runs = self
+            .branches
+            .iter()
+            .zip(forks)
+            .map(|(b, f)| b.forward(f, cx));
+        // Every branch runs to its end (a failing one does not cut its siblings off
+        // mid-call); the first failure in declared order is the result.
+        let mut outs: Vec<Session> = Vec::with_capacity(self.branches.len());
+        for r in futures::future::join_all(runs).await {
+            outs.push(r?.with_stamper(parent.clone()));
+        }
+        let base = (session.usage(), session.agent_usage().clone());
+        self.merge(&base, &session, &outs, cx)
+    }
+
+    /// Resumes a fan-out that stopped: rebuilds every branch from the marker, forwards the
+    /// stopped ones (finished ones are kept as they were), merges again.
+    async fn resume(
+        &self,
+        stopped: Session,
+        marker: Value,
+        cx: &FlowContext,
+    ) -> Result<Session, FlowError> {
+        let at = || FailedAt::new(Some(&self.name), "resume");
+        let fan = resume::branches_from(&stopped, &marker)
+            .map_err(|e| fail_from(e, &stopped, "Parallel.resume", at(), cx))?;
+        if fan.branches.len() != self.branches.len() {
+            let e = FlowError::Config(format!(
+                "parallel {} stopped with {} branches but has {}",
+                self.name,
+                fan.branches.len(),
+                self.branches.len()
+            ));
+            return Err(fail_from(e, &stopped, "Parallel.resume", at(), cx));
+        }
+        let parent = stopped.stamper().clone();
+        let parent = &parent;
+        let runs =
+            self.branches
+                .iter()
+                .zip(fan.branches)
+                .map(|(b, (s, stopped_here))| async move {
+                    if stopped_here {
+                        b.forward(s.with_stamper(branch_stamper(parent)), cx).await
+                    } else {
+                        Ok(s)
+                    }
+                });
+        let mut outs: Vec<Session> = Vec::with_capacity(self.branches.len());
+        for r in futures::future::join_all(runs).await {
+            outs.push(r?.with_stamper(parent.clone()));
+        }
+        self.merge(&fan.input_usage, &stopped, &outs, cx)
     }
 }
 
@@ -448,37 +549,10 @@ impl Workflow for Parallel {
             if self.branches.is_empty() {
                 return Ok(session);
             }
-            let placement = session.placement();
-            if placement.backend().is_some()
-                && placement.handle().is_none()
-                && let Err(e) = cx.backends().sandbox_for(&session).await
-            {
-                let at = FailedAt::new(Some(&self.name), "fan_out");
-                return Err(fail_from(e.into(), &session, "Parallel.fan_out", at, cx));
+            match resume::marker(&session, &resume::key("parallel", &self.name)).cloned() {
+                Some(marker) => self.resume(session, marker, cx).await,
+                None => self.fan_out(session, cx).await,
             }
-            let parent_stamper = session.stamper().clone();
-            let forks: Vec<Session> = self
-                .branches
-                .iter()
-                .map(|_| {
-                    let f = session.fork();
-                    cx.record(&f);
-                    f.with_stamper(branch_stamper(&parent_stamper))
-                })
-                .collect();
-            let runs = self
-                .branches
-                .iter()
-                .zip(forks)
-                .map(|(b, f)| b.forward(f, cx));
-            // Every branch runs to its end (a failing one does not cut its siblings off
-            // mid-call); the first failure in declared order is the result.
-            let mut outs: Vec<Session> = Vec::with_capacity(self.branches.len());
-            for r in futures::future::join_all(runs).await {
-                outs.push(r?.with_stamper(parent_stamper.clone()));
-            }
-
-            self.merge(&session, &outs, cx)
         })
     }
     fn named_agents(&self) -> Vec<(String, Agent)> {
@@ -554,10 +628,17 @@ impl Workflow for LoopUntil {
         cx: &'a FlowContext,
     ) -> BoxFuture<'a, Result<Session, FlowError>> {
         Box::pin(async move {
+            let key = resume::key("loop", &self.name);
+            let start = resume::marker(&session, &key)
+                .and_then(Value::as_u64)
+                .unwrap_or(0) as usize;
             let mut s = session;
-            for _ in 0..self.max_iterations {
+            for i in start..self.max_iterations {
                 s = self.body.forward(s, cx).await?;
-                if !s.pending().is_empty() || (self.until)(&s) {
+                if !s.pending().is_empty() {
+                    return Ok(s.with_extra(key, i as u64));
+                }
+                if (self.until)(&s) {
                     break;
                 }
             }

@@ -174,7 +174,7 @@ async fn resume_without_decision_is_refused() {
     let stopped = interrupt(store_dir.path(), work.path()).await;
     let agent = editor(Arc::new(ScriptedProvider::new(vec![])));
     let err = agent
-        .resume(&stopped, &FlowContext::new())
+        .forward(stopped.clone(), &FlowContext::new())
         .await
         .expect_err("needs a decision");
     assert!(
@@ -216,7 +216,7 @@ async fn approval_child() {
     ]));
     let agent = editor(provider.clone());
     let cx = FlowContext::new().with_sink(StoreSink::new(Store::at(&dir)));
-    let done = agent.resume(&decided, &cx).await.expect("resume");
+    let done = agent.forward(decided.clone(), &cx).await.expect("resume");
     provider.assert_complete().expect("script used");
     assert_eq!(done.lineage().kind, LineageKind::OpResume);
     assert_eq!(done.lineage().parents[0], *stopped.id());

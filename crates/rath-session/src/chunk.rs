@@ -515,6 +515,17 @@ impl Chunk {
         }))
     }
 
+    /// The same chunk without a branch tag (itself, shared, when it has none).
+    pub fn untagged(&self) -> Self {
+        match self.0.branch {
+            None => self.clone(),
+            Some(_) => Self(Arc::new(ChunkData {
+                body: self.0.body.clone(),
+                branch: None,
+            })),
+        }
+    }
+
     /// The kind.
     pub fn kind(&self) -> ChunkKind {
         self.0.body.kind()

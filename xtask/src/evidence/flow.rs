@@ -466,7 +466,7 @@ fn build_approval(ctx: &mut Ctx) -> Result<Report> {
             )?
         };
         let cx = rath_flow::FlowContext::new();
-        let done = ctx.block_on(agent.resume(&decided, &cx))??;
+        let done = ctx.block_on(agent.forward(decided.clone(), &cx))??;
         let result = done.chunks().iter().find_map(|c| match c.body() {
             ChunkBody::ToolResult(t) if t.tool_call_id == "call_deploy_1" => {
                 Some(t.content.clone())
