@@ -63,6 +63,7 @@ pub use rath_mcp as mcp;
 pub use rath_memory as memory;
 pub use rath_persist as persist;
 pub use rath_provider as provider;
+pub use rath_provider_anthropic as anthropic;
 pub use rath_session as session;
 
 /// The JSON Schema crate typed tools derive their argument schemas with (see [`JsonSchema`]).

@@ -240,7 +240,7 @@ fn build_live_run(ctx: &mut Ctx) -> Result<Report> {
     }
 
     let exe = example_executable("hello_agent")?;
-    let home = ctx.tmp_dir("home")?;
+    let home = ctx.tmp_dir("openrath-home")?;
     let model = std::env::var("OPENAI_MODEL")
         .ok()
         .filter(|m| !m.trim().is_empty())
