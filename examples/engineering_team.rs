@@ -325,22 +325,8 @@ async fn main() -> anyhow::Result<()> {
         Ok(out) => out,
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.
-            if let Some(failed) = e.partial_session() {
-                recorder.record(failed);
-            }
-            let saved = recorder.save_to(&store)?;
-            let id = e
-                .partial_session()
-                .map_or("-".into(), |s| s.id().to_string());
-            eprintln!(
-                "engineering_team: run failed: {}; {saved} sessions saved in {} (failed \
-                 session {id}; `rath show {id}` says why)",
-                e.to_string()
-                    .split_whitespace()
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                display(store.dir())
-            );
+            let kept = e.keep_in(&store, &recorder.sessions())?;
+            eprintln!("engineering_team: {kept}");
             std::process::exit(1);
         }
     };

@@ -85,17 +85,8 @@ async fn main() -> anyhow::Result<()> {
         Ok(out) => out,
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.
-            let failed = e.partial_session().cloned();
-            let saved = store.save_all([&user, &agent].into_iter().chain(failed.as_ref()))?;
-            let id = failed
-                .as_ref()
-                .map_or("-".to_owned(), |s| s.id().to_string());
-            eprintln!(
-                "hello_agent: run failed: {}; {saved} sessions saved in {} (failed session \
-                 {id}; `rath show {id}` says why)",
-                one_line(&e.to_string()),
-                store.dir().display()
-            );
+            let kept = e.keep_in(&store, [&user, &agent])?;
+            eprintln!("hello_agent: {kept}");
             std::process::exit(1);
         }
     };
@@ -134,9 +125,4 @@ fn usage(u: Option<Usage>) -> String {
             u.prompt_tokens, u.completion_tokens, u.total_tokens
         )
     })
-}
-
-/// `text` with every run of whitespace (newlines too) as one space.
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }

@@ -83,20 +83,8 @@ async fn main() -> anyhow::Result<()> {
         }
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.
-            all.extend(e.partial_session().cloned());
-            let saved = store.save_all(&all)?;
-            let id = e
-                .partial_session()
-                .map_or("-".into(), |s| s.id().to_string());
-            eprintln!(
-                "lineage_export: run failed: {}; {saved} sessions saved in {} (failed session \
-                 {id}; `rath show {id}` says why)",
-                e.to_string()
-                    .split_whitespace()
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                store.dir().display()
-            );
+            let kept = e.keep_in(&store, &all)?;
+            eprintln!("lineage_export: {kept}");
             std::process::exit(1);
         }
     }

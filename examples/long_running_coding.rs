@@ -240,20 +240,9 @@ async fn main() -> anyhow::Result<()> {
     let out = match run {
         Ok(out) => out,
         Err(e) => {
-            // Keep the failed session; `rath show <id>` says why it failed.
-            let saved = store.save_all(e.partial_session())?;
-            let id = e
-                .partial_session()
-                .map_or("-".into(), |s| s.id().to_string());
-            eprintln!(
-                "long_running_coding: run failed: {}; {saved} sessions saved in {} (failed \
-                 session {id}; `rath show {id}` says why)",
-                e.to_string()
-                    .split_whitespace()
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                store.dir().display()
-            );
+            // Keep what the failed run made; `rath show <id>` says why it failed.
+            let kept = e.keep_in(&store, std::iter::empty())?;
+            eprintln!("long_running_coding: {kept}");
             std::process::exit(1);
         }
     };

@@ -140,22 +140,8 @@ async fn main() -> anyhow::Result<()> {
         Ok(out) => out,
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.
-            if let Some(failed) = e.partial_session() {
-                recorder.record(failed);
-            }
-            let saved = recorder.save_to(&store)?;
-            let id = e
-                .partial_session()
-                .map_or("-".into(), |s| s.id().to_string());
-            eprintln!(
-                "sandbox_isolated: run failed: {}; {saved} sessions saved in {} (failed \
-                 session {id}; `rath show {id}` says why)",
-                e.to_string()
-                    .split_whitespace()
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                store.dir().display()
-            );
+            let kept = e.keep_in(&store, &recorder.sessions())?;
+            eprintln!("sandbox_isolated: {kept}");
             std::process::exit(1);
         }
     };

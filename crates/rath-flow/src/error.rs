@@ -104,6 +104,46 @@ impl FlowError {
         }
     }
 
+    /// Saves `kept` (the sessions a program wants to keep from a failed run, e.g. its root and
+    /// agent sessions) and the run's [`FlowError::partial_session`] into `store`, and returns
+    /// what was kept; its `Display` is the one line a program prints before exiting.
+    ///
+    /// ```
+    /// use rath_flow::FlowError;
+    /// use rath_persist::Store;
+    /// use rath_session::{Session, Stamper};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let store = Store::at(dir.path());
+    /// let root = Session::user_with("hi", Stamper::counter());
+    /// let err = FlowError::Cancelled { session: Box::new(root.fork()) };
+    /// let kept = err.keep_in(&store, [&root])?;
+    /// assert_eq!(kept.saved, 2);
+    /// assert!(kept.to_string().starts_with("run failed: cancelled"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn keep_in<'a>(
+        &'a self,
+        store: &rath_persist::Store,
+        kept: impl IntoIterator<Item = &'a Session>,
+    ) -> Result<KeptFailure, PersistError> {
+        let kept: Vec<&Session> = kept.into_iter().collect();
+        let partial = self
+            .partial_session()
+            .filter(|p| kept.iter().all(|k| k.id() != p.id()));
+        let saved = store.save_all(kept.iter().copied().chain(partial))?;
+        Ok(KeptFailure {
+            error: self
+                .to_string()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" "),
+            saved,
+            dir: store.dir().to_path_buf(),
+            session: self.partial_session().map(|s| s.id().to_string()),
+        })
+    }
+
     /// Like [`FlowError::partial_session`], by value.
     pub fn into_partial_session(self) -> Option<Session> {
         match self {
@@ -288,4 +328,33 @@ pub(crate) fn fail_from(
 /// `text` on one line (newlines and runs of whitespace become one space).
 pub(crate) fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// What [`FlowError::keep_in`] stored of a failed run. Displayed as one line: `run failed:
+/// <error>; <n> sessions saved in <dir> (failed session <id>; `rath show <id>` says why)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeptFailure {
+    /// The error's text on one line.
+    pub error: String,
+    /// How many sessions were saved.
+    pub saved: usize,
+    /// The store's directory.
+    pub dir: std::path::PathBuf,
+    /// The failed session's id, if the run left one.
+    pub session: Option<String>,
+}
+
+impl std::fmt::Display for KeptFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let id = self.session.as_deref().unwrap_or("-");
+        write!(
+            f,
+            "run failed: {}; {} sessions saved in {} (failed session {id}; `rath show {id}` \
+             says why)",
+            self.error,
+            self.saved,
+            self.dir.display()
+        )
+    }
 }

@@ -65,7 +65,7 @@ mod workflow;
 pub use agent::Agent;
 pub use compress::{KeepLastN, SUMMARY_HEADER, SummaryCompressor};
 pub use context::{Budget, FlowContext, FlowEvent, Observer, SessionSink, StoreSink};
-pub use error::FlowError;
+pub use error::{FlowError, KeptFailure};
 pub use layers::{Observed, WithBudget, WithMemory, WithSink};
 pub use memory::{MemoryHook, PolicyMemory};
 pub use policy::{ToolPolicy, Verdict, approve, decision_for, reject};
