@@ -322,7 +322,8 @@ fn build_live_run(ctx: &mut Ctx) -> Result<Report> {
     }
     r.check_eq(
         "no secret pattern in output or store",
-        crate::leaks::scan_text(&format!("{stdout}\n{stderr}\n{store_text}")).len(),
+        // Paths are redacted first (the run prints its temp store path); secrets are not.
+        crate::leaks::scan_text(&ctx.redact(&format!("{stdout}\n{stderr}\n{store_text}"))).len(),
         0,
     );
     // What a live model decides (how many tool calls, whether a call fails) can change with
