@@ -330,8 +330,11 @@ pub(crate) fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// What [`FlowError::keep_in`] stored of a failed run. Displayed as one line: `run failed:
-/// <error>; <n> sessions saved in <dir> (failed session <id>; `rath show <id>` says why)`.
+/// What [`FlowError::keep_in`] stored of a failed run. Displayed as one line:
+///
+/// ```text
+/// run failed: <error>; <n> sessions saved in <dir> (failed session <id>; `rath show <id>` says why)
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct KeptFailure {
