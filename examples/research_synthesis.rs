@@ -4,6 +4,7 @@
 //! ```sh
 //! cargo run --release --example research_synthesis          # offline, scripted models
 //! OPENAI_BASE_URL=http://127.0.0.1:8099/v1 cargo run --release --example research_synthesis
+//! RATH_PROVIDER=anthropic ANTHROPIC_API_KEY=... ANTHROPIC_MODEL=... cargo run --release --example research_synthesis
 //! ```
 //!
 //! A model-routed Selector sends the question to a literature agent (a typed `search_papers`
@@ -37,11 +38,8 @@ fn model(
     name: &str,
 ) -> anyhow::Result<Arc<dyn Provider>> {
     if live {
-        let mut stack = StackConfig::from_env()?; // the wire, retries and a token budget
-        stack.openai.max_tokens.get_or_insert(96);
-        stack.openai.temperature.get_or_insert(0.0);
-        stack.openai.seed.get_or_insert(0);
-        return Ok(Arc::new(stack.build()?));
+        // What RATH_PROVIDER (or the key set) chooses: the wire, retries, a token budget.
+        return Ok(openrath::select::live()?);
     }
     Ok(Arc::new(
         ScriptedProvider::new(script).named(format!("scripted:{name}")),
@@ -156,13 +154,13 @@ fn pipeline(live: bool) -> anyhow::Result<Sequence> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let live = std::env::var("OPENAI_BASE_URL").is_ok_and(|v| !v.trim().is_empty());
+    let live = openrath::select::live_requested();
     let home = openrath::persist::openrath_home();
     let store = Store::at(home.join("sessions"));
     let mode = if live {
-        "live model from OPENAI_BASE_URL"
+        openrath::select::describe()
     } else {
-        "offline, scripted models"
+        "offline, scripted models".to_owned()
     };
     println!(
         "research_synthesis ({mode}), store {}",
