@@ -29,7 +29,7 @@
 //! usual variables (`OPENAI_MAX_RETRIES`, `OPENAI_RETRY_MAX_ELAPSED_MS`,
 //! `OPENAI_RETRY_BUDGET_MS`, `OPENAI_TOKEN_BUDGET`; see
 //! [`StackConfig`](rath_provider::StackConfig)). The OpenAI-compatible wire gets the short
-//! answers small local models need (96 tokens, temperature 0, seed 0, where unset).
+//! answers small local models need ([`StackConfig::short_answers`](rath_provider::StackConfig::short_answers)).
 
 use std::sync::Arc;
 
@@ -104,14 +104,9 @@ pub fn live_from_lookup(
     let Some(kind) = ProviderKind::from_lookup(&var)? else {
         return Ok(None);
     };
-    let mut stack = StackConfig::from_lookup(&var)?;
+    let stack = StackConfig::from_lookup(&var)?;
     let provider: Arc<dyn Provider> = match kind {
-        ProviderKind::OpenAi => {
-            stack.openai.max_tokens.get_or_insert(96);
-            stack.openai.temperature.get_or_insert(0.0);
-            stack.openai.seed.get_or_insert(0);
-            Arc::new(stack.build()?)
-        }
+        ProviderKind::OpenAi => Arc::new(stack.short_answers().build()?),
         ProviderKind::Anthropic => {
             let wire = AnthropicProvider::new(AnthropicConfig::from_lookup(&var)?)?;
             Arc::new(Budgeted::new(

@@ -183,7 +183,7 @@ fn ok(out: &Output) -> String {
 #[test]
 fn engineering_team_runs_on_the_anthropic_mock_and_its_cassette_replays_byte_identically() {
     if !python_available() {
-        common::missing("python3 is not installed (QA runs python3 -m unittest)");
+        rath_testkit::skip("python3 is not installed (QA runs python3 -m unittest)");
         return;
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
