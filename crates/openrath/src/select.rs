@@ -28,8 +28,8 @@
 //! The stack is the same for both wires: the retry layer and the token budget read from the
 //! usual variables (`OPENAI_MAX_RETRIES`, `OPENAI_RETRY_MAX_ELAPSED_MS`,
 //! `OPENAI_RETRY_BUDGET_MS`, `OPENAI_TOKEN_BUDGET`; see
-//! [`StackConfig`](rath_provider::StackConfig)). The OpenAI-compatible wire gets the short
-//! answers small local models need ([`StackConfig::short_answers`](rath_provider::StackConfig::short_answers)).
+//! [`StackConfig`]). The OpenAI-compatible wire gets the short
+//! answers small local models need ([`StackConfig::short_answers`]).
 
 use std::sync::Arc;
 

@@ -30,7 +30,7 @@
 //!
 //! A provider crate implements [`ProviderUnderTest`] (how to start its mock, how to build its
 //! wire for that mock with a given key) and its mock implements
-//! [`ScriptedMock`](crate::mock::host::ScriptedMock) (script a reply or a fault in its own
+//! [`ScriptedMock`] (script a reply or a fault in its own
 //! wire format). Every check starts its own mock, so one failure does not hide the next.
 //! The kit wraps the wire in the retry layer itself ([`kit_retry`]) to check which faults are
 //! retried. The checks, in [`CHECKS`] order:
