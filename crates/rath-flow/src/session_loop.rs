@@ -498,8 +498,10 @@ impl SessionLoop {
         Ok((out, resp))
     }
 
-    /// One round of tool calls, fresh or resumed: answered, then appended to the sink; a
-    /// round that stops for approval comes back `Stopped`, already closed.
+    /// One round of tool calls, fresh or resumed: the calls appended to the sink first (so a
+    /// process that dies while they run leaves them on record, unanswered: forwarding that
+    /// session resumes the round), then answered, then the answers appended; a round that
+    /// stops for approval comes back `Stopped`, already closed.
     async fn tool_round(
         &self,
         out: Session,
@@ -507,6 +509,7 @@ impl SessionLoop {
         rounds: usize,
         cx: &FlowContext,
     ) -> Result<Step, FlowError> {
+        let out = self.persist_round(out, rounds, cx)?;
         match self.answer_calls(out, work, cx).await {
             Ok(Step::Continue(s)) => Ok(Step::Continue(self.persist_round(s, rounds, cx)?)),
             Ok(Step::Stopped(s)) => Ok(Step::Stopped(self.stop(s, rounds, cx)?)),
