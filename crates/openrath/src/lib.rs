@@ -65,6 +65,7 @@ pub use rath_persist as persist;
 pub use rath_provider as provider;
 pub use rath_provider_anthropic as anthropic;
 pub use rath_session as session;
+pub use rath_store_sql as store;
 
 pub mod select;
 
