@@ -20,10 +20,11 @@ use rath_inspect::{FileWarning, InspectError, Page, StoreView};
 #[derive(Debug, Parser)]
 #[command(name = "rath", version, about, long_about = None)]
 struct Cli {
-    /// The store: an OpenRath home (holding `sessions/`) or a sessions directory. Default:
-    /// $OPENRATH_HOME, else ./.openrath, else ~/.openrath.
-    #[arg(long, global = true, value_name = "DIR")]
-    store: Option<PathBuf>,
+    /// The store: a JSONL directory (an OpenRath home holding `sessions/`, or a sessions
+    /// directory), `sqlite://FILE` or `postgres://USER@HOST/DB`. Default: $OPENRATH_STORE,
+    /// else the JSONL directory under $OPENRATH_HOME, else ./.openrath, else ~/.openrath.
+    #[arg(long, global = true, value_name = "URL")]
+    store: Option<String>,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -86,6 +87,29 @@ enum Command {
         #[arg(long, value_name = "N", default_value_t = rath_inspect::view::TRANSCRIPT_CHUNKS)]
         transcript_chunks: usize,
     },
+    /// Manage a store: copy it, collect garbage, migrate its schema, count what it holds.
+    #[command(subcommand)]
+    Store(StoreCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum StoreCommand {
+    /// Copy every session of one store into another, losslessly (timestamps, closed or
+    /// not, every field): a JSONL store copied through any store and back gives the same
+    /// bytes. Sessions already in TO unchanged are skipped.
+    Copy {
+        /// The store to read (a URL as for --store).
+        from: String,
+        /// The store to write (created when absent).
+        to: String,
+    },
+    /// Reclaim what no stored session reaches any more, and report what was freed.
+    Gc,
+    /// Bring the store's schema to this build's version (opening a store does too) and
+    /// report the version.
+    Migrate,
+    /// Rows and bytes per table, sessions, and distinct chunks.
+    Stats,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -226,9 +250,27 @@ fn one_line(s: &str) -> String {
 
 fn open_store(cli: &Cli) -> Result<StoreView, Failure> {
     Ok(match &cli.store {
-        Some(dir) => StoreView::open(dir)?,
-        None => StoreView::default_location()?,
+        Some(url) => StoreView::open_url(url)?,
+        None => StoreView::from_env()?,
     })
+}
+
+/// The URL `--store` or the environment names (for the `store` commands, which may create
+/// or change a store).
+fn store_url(cli: &Cli) -> String {
+    cli.store
+        .clone()
+        .or_else(|| {
+            std::env::var("OPENRATH_STORE")
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+        })
+        .unwrap_or_else(|| {
+            rath_persist::openrath_home()
+                .join("sessions")
+                .display()
+                .to_string()
+        })
 }
 
 fn json<T: serde::Serialize>(value: &T) -> Result<String, Failure> {
@@ -240,6 +282,9 @@ fn json<T: serde::Serialize>(value: &T) -> Result<String, Failure> {
 fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
     if let Command::Provider = cli.command {
         return provider(cli);
+    }
+    if let Command::Store(cmd) = &cli.command {
+        return store_command(cli, cmd);
     }
     let store = open_store(cli)?;
     match &cli.command {
@@ -322,6 +367,7 @@ fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
             transcript_chunks,
         } => view(cli, &store, out, *transcript_chunks),
         Command::Provider => provider(cli),
+        Command::Store(_) => unreachable!("handled above"),
     }
 }
 
@@ -357,11 +403,47 @@ fn provider(cli: &Cli) -> Result<Output, Failure> {
     )))
 }
 
+impl From<rath_persist::PersistError> for Failure {
+    fn from(e: rath_persist::PersistError) -> Self {
+        Failure(e.to_string())
+    }
+}
+
+fn store_command(cli: &Cli, cmd: &StoreCommand) -> Result<Output, Failure> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure(format!("cannot start the async runtime: {e}")))?;
+    rt.block_on(store_command_async(cli, cmd))
+}
+
+async fn store_command_async(cli: &Cli, cmd: &StoreCommand) -> Result<Output, Failure> {
+    use rath_store_sql::admin;
+    let text = match cmd {
+        StoreCommand::Copy { from, to } => {
+            let r = admin::copy(from, to).await?;
+            if cli.json { json(&r)? } else { r.render() }
+        }
+        StoreCommand::Gc => {
+            let r = admin::gc(&store_url(cli)).await?;
+            if cli.json { json(&r)? } else { r.render() }
+        }
+        StoreCommand::Migrate => {
+            let r = admin::migrate(&store_url(cli)).await?;
+            if cli.json { json(&r)? } else { r.render() }
+        }
+        StoreCommand::Stats => {
+            let r = admin::stats(&store_url(cli)).await?;
+            if cli.json { json(&r)? } else { r.render() }
+        }
+    };
+    Ok(Output::ok(text))
+}
+
 fn view(cli: &Cli, store: &StoreView, out: &Path, chunks: usize) -> Result<Output, Failure> {
     let source = cli
         .store
-        .as_ref()
-        .map(|p| p.display().to_string())
+        .clone()
         .unwrap_or_else(|| "the default store".to_owned());
     let options = ViewOptions::default()
         .source(source)

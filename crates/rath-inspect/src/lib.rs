@@ -405,6 +405,34 @@ impl StoreView {
         }
     }
 
+    /// Opens the store `url` names (see [`rath_store_sql::open_store`]): a JSONL directory
+    /// (an OpenRath home or its `sessions/`; read file by file, as [`StoreView::open`]),
+    /// `sqlite://FILE` or `postgres://...` (read through the `SessionStore` trait). A JSONL
+    /// directory must exist and a SQLite file too: viewing never creates a store.
+    pub fn open_url(url: &str) -> Result<Self, InspectError> {
+        let url = url.trim();
+        if !is_database_url(url) {
+            return Self::open(url);
+        }
+        if let Some(file) = sqlite_file(url)
+            && !file.is_file()
+        {
+            return Err(InspectError::NoStore { dir: file });
+        }
+        let rt = db::runtime()?;
+        let store = db::block_on(&rt, rath_store_sql::open_store(url))?;
+        Ok(Self::with_runtime(std::sync::Arc::from(store), rt))
+    }
+
+    /// Opens the store the environment names: `$OPENRATH_STORE` when set (a URL, see
+    /// [`StoreView::open_url`]), else [`StoreView::default_location`].
+    pub fn from_env() -> Result<Self, InspectError> {
+        match std::env::var(rath_store_sql::STORE_ENV) {
+            Ok(url) if !url.trim().is_empty() => Self::open_url(url.trim()),
+            _ => Self::default_location(),
+        }
+    }
+
     /// The sessions directory (for a store read through the trait: its name).
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -523,6 +551,22 @@ impl StoreView {
         }
         verify_dir(self.dir())
     }
+}
+
+/// True for a URL naming a database store (`sqlite:`, `postgres://`, `postgresql://`);
+/// anything else names a JSONL directory.
+pub fn is_database_url(url: &str) -> bool {
+    url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// The file a `sqlite:` URL names (`sqlite://FILE` or `sqlite:FILE`, options after `?`
+/// dropped); `None` for other URLs and for an in-memory database.
+fn sqlite_file(url: &str) -> Option<PathBuf> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or(rest);
+    (!path.is_empty() && path != ":memory:").then(|| PathBuf::from(path))
 }
 
 fn lineage_row(f: &FileFacts) -> rath_persist::LineageRow {

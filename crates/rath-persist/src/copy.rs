@@ -73,7 +73,7 @@ impl CopyReport {
     }
 }
 
-/// Copies every session of `from` into `to` (see the [module docs](self)).
+/// Copies every session of `from` into `to`, oldest first, each restored as it was stored.
 pub async fn copy_store(
     from: &dyn SessionStore,
     to: &dyn SessionStore,

@@ -30,6 +30,7 @@
 
 #![warn(missing_docs)]
 
+pub mod admin;
 mod codec;
 mod core;
 pub mod postgres;
@@ -38,6 +39,7 @@ pub mod sqlite;
 
 use rath_persist::{Capabilities, PersistError, SessionStore, Store};
 
+pub use admin::requested_store;
 pub use postgres::PgStore;
 pub use schema::SCHEMA_VERSION;
 pub use sqlite::{DEFAULT_SQLITE_FILE, SqliteStore};
