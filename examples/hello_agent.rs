@@ -44,10 +44,8 @@ async fn main() -> anyhow::Result<()> {
     // Live: the OpenAI-compatible server from the environment, kept short for small local
     // models. Offline: a script that calls the tool, then answers.
     let model: Arc<dyn Provider> = if live {
-        let mut stack = StackConfig::from_env()?; // the wire, retries and a token budget
-        stack.openai.max_tokens.get_or_insert(96);
-        stack.openai.temperature.get_or_insert(0.0);
-        stack.openai.seed.get_or_insert(0);
+        // The wire, retries and a token budget, with short answers for small local models.
+        let stack = StackConfig::from_env()?.short_answers();
         Arc::new(stack.build()?)
     } else {
         Arc::new(

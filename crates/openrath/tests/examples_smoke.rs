@@ -217,7 +217,7 @@ fn sandbox_isolated_refuses_network_and_root_writes() {
         .lines()
         .find_map(|l| l.strip_prefix("Skipped: the isolated backend is unavailable here: "))
     {
-        common::missing(&format!("the isolated backend needs bubblewrap: {reason}"));
+        rath_testkit::skip(&format!("the isolated backend needs bubblewrap: {reason}"));
         return;
     }
     let evidence: Vec<&str> = stdout
@@ -262,7 +262,7 @@ fn sandbox_isolated_refuses_network_and_root_writes() {
 #[test]
 fn research_synthesis_records_its_compression() {
     if !python_available() {
-        common::missing("python3 is not installed (run_code runs Python)");
+        rath_testkit::skip("python3 is not installed (run_code runs Python)");
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");

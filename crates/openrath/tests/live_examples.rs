@@ -187,7 +187,7 @@ fn check_failed_run(name: &str, home: &Path, run: &Run) -> Session {
 #[test]
 fn four_examples_run_live() {
     let Ok(base) = std::env::var("RATH_LIVE_BASE_URL") else {
-        common::missing("RATH_LIVE_BASE_URL is not set (no local model server)");
+        rath_testkit::skip("RATH_LIVE_BASE_URL is not set (no local model server)");
         return;
     };
     let names = [

@@ -87,7 +87,7 @@ fn conversation(s: &Session) -> Vec<ChatMessage> {
 #[tokio::test]
 async fn killed_mid_run_then_resumed_matches_an_uninterrupted_run() -> anyhow::Result<()> {
     if !python3_available() {
-        common::missing("python3 is not on PATH (the agent's check runs it)");
+        rath_testkit::skip("python3 is not on PATH (the agent's check runs it)");
         return Ok(());
     }
     let bin = example_binary()?;

@@ -102,7 +102,7 @@ fn check_store(home: &Path) -> usize {
 #[test]
 fn two_examples_in_one_home_leave_each_other_alone_and_load_in_python() {
     if !python3_available() {
-        common::missing("python3 is not installed (engineering_team's QA runs unittest)");
+        rath_testkit::skip("python3 is not installed (engineering_team's QA runs unittest)");
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");
@@ -148,7 +148,7 @@ fn every_example_store_loads_in_python_with_lineage_intact() {
         run_example("engineering_team", home);
         run_example("long_running_coding", home);
     } else {
-        common::missing("python3 is not installed (three examples run Python code)");
+        rath_testkit::skip("python3 is not installed (three examples run Python code)");
     }
     let files = check_store(home);
     assert!(files >= 6 + 7 + 3, "{files} files");

@@ -9,7 +9,7 @@ use std::process::Command;
 fn cli_on_the_engineering_team_store() {
     let python = Command::new("python3").arg("--version").output();
     if !python.is_ok_and(|o| o.status.success()) {
-        common::skip("python3 is not installed (the example's QA runs unittest)");
+        rath_testkit::skip("python3 is not installed (the example's QA runs unittest)");
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");

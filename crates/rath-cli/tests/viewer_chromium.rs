@@ -205,7 +205,7 @@ fn launch(exe: &Path, profile: &Path) -> (Browser, String) {
 #[test]
 fn viewer_in_headless_chromium() {
     let Some(exe) = chromium() else {
-        common::skip("no chromium (set RATH_CHROMIUM or apt-get install chromium)");
+        rath_testkit::skip("no chromium (set RATH_CHROMIUM or apt-get install chromium)");
         return;
     };
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -1,8 +1,6 @@
 //! Reproduces the Python OpenRath 1.3.0 interop loop (scripted responses, word_count tool)
 //! and compares our transcript and provider requests with the fixture files.
 
-mod common;
-
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -47,7 +45,7 @@ fn strip_nulls(v: &Value) -> Value {
 async fn python_interop_loop_matches_fixture() {
     let dir = fixtures();
     let Ok(requests_text) = std::fs::read_to_string(dir.join("llm_requests.json")) else {
-        common::skip(&format!(
+        rath_testkit::skip(&format!(
             "interop fixtures not found at {} (the ../shared checkout)",
             dir.display()
         ));

@@ -3,8 +3,6 @@
 //! (selector-routed literature → reproduction → compression → output). Transcript and
 //! lineage are snapshotted; a lineage walk proves there is no private transcript.
 
-mod common;
-
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -226,7 +224,7 @@ async fn engineering(
 #[tokio::test]
 async fn engineering_workflow() {
     if !python3_available() {
-        common::skip("python3 is not installed");
+        rath_testkit::skip("python3 is not installed");
         return;
     }
     let repo = tempfile::tempdir().expect("tempdir");
@@ -297,7 +295,7 @@ async fn engineering_workflow() {
 #[tokio::test]
 async fn engineering_workflow_is_byte_identical_across_runs() {
     if !python3_available() {
-        common::skip("python3 is not installed");
+        rath_testkit::skip("python3 is not installed");
         return;
     }
     let mut outputs = Vec::new();
@@ -416,7 +414,7 @@ async fn research(
 #[tokio::test]
 async fn research_workflow() {
     if !python3_available() {
-        common::skip("python3 is not installed");
+        rath_testkit::skip("python3 is not installed");
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");

@@ -241,7 +241,7 @@ async fn spawn_and_handshake_failures_are_errors() {
     .expect_err("no such program");
     assert!(matches!(missing, McpError::Spawn { .. }), "{missing}");
     if python3().is_none() {
-        common::skip("python3 is not installed (the rest of the test runs it)");
+        rath_testkit::skip("python3 is not installed (the rest of the test runs it)");
         return;
     }
     let not_mcp = McpClient::connect(

@@ -1,8 +1,6 @@
 //! Acceptance 4: the `memory_assisted` example runs (two phases in separate processes) and the
 //! second session's recall event names the first run's commit.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -17,7 +15,9 @@ fn example_binary() -> Option<PathBuf> {
 #[test]
 fn second_run_recalls_the_first_runs_commit() {
     let Some(bin) = example_binary() else {
-        common::skip("the memory_assisted example binary is not built (cargo test builds it)");
+        rath_testkit::skip(
+            "the memory_assisted example binary is not built (cargo test builds it)",
+        );
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -122,7 +122,9 @@ fn run_ok(bin: &std::path::Path, home: &std::path::Path, args: &[&std::ffi::OsSt
 #[test]
 fn two_runs_on_one_store_never_share_a_commit_id() {
     let Some(bin) = example_binary() else {
-        common::skip("the memory_assisted example binary is not built (cargo test builds it)");
+        rath_testkit::skip(
+            "the memory_assisted example binary is not built (cargo test builds it)",
+        );
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -100,6 +100,87 @@ pub enum PersistError {
         /// Why.
         message: String,
     },
+    /// An optimistic write lost a race: the writer expected the stored session to hold
+    /// `expected` chunks, but it holds `found` (`None`: not stored at all). Another writer
+    /// appended first; nothing was written. Load the stored session and decide again.
+    #[error("{store}: conflict on session {id}: expected {expected} stored chunks, found {}", found.map_or_else(|| "no session".to_owned(), |n| n.to_string()))]
+    Conflict {
+        /// The store (its name, see [`crate::SessionStore::name`]).
+        store: String,
+        /// The session.
+        id: String,
+        /// The stored length the writer expected.
+        expected: usize,
+        /// The stored length found (`None` when the session is not stored).
+        found: Option<usize>,
+    },
+    /// A write carried a fencing token older than one the store already accepted for the same
+    /// key: the writer's lease has passed to another. Nothing was written.
+    #[error("{store}: fenced: token {token} for {key} is stale (the store has accepted {current})")]
+    Fenced {
+        /// The store.
+        store: String,
+        /// The fence key (a run or lease name).
+        key: String,
+        /// The token the write carried.
+        token: u64,
+        /// The newest token the store has accepted for the key.
+        current: u64,
+    },
+    /// The store's schema is newer than this build understands (written by a newer
+    /// openrath); upgrade openrath. Nothing was changed.
+    #[error(
+        "{store}: schema version {found} is newer than this build's {supported}; upgrade openrath to open it"
+    )]
+    NewerSchema {
+        /// The store.
+        store: String,
+        /// The version the store holds.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
+    /// The store's backend failed: a database refused the connection, was restarted
+    /// mid-transaction, ran out of space, or its file is corrupt. The transaction in
+    /// flight was rolled back (no partial session is visible); the next call reconnects.
+    #[error("{store}: {op}: {message}")]
+    Backend {
+        /// The store.
+        store: String,
+        /// What was being done (`connect`, `save`, `load`, `migrate`, ...).
+        op: &'static str,
+        /// The backend's message.
+        message: String,
+        /// The backend's error, when there is one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    /// What the store holds cannot be read back as a session (a damaged row or document).
+    #[error("{store}: session {id}: {message}")]
+    CorruptStore {
+        /// The store.
+        store: String,
+        /// The session.
+        id: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A store URL that names no known store (see `rath_store_sql::open_store`).
+    #[error("store URL {url:?}: {message}")]
+    BadStoreUrl {
+        /// The URL given.
+        url: String,
+        /// Why it is refused.
+        message: String,
+    },
+    /// The store cannot do what was asked (a fenced or atomic batch on the JSONL directory).
+    #[error("{store}: {what} is not supported by this store")]
+    Unsupported {
+        /// The store.
+        store: String,
+        /// What was asked.
+        what: &'static str,
+    },
     /// A value could not be serialised (a serde error from a chunk payload).
     #[error("cannot serialise a record for {path}: {source}")]
     Serialize {
@@ -134,6 +215,26 @@ impl PersistError {
             | PersistError::NotAContinuation { path, .. }
             | PersistError::Serialize { path, .. } => Some(path),
             PersistError::NotFound { dir, .. } => Some(dir),
+            PersistError::Conflict { .. }
+            | PersistError::Fenced { .. }
+            | PersistError::NewerSchema { .. }
+            | PersistError::Backend { .. }
+            | PersistError::CorruptStore { .. }
+            | PersistError::BadStoreUrl { .. }
+            | PersistError::Unsupported { .. } => None,
+        }
+    }
+
+    /// The store this error names, for the errors of the [`crate::SessionStore`] contract.
+    pub fn store(&self) -> Option<&str> {
+        match self {
+            PersistError::Conflict { store, .. }
+            | PersistError::Fenced { store, .. }
+            | PersistError::NewerSchema { store, .. }
+            | PersistError::Backend { store, .. }
+            | PersistError::CorruptStore { store, .. }
+            | PersistError::Unsupported { store, .. } => Some(store),
+            _ => None,
         }
     }
 

@@ -33,6 +33,10 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "conformance")]
+pub mod conformance;
+pub mod contract;
+pub mod doc;
 mod error;
 mod fast;
 pub mod journal;
@@ -44,6 +48,7 @@ pub mod store;
 pub mod stream;
 pub mod writer;
 
+pub use contract::{Capabilities, Fence, GcReport, SessionStore, Write, WriteBatch, WriteReport};
 pub use error::PersistError;
 pub use journal::{
     LineageJournal, LineageRow, TrackingGuard, export_jsonl_string, export_sessions,

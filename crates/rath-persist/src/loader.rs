@@ -445,11 +445,24 @@ impl LoadState {
         Ok(())
     }
 
-    fn finish(self, path: &Path, torn: bool) -> Result<LoadedSession, PersistError> {
+    fn finish(mut self, path: &Path, torn: bool) -> Result<LoadedSession, PersistError> {
+        let conv = std::mem::take(&mut self.conv);
+        let evidence = std::mem::take(&mut self.evidence);
+        let mut loaded = self.finish_with(path, interleave(conv, evidence))?;
+        loaded.torn_line_skipped = torn;
+        Ok(loaded)
+    }
+
+    /// The session of the header and trailer applied so far, with `chunks` as its chunks
+    /// (for stores that keep chunks apart from the header and trailer lines).
+    pub(crate) fn finish_with(
+        self,
+        path: &Path,
+        chunks: rath_session::ChunkList,
+    ) -> Result<LoadedSession, PersistError> {
         let header = self.header.ok_or_else(|| PersistError::MissingHeader {
             path: path.to_path_buf(),
         })?;
-        let chunks = interleave(self.conv, self.evidence);
         let parts = SessionParts {
             id: header.id,
             created_at: header.created_at,
@@ -467,7 +480,7 @@ impl LoadState {
             created_at: header.created_at,
             closed_at: self.closed_at,
             final_chunk_count: self.final_chunk_count,
-            torn_line_skipped: torn,
+            torn_line_skipped: false,
         })
     }
 }

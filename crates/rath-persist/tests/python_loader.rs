@@ -96,7 +96,7 @@ fn run(py: &Path, home: &Path, rows: &Path, files: usize) {
 #[test]
 fn python_openrath_loads_our_store() {
     let Some(py) = python() else {
-        common::skip(
+        rath_testkit::skip(
             "RATH_OPENRATH_PYTHON is not set to a Python with openrath==2.0.0 \
              (see .ci/install.d/30-persist-python.sh)",
         );

@@ -72,6 +72,37 @@ impl StackConfig {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
 
+    /// The preset for short, reproducible answers from small local models (what the live
+    /// examples use): where the wire config leaves them unset, at most
+    /// [`Self::SHORT_MAX_TOKENS`] tokens per answer, temperature 0 and seed 0. A value
+    /// already set is kept.
+    ///
+    /// ```
+    /// use rath_provider::StackConfig;
+    ///
+    /// let cfg = StackConfig::from_lookup(|k| match k {
+    ///     "OPENAI_BASE_URL" => Some("http://127.0.0.1:8099/v1".into()),
+    ///     _ => None,
+    /// })?;
+    /// let mut cfg = cfg.with_token_budget(Some(20_000));
+    /// cfg.openai.seed = Some(7);
+    /// let cfg = cfg.short_answers();
+    /// assert_eq!(cfg.openai.max_tokens, Some(StackConfig::SHORT_MAX_TOKENS));
+    /// assert_eq!(cfg.openai.temperature, Some(0.0));
+    /// assert_eq!(cfg.openai.seed, Some(7)); // already set: kept
+    /// let _live = cfg.build()?;
+    /// # Ok::<(), rath_provider::ProviderError>(())
+    /// ```
+    pub fn short_answers(mut self) -> Self {
+        self.openai.max_tokens.get_or_insert(Self::SHORT_MAX_TOKENS);
+        self.openai.temperature.get_or_insert(0.0);
+        self.openai.seed.get_or_insert(0);
+        self
+    }
+
+    /// The answer length [`StackConfig::short_answers`] sets: 96 tokens.
+    pub const SHORT_MAX_TOKENS: u32 = 96;
+
     /// Sets the retry settings.
     pub fn with_retry(mut self, retry: Retry) -> Self {
         self.retry = retry;

@@ -16,7 +16,7 @@ use serde_json::json;
 
 // A missing server skips with a printed reason; under `RATH_CI=1` (CI installs the server)
 // it fails instead, so a skipped live tier never passes for a tested one.
-use common::skip;
+use rath_testkit::skip;
 
 fn live_provider() -> Option<Retrying<OpenAiProvider>> {
     let Ok(base) = std::env::var("RATH_LIVE_BASE_URL") else {

@@ -12,31 +12,6 @@ use serde_json::Value;
 
 use rath_mcp::StdioSpec;
 
-/// True under CI (`RATH_CI` set and not `0`; `.ci/run` sets `RATH_CI=1`), where a missing
-/// prerequisite fails the test instead of skipping it.
-pub fn in_ci() -> bool {
-    std::env::var("RATH_CI").is_ok_and(|v| !v.is_empty() && v != "0")
-}
-
-/// A test's prerequisite `what` is missing (name it and say how to get it). Under
-/// `RATH_CI=1` this panics, failing the calling test; locally it prints the one marker line
-/// `RATH-SKIP: <test>: <what>` and returns, and the caller returns early. The line goes
-/// straight to stderr, past the harness's output capture, so `cargo test` shows what was
-/// skipped and the `test_report` packet counts it as skipped, not passed (docs/TESTING.md).
-pub fn skip(what: &str) {
-    let test = std::thread::current()
-        .name()
-        .unwrap_or("unnamed test")
-        .to_owned();
-    let what = what.split_whitespace().collect::<Vec<_>>().join(" ");
-    assert!(
-        !in_ci(),
-        "{test}: RATH_CI=1 and a prerequisite is missing: {what}"
-    );
-    use std::io::Write as _;
-    let _ = writeln!(std::io::stderr(), "RATH-SKIP: {test}: {what}");
-}
-
 pub fn python3() -> Option<String> {
     let ok = std::process::Command::new("python3")
         .arg("--version")
@@ -48,7 +23,7 @@ pub fn python3() -> Option<String> {
 /// The fixture server, or `None` (with the reason printed) when python3 is missing.
 pub fn fixture() -> Option<StdioSpec> {
     let Some(py) = python3() else {
-        skip("python3 is not installed (the fixture MCP server needs it)");
+        rath_testkit::skip("python3 is not installed (the fixture MCP server needs it)");
         return None;
     };
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fixture_server.py");
@@ -62,7 +37,7 @@ pub fn everything() -> Option<StdioSpec> {
             Some(StdioSpec::new(bin).args(["stdio"]))
         }
         _ => {
-            skip(
+            rath_testkit::skip(
                 "RATH_MCP_EVERYTHING is not set to an installed mcp-server-everything \
                  (.ci/install.d/50-mcp.sh installs it)",
             );
@@ -78,7 +53,7 @@ pub fn time_server() -> Option<StdioSpec> {
             Some(StdioSpec::new(py).args(["-m", "mcp_server_time"]))
         }
         _ => {
-            skip(
+            rath_testkit::skip(
                 "RATH_MCP_TIME_PYTHON is not set to a python with mcp-server-time \
                  (.ci/install.d/50-mcp.sh installs it)",
             );

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# PostgreSQL 15 from Debian for rath-store-sql's tests (and the peer benches): starts the
+# `15 main` cluster, creates the role `root` (password `rath`) and the database `test`, the
+# ones ../shared/peers/README.md assumes, and exports RATH_TEST_POSTGRES_URL, the URL the
+# tests read. Idempotent: a second run only checks. Sourced by .ci/run with
+# `set -euo pipefail`; on failure the variable stays unset and, under RATH_CI=1, the
+# PostgreSQL tests fail (they may not skip).
+
+rath_postgres_setup() {
+  local url="postgresql://root:rath@127.0.0.1:5432/test"
+  if ! command -v pg_ctlcluster >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null 2>&1 || true
+    fi
+  fi
+  if ! command -v pg_ctlcluster >/dev/null 2>&1; then
+    echo "60-postgres: PostgreSQL 15 is not installed; its tests will not run" >&2
+    return 1
+  fi
+  if ! pg_lsclusters -h 2>/dev/null | awk '$1 == "15" && $2 == "main"' | grep -q .; then
+    pg_createcluster 15 main >/dev/null 2>&1 || true
+  fi
+  if ! pg_lsclusters -h 2>/dev/null | awk '$1 == "15" && $2 == "main" && $4 == "online"' | grep -q .; then
+    pg_ctlcluster 15 main start || return 1
+  fi
+  local i
+  for i in $(seq 1 30); do
+    su postgres -c "psql -qAtc 'select 1'" >/dev/null 2>&1 && break
+    sleep 1
+  done
+  su postgres -c "psql -qAtc \"select 1 from pg_roles where rolname = 'root'\"" | grep -q 1 ||
+    su postgres -c "psql -qc \"CREATE ROLE root LOGIN SUPERUSER PASSWORD 'rath'\"" >/dev/null
+  su postgres -c "psql -qAtc \"select 1 from pg_database where datname = 'test'\"" | grep -q 1 ||
+    su postgres -c "createdb -O root test"
+  export RATH_TEST_POSTGRES_URL="$url"
+  echo "60-postgres: PostgreSQL 15 up, RATH_TEST_POSTGRES_URL set"
+}
+
+rath_postgres_setup || echo "60-postgres: setup failed; PostgreSQL tests will fail under RATH_CI=1" >&2

@@ -1,0 +1,138 @@
+//! Test helpers shared by openrath's integration tests (a dev-dependency only; never
+//! published): a missing prerequisite skips the test locally and fails it in CI.
+//!
+//! ```
+//! /// A test that needs Python OpenRath 2.0 checks for it first.
+//! fn python_loads_the_store() {
+//!     let Some(python) = std::env::var_os("RATH_OPENRATH_PYTHON") else {
+//!         // Locally: prints `RATH-SKIP: <test>: ...` and returns; under RATH_CI=1: fails.
+//!         rath_testkit::skip(
+//!             "RATH_OPENRATH_PYTHON is not set to a Python with openrath==2.0.0 \
+//!              (see .ci/install.d/30-persist-python.sh)",
+//!         );
+//!         return;
+//!     };
+//!     // ... run `python` on the store ...
+//! #   drop(python);
+//! }
+//! # let _ = python_loads_the_store;
+//! ```
+//!
+//! The rule these helpers keep (docs/TESTING.md): a skipped test is not a pass. Locally,
+//! [`skip`] prints one marker line that the `test_report` evidence packet counts as skipped;
+//! under `RATH_CI=1` it panics, so a broken install step turns CI red.
+
+/// True under CI (`RATH_CI` set and not empty or `0`; `.ci/run` sets `RATH_CI=1`), where a
+/// missing prerequisite fails the test instead of skipping it.
+pub fn in_ci() -> bool {
+    std::env::var("RATH_CI").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// A test's prerequisite `what` is missing (name it and say how to get it). Under
+/// `RATH_CI=1` this panics, failing the calling test; locally it prints the one marker line
+/// `RATH-SKIP: <test>: <what>` and returns, and the caller returns early. The line goes
+/// straight to stderr, past the harness's output capture, so `cargo test` shows what was
+/// skipped and the `test_report` packet counts it as skipped, not passed (docs/TESTING.md).
+/// Whitespace runs in `what` (a wrapped string literal) collapse to one space.
+pub fn skip(what: &str) {
+    let test = test_name();
+    let what = collapse(what);
+    assert!(
+        !in_ci(),
+        "{test}: RATH_CI=1 and a prerequisite is missing: {what}"
+    );
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "RATH-SKIP: {test}: {what}");
+}
+
+/// The calling test's name: libtest names each test's thread after it.
+fn test_name() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("unnamed test")
+        .to_owned()
+}
+
+/// `what` with each run of whitespace (a wrapped string literal) made one space.
+fn collapse(what: &str) -> String {
+    what.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    /// Set in the child run of [`child_skips`]: only then does it call [`skip`].
+    const CHILD: &str = "RATH_TESTKIT_CHILD";
+
+    #[test]
+    fn child_skips() {
+        if std::env::var_os(CHILD).is_some() {
+            skip("a prerequisite\n        that is missing");
+        }
+    }
+
+    /// Runs [`child_skips`] in a child process of this test binary, with `RATH_CI` = `ci`.
+    fn run_child(ci: &str) -> std::process::Output {
+        Command::new(std::env::current_exe().expect("test exe"))
+            .args([
+                "--exact",
+                "tests::child_skips",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .env("RATH_CI", ci)
+            .output()
+            .expect("run the child test")
+    }
+
+    #[test]
+    fn locally_a_skip_prints_one_marker_line_and_passes() {
+        for ci in ["", "0"] {
+            let out = run_child(ci);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "RATH_CI={ci:?}: {stderr}");
+            let markers: Vec<&str> = stderr
+                .lines()
+                .filter(|l| l.starts_with("RATH-SKIP"))
+                .collect();
+            assert_eq!(
+                markers,
+                ["RATH-SKIP: tests::child_skips: a prerequisite that is missing"],
+                "RATH_CI={ci:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn under_ci_a_skip_fails_the_test_naming_the_prerequisite() {
+        let out = run_child("1");
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !out.status.success(),
+            "the child passed under RATH_CI=1:\n{all}"
+        );
+        assert!(
+            all.contains(
+                "tests::child_skips: RATH_CI=1 and a prerequisite is missing: \
+                 a prerequisite that is missing"
+            ),
+            "{all}"
+        );
+        assert!(!all.contains("RATH-SKIP"), "{all}");
+    }
+
+    #[test]
+    fn whitespace_runs_collapse() {
+        assert_eq!(
+            collapse(" needs\n    bubblewrap  (bwrap) "),
+            "needs bubblewrap (bwrap)"
+        );
+    }
+}
