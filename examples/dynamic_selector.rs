@@ -145,8 +145,7 @@ async fn main() -> anyhow::Result<()> {
     });
     let root = Session::user_with(TASK, Stamper::from_env());
     println!("  task: {TASK}");
-    cx.record(&root);
-    let out = match team(live)?.forward(root, &cx).await {
+    let out = match cx.forward(&team(live)?, root).await {
         Ok(out) => out,
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.
@@ -155,7 +154,6 @@ async fn main() -> anyhow::Result<()> {
             std::process::exit(1);
         }
     };
-    cx.record(&out);
     let saved = recorder.save_to(&store)?;
     println!("  saved {saved} sessions to {}", store.dir().display());
 

@@ -317,9 +317,10 @@ async fn main() -> anyhow::Result<()> {
 
     let spec = SandboxSpec::working_dir(workspace.to_string_lossy().into_owned());
     let root = Session::user_with(TASK, Stamper::from_env()).to_with("local", spec);
-    cx.record(&root);
     let store = Store::at(home.join("sessions"));
-    let out = match team(live)?.forward(root, &cx).await {
+    // Forwarded through the context: it records the root, every session the team makes and
+    // the result.
+    let out = match cx.forward(&team(live)?, root).await {
         Ok(out) => out,
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.
@@ -328,7 +329,6 @@ async fn main() -> anyhow::Result<()> {
             std::process::exit(1);
         }
     };
-    cx.record(&out);
 
     // Never replaces another run's file: an id already stored with other content is an error.
     let sessions = recorder.sessions();

@@ -203,8 +203,7 @@ async fn main() -> anyhow::Result<()> {
     let spec = SandboxSpec::working_dir(workspace.to_string_lossy().into_owned());
     let root = Session::user_with(QUESTION, Stamper::from_env()).to_with("local", spec);
     println!("  question: {QUESTION}");
-    cx.record(&root);
-    let out = match pipeline(live)?.forward(root, &cx).await {
+    let out = match cx.forward(&pipeline(live)?, root).await {
         Ok(out) => out,
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.
@@ -213,7 +212,6 @@ async fn main() -> anyhow::Result<()> {
             std::process::exit(1);
         }
     };
-    cx.record(&out);
     let sessions = recorder.sessions();
     let saved = store.save_all(&sessions)?;
     println!("  saved {saved} sessions to {}", store.dir().display());

@@ -287,28 +287,43 @@ impl SessionLoop {
 
     /// Runs the loop: a new session with parents `[user, agent]`, operator
     /// `run_session_loop`, kind `op_session_loop`, holding `user`'s chunks plus the new ones.
-    /// Usage carries `user`'s totals plus every model call's.
+    /// Usage carries `user`'s totals plus every model call's. The context records both
+    /// inputs and the result (the output, or the session a failure carries).
     pub async fn run(
         &self,
         user: &Session,
         agent: &Session,
         cx: &FlowContext,
     ) -> Result<Session, FlowError> {
-        let lineage = Lineage::new(
-            vec![user.id().clone(), agent.id().clone()],
-            "run_session_loop",
-            LineageKind::OpSessionLoop,
-        );
-        let out = self.begin(carry_usage(user, user.derive(lineage)), 0, cx)?;
-        self.drive(out, agent, cx, Vec::new(), 0).await
+        cx.through(&[user, agent], async {
+            let lineage = Lineage::new(
+                vec![user.id().clone(), agent.id().clone()],
+                "run_session_loop",
+                LineageKind::OpSessionLoop,
+            );
+            let out = self.begin(carry_usage(user, user.derive(lineage)), 0, cx)?;
+            self.drive(out, agent, cx, Vec::new(), 0).await
+        })
+        .await
     }
 
     /// Continues a session that stopped on pending work (approval, cancellation), also one
     /// loaded from a store in another process: a new session with parents
     /// `[stopped, agent]`, operator `resume_session_loop`, kind `op_resume`. Approved calls
     /// run, rejected ones are answered with `denied_by_policy`, queued or cancelled ones go
-    /// through the policy again; then the rounds continue.
+    /// through the policy again; then the rounds continue. The context records both inputs
+    /// and the result, as [`SessionLoop::run`] does.
     pub async fn resume(
+        &self,
+        stopped: &Session,
+        agent: &Session,
+        cx: &FlowContext,
+    ) -> Result<Session, FlowError> {
+        let run = self.resume_inner(stopped, agent, cx);
+        cx.through(&[stopped, agent], run).await
+    }
+
+    async fn resume_inner(
         &self,
         stopped: &Session,
         agent: &Session,
@@ -513,12 +528,11 @@ impl SessionLoop {
         }
     }
 
-    /// Closes a finished run in the sink and records it.
+    /// Closes a finished run in the sink.
     fn finish(&self, out: Session, rounds: usize, cx: &FlowContext) -> Result<Session, FlowError> {
         if let Some(Err(e)) = cx.sink().map(|sink| sink.finish(&out)) {
             return Err(self.fail(e, Some(out), self.at("persist", rounds), cx));
         }
-        cx.record(&out);
         Ok(out)
     }
 
@@ -535,13 +549,13 @@ impl SessionLoop {
         if let Some(sink) = cx.sink() {
             sink.finish(&out)?;
         }
-        cx.record(&out);
         Ok(out)
     }
 
     /// Ends a failed run: `e` with the session it reached (`out`, or the one a cancellation
-    /// carries) plus a `run_failure` chunk; the session is closed in the sink and recorded,
-    /// so a failed run is kept. A failure to close the sink does not hide `e`.
+    /// carries) plus a `run_failure` chunk; the session is closed in the sink (and the
+    /// context records it as the run's result), so a failed run is kept. A failure to close
+    /// the sink does not hide `e`.
     fn fail(
         &self,
         e: FlowError,
@@ -550,11 +564,8 @@ impl SessionLoop {
         cx: &FlowContext,
     ) -> FlowError {
         let e = failed(e, out, at);
-        if let Some(session) = e.partial_session() {
-            if let Some(sink) = cx.sink() {
-                let _ = sink.finish(session);
-            }
-            cx.record(session);
+        if let (Some(session), Some(sink)) = (e.partial_session(), cx.sink()) {
+            let _ = sink.finish(session);
         }
         e
     }

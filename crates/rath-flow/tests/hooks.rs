@@ -100,6 +100,7 @@ async fn observer_sees_agents_requests_replies_deltas_tools_usage_and_sessions()
         log,
         [
             "agent_start:a",
+            "session:leaf_user",
             "session:leaf_system",
             "request",
             "reply:true",
