@@ -275,6 +275,11 @@ impl LiveRun {
     }
 
     fn end(&self, out: Result<&Session, &FlowError>) {
+        // The result itself (a selector's final decision is on it), as the caller's context
+        // will record it once the forward returns.
+        if let Ok(s) = out {
+            self.session(s);
+        }
         let now = self.options.clock.now();
         let mut spans = Vec::new();
         {
