@@ -67,6 +67,8 @@ pub use rath_provider as provider;
 pub use rath_provider_anthropic as anthropic;
 pub use rath_session as session;
 
+pub mod select;
+
 /// The JSON Schema crate typed tools derive their argument schemas with (see [`JsonSchema`]).
 pub use schemars;
 /// Derives (and names) a tool argument type's JSON Schema: `#[derive(JsonSchema)]` with

@@ -36,12 +36,13 @@
 use std::collections::BTreeMap;
 
 use rath_session::{
-    Chunk, Lineage, Session, SessionId, SessionParts, Stamper, StamperState, Usage,
+    Chunk, ChunkBody, Lineage, Session, SessionId, SessionParts, Stamper, StamperState, Usage,
 };
 use serde_json::{Value, json};
 
 use crate::FlowError;
 use crate::layers::is_resumption;
+use crate::workflow::SharedWorkflow;
 
 /// The marker `key` of `session`, when `session` holds work to resume.
 pub(crate) fn marker<'s>(session: &'s Session, key: &str) -> Option<&'s Value> {
@@ -55,6 +56,26 @@ pub(crate) fn marker<'s>(session: &'s Session, key: &str) -> Option<&'s Value> {
 /// The marker key of a combinator.
 pub(crate) fn key(kind: &str, name: &str) -> String {
     format!("flow.{kind}.{name}")
+}
+
+/// For a session cut off mid-round with no stop marker (the process died while its tool
+/// calls ran: unanswered calls, nothing pending), the index of the step among `steps` that
+/// was running, found from the session alone: the one holding the agent of the session's
+/// last model call. `None` when the session was not cut off or no step holds that agent.
+pub(crate) fn cut_in(session: &Session, steps: &[SharedWorkflow]) -> Option<usize> {
+    if !session.pending().is_empty() || session.unanswered_tool_calls().is_empty() {
+        return None;
+    }
+    let agent = session.chunks().iter().rev().find_map(|c| match c.body() {
+        ChunkBody::ModelCall(m) => m.agent.clone(),
+        _ => None,
+    })?;
+    let suffix = format!(".{agent}");
+    steps.iter().position(|s| {
+        s.named_agents()
+            .iter()
+            .any(|(path, _)| *path == agent || path.ends_with(&suffix))
+    })
 }
 
 /// The lineage extra holding where a deterministic run's stamper was when it stopped.

@@ -370,7 +370,9 @@ impl Selector {
     /// The candidate a stopped selector was running and its step, from the marker `key`.
     fn resumed(&self, session: &Session, key: &str) -> (Option<SharedWorkflow>, usize) {
         let Some(m) = resume::marker(session, key) else {
-            return (None, 0);
+            // Cut off by a crash (no marker): the candidate whose agent was running.
+            let cut = resume::cut_in(session, &self.candidates);
+            return (cut.map(|i| self.candidates[i].clone()), 0);
         };
         let name = m.get("candidate").and_then(Value::as_str).unwrap_or("");
         let step = m.get("step").and_then(Value::as_u64).unwrap_or(0) as usize;

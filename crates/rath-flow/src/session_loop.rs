@@ -34,8 +34,8 @@ use std::time::Duration;
 use futures::FutureExt;
 use rath_provider::{Provider, ProviderRequest, ProviderResponse, StreamEvent, ToolChoice};
 use rath_session::{
-    ChatMessage, Chunk, ChunkBody, Lineage, LineageKind, PendingCall, PolicyDecision, Session,
-    ToolCall, ToolEvidence,
+    Chunk, ChunkBody, Lineage, LineageKind, PendingCall, PolicyDecision, Session, ToolCall,
+    ToolEvidence,
 };
 use serde_json::Value;
 
@@ -443,7 +443,11 @@ impl SessionLoop {
 
     /// The request every model call of this loop starts from (its messages grow each round).
     fn request(&self, agent: &Session) -> ProviderRequest {
-        let mut req = ProviderRequest::new(String::new(), agent.messages());
+        // Messages, and reasoning blocks the session's evidence keeps (sent back with them).
+        let mut req = ProviderRequest::new(String::new(), Vec::new());
+        for chunk in agent.chunks().iter() {
+            req.push_chunk(chunk);
+        }
         req.model = self.options.model.clone();
         req.tools = self.tools.schemas();
         req.tool_choice = self.options.tool_choice.clone();
@@ -499,8 +503,10 @@ impl SessionLoop {
         Ok((out, resp))
     }
 
-    /// One round of tool calls, fresh or resumed: answered, then appended to the sink; a
-    /// round that stops for approval comes back `Stopped`, already closed.
+    /// One round of tool calls, fresh or resumed: the calls appended to the sink first (so a
+    /// process that dies while they run leaves them on record, unanswered: forwarding that
+    /// session resumes the round), then answered, then the answers appended; a round that
+    /// stops for approval comes back `Stopped`, already closed.
     async fn tool_round(
         &self,
         out: Session,
@@ -508,6 +514,7 @@ impl SessionLoop {
         rounds: usize,
         cx: &FlowContext,
     ) -> Result<Step, FlowError> {
+        let out = self.persist_round(out, rounds, cx)?;
         match self.answer_calls(out, work, cx).await {
             Ok(Step::Continue(s)) => Ok(Step::Continue(self.persist_round(s, rounds, cx)?)),
             Ok(Step::Stopped(s)) => Ok(Step::Stopped(self.stop(s, rounds, cx)?)),
@@ -1025,11 +1032,11 @@ impl Conversation {
         Self { req, synced: 0 }
     }
 
-    /// Appends the chat messages of `session`'s chunks not yet synced.
+    /// Adds what `session`'s chunks not yet synced contribute: messages, reasoning blocks.
     fn sync(&mut self, session: &Session) {
         for i in self.synced..session.len() {
-            if let Some(m) = session.get(i).and_then(ChatMessage::from_chunk) {
-                self.req.messages.push(m);
+            if let Some(chunk) = session.get(i) {
+                self.req.push_chunk(chunk);
             }
         }
         self.synced = self.synced.max(session.len());

@@ -331,7 +331,9 @@ impl Workflow for Sequence {
             let session = resume::restored(session);
             let start = resume::marker(&session, &key)
                 .and_then(Value::as_u64)
-                .unwrap_or(0) as usize;
+                .map(|i| i as usize)
+                .or_else(|| resume::cut_in(&session, &self.steps))
+                .unwrap_or(0);
             let mut s = session;
             for (i, step) in self.steps.iter().enumerate().skip(start) {
                 s = cx.forward(step.as_ref(), s).await?;

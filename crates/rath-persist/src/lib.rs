@@ -36,6 +36,7 @@
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod contract;
+mod copy;
 pub mod doc;
 mod error;
 mod fast;
@@ -49,6 +50,7 @@ pub mod stream;
 pub mod writer;
 
 pub use contract::{Capabilities, Fence, GcReport, SessionStore, Write, WriteBatch, WriteReport};
+pub use copy::{CopyReport, copy_store};
 pub use error::PersistError;
 pub use journal::{
     LineageJournal, LineageRow, export_jsonl_string, export_sessions, export_sessions_to_file,
