@@ -41,6 +41,17 @@ impl TraceId {
         Self(b)
     }
 
+    /// The trace of a stored run re-exported from its store (`rath export otel`): derived from
+    /// the same lineage root, but distinct from the live run's trace, so a store export never
+    /// collides with the spans the run sent live (trace UIs keep a trace in one project and
+    /// refuse a span id twice).
+    pub fn for_stored_root(root: &str) -> Self {
+        let d = digest(&["rath-otel stored trace", root]);
+        let mut b = [0u8; 16];
+        b.copy_from_slice(&d[..16]);
+        Self(b)
+    }
+
     /// A span id inside this trace named by `key` (stable: the same trace and key give the
     /// same id).
     pub fn span(&self, key: &str) -> SpanId {

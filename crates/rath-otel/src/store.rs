@@ -1,7 +1,8 @@
 //! Spans of stored sessions: what a run recorded offline, as a trace to look at later.
 //!
 //! Every session becomes a span (`invoke_agent {agent}` for a session loop's output, its
-//! lineage operator otherwise) under one `invoke_workflow` span per lineage root; each model
+//! lineage operator otherwise) under one `invoke_workflow` span per lineage root (trace id
+//! [`TraceId::for_stored_root`]); each model
 //! call and tool call a session made becomes a `chat` / `execute_tool` child of it. Times come
 //! from the files: a session's span runs from its header's `created_at` to its trailer's
 //! `closed_at`; its calls are laid out from the start in chunk order, each as long as the
@@ -53,7 +54,7 @@ pub fn spans_from_sessions(sessions: &[LoadedSession]) -> Vec<Span> {
     let mut claimed: HashSet<String> = HashSet::new();
     for l in order {
         let root = roots[l.session.id().as_str()].clone();
-        let trace = TraceId::for_root(&root);
+        let trace = TraceId::for_stored_root(&root);
         let spans = traces.entry(root.clone()).or_default();
         if spans.is_empty() {
             spans.push(workflow_span(trace, &root));

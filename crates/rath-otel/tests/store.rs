@@ -37,7 +37,7 @@ async fn stored_sessions_become_one_linked_trace() {
     let loaded = load_for_export(&store, None).unwrap();
     let spans = spans_from_sessions(&loaded);
     assert_eq!(spans, spans_from_sessions(&loaded), "stable");
-    let trace = TraceId::for_root(root.id().as_str());
+    let trace = TraceId::for_stored_root(root.id().as_str());
     let ids: HashMap<_, _> = spans.iter().map(|s| (s.span_id, s)).collect();
     assert_eq!(ids.len(), spans.len(), "unique span ids");
     assert_eq!(spans.iter().filter(|s| s.parent.is_none()).count(), 1);

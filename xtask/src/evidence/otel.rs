@@ -140,8 +140,7 @@ fn attr_str<'a>(s: &'a Span, name: &str) -> Option<&'a str> {
 }
 
 /// The checks both sources must pass.
-fn check_spans(r: &mut Report, label: &str, spans: &[Span], root: &str) {
-    let trace = TraceId::for_root(root);
+fn check_spans(r: &mut Report, label: &str, spans: &[Span], trace: TraceId) {
     let unknown: Vec<String> = spans
         .iter()
         .flat_map(|s| {
@@ -261,7 +260,12 @@ fn build_otel(ctx: &mut Ctx) -> Result<Report> {
         serde_json::to_string(&live_spans)? == serde_json::to_string(&again.spans())?,
         format!("{} spans", live_spans.len()),
     );
-    check_spans(&mut r, "live", &live_spans, root.id().as_str());
+    check_spans(
+        &mut r,
+        "live",
+        &live_spans,
+        TraceId::for_root(root.id().as_str()),
+    );
     ctx.write_json("live_spans.json", &live_spans)?;
     ctx.write("live_tree.txt", tree(&live_spans))?;
 
@@ -270,7 +274,12 @@ fn build_otel(ctx: &mut Ctx) -> Result<Report> {
     store.save_all(&sessions)?;
     let loaded = load_for_export(&store, None)?;
     let stored = spans_from_sessions(&loaded);
-    check_spans(&mut r, "store", &stored, root.id().as_str());
+    check_spans(
+        &mut r,
+        "store",
+        &stored,
+        TraceId::for_stored_root(root.id().as_str()),
+    );
     r.check_eq(
         "store: one span per stored session",
         stored
