@@ -4,6 +4,7 @@
 //! ```sh
 //! cargo run --release --example dynamic_selector          # offline, function decider
 //! OPENAI_BASE_URL=http://127.0.0.1:8099/v1 cargo run --release --example dynamic_selector
+//! RATH_PROVIDER=anthropic ANTHROPIC_API_KEY=... ANTHROPIC_MODEL=... cargo run --release --example dynamic_selector
 //! ```
 //!
 //! Offline the decider is a deterministic function that reads the session's evidence (which
@@ -28,9 +29,8 @@ fn model(
     name: &str,
 ) -> anyhow::Result<Arc<dyn Provider>> {
     if live {
-        // The wire, retries and a token budget, with short answers for small local models.
-        let stack = StackConfig::from_env()?.short_answers();
-        return Ok(Arc::new(stack.build()?));
+        // What RATH_PROVIDER (or the key set) chooses: the wire, retries, a token budget.
+        return Ok(openrath::select::live()?);
     }
     Ok(Arc::new(
         ScriptedProvider::new(script).named(format!("scripted:{name}")),
@@ -118,12 +118,12 @@ fn team(live: bool) -> anyhow::Result<Selector> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let live = std::env::var("OPENAI_BASE_URL").is_ok_and(|v| !v.trim().is_empty());
+    let live = openrath::select::live_requested();
     let store = Store::at(openrath::persist::openrath_home().join("sessions"));
     let mode = if live {
-        "live model decides from OPENAI_BASE_URL"
+        openrath::select::describe()
     } else {
-        "offline, function decider, scripted agents"
+        "offline, function decider, scripted agents".to_owned()
     };
     println!("dynamic_selector ({mode}), store {}", store.dir().display());
 
@@ -145,8 +145,7 @@ async fn main() -> anyhow::Result<()> {
     });
     let root = Session::user_with(TASK, Stamper::from_env());
     println!("  task: {TASK}");
-    cx.record(&root);
-    let out = match team(live)?.forward(root, &cx).await {
+    let out = match cx.forward(&team(live)?, root).await {
         Ok(out) => out,
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.
@@ -155,7 +154,6 @@ async fn main() -> anyhow::Result<()> {
             std::process::exit(1);
         }
     };
-    cx.record(&out);
     let saved = recorder.save_to(&store)?;
     println!("  saved {saved} sessions to {}", store.dir().display());
 

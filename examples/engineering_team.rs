@@ -4,9 +4,17 @@
 //! ```sh
 //! cargo run --release --example engineering_team          # offline, scripted agents
 //! OPENAI_BASE_URL=http://127.0.0.1:8099/v1 cargo run --release --example engineering_team
+//! RATH_PROVIDER=anthropic ANTHROPIC_API_KEY=... ANTHROPIC_MODEL=... \
+//!     cargo run --release --example engineering_team -- --cassette run.jsonl
+//! cargo run --release --example engineering_team -- --replay run.jsonl   # offline again
 //! ```
 //!
-//! Offline every agent answers from a script; live the same workflow runs on a real model.
+//! Offline every agent answers from a script; live the same workflow runs on the model the
+//! environment selects (`RATH_PROVIDER=openai|anthropic`, by default the provider whose
+//! variables are set; see `openrath::select`). A small OpenAI-compatible model gets short
+//! bounds (one tool round per agent, three routing steps); Anthropic models and replays get
+//! the offline ones. `--cassette FILE` records every model call; `--replay FILE` answers every
+//! call from such a cassette, without network.
 //! Either way the tests run for real (`python3 -m unittest` through `run_shell_command` in a
 //! `local` sandbox holding a seeded copy of a small repo) and the decision to stop is taken
 //! from the tool evidence's exit code, never from what a model says.
@@ -21,14 +29,18 @@
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+
+use anyhow::Context as _;
 
 use openrath::flow::{Candidate, Decision, FlowEvent};
 use openrath::inspect::view::{ViewOptions, render_store};
 use openrath::inspect::{StoreView, lineage_tree};
 use openrath::persist::{LineageRow, SessionRecorder, export_jsonl_string};
 use openrath::prelude::*;
+use openrath::provider::{RecordingProvider, ReplayProvider};
+use openrath::select::{ProviderKind, live_provider};
 
 /// The seeded repository: `(path, buggy content)`.
 const SEED_FILES: &[(&str, &str)] = &[
@@ -51,40 +63,105 @@ const SEED_FILES: &[(&str, &str)] = &[
 const FIXED_STATS: &str = "def mean(values):\n    \"\"\"Arithmetic mean of a non-empty list.\"\"\"\n    return sum(values) / len(values)\n";
 const FIXED_TEXT: &str = "def word_count(text):\n    \"\"\"Number of whitespace-separated words.\"\"\"\n    return len(text.split())\n";
 
-/// The command QA runs.
-const QA_COMMAND: &str = "PYTHONDONTWRITEBYTECODE=1 python3 -m unittest discover -s tests -t . -v";
+/// The command QA runs: the tests, their report without the run time (`Ran 2 tests`, so the
+/// same run gives the same bytes, and a recorded run replays), and their exit code.
+const QA_COMMAND: &str = "out=$(PYTHONDONTWRITEBYTECODE=1 python3 -m unittest discover -s tests -t . -v 2>&1); \
+                          code=$?; printf '%s\\n' \"$out\" | sed 's/ in [0-9.]*s$//'; exit $code";
 
 const TASK: &str = "The test suite of the calc package fails. Fix calc/stats.py and calc/text.py \
                     so that `python3 -m unittest` passes, then have QA run the tests.";
 
-/// The live model from the environment (short answers for small local models), or `script`.
-fn model(
+/// Where every agent's model comes from: the live provider the environment selects, a
+/// cassette (`--replay FILE`), or the agent's script; `--cassette FILE` records every call.
+struct Models {
     live: bool,
-    script: Vec<ScriptedResponse>,
-    name: &str,
-) -> anyhow::Result<Arc<dyn Provider>> {
-    if live {
-        // The wire, retries and a token budget, with short answers for small local models.
-        let stack = StackConfig::from_env()?.short_answers();
-        return Ok(Arc::new(stack.build()?));
-    }
-    Ok(Arc::new(
-        ScriptedProvider::new(script).named(format!("scripted:{name}")),
-    ))
+    /// Short bounds for small local models (the OpenAI-compatible wire).
+    bounded: bool,
+    replay: Option<Arc<ReplayProvider>>,
+    record: Option<PathBuf>,
 }
 
-/// Loop options: live, one tool round per agent (real models wander).
-fn rounds(live: bool) -> LoopOptions {
-    let options = LoopOptions::default();
-    if live {
-        let n = options.max_tool_rounds.min(1);
-        options.max_tool_rounds(n)
-    } else {
-        options
+impl Models {
+    fn from_args() -> anyhow::Result<Self> {
+        let (mut record, mut replay) = (None, None);
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--cassette" => {
+                    record = Some(PathBuf::from(
+                        args.next().context("--cassette needs a file")?,
+                    ))
+                }
+                "--replay" => {
+                    replay = Some(PathBuf::from(args.next().context("--replay needs a file")?))
+                }
+                "--deterministic" => {}
+                other => anyhow::bail!(
+                    "unknown argument {other:?} (expected --deterministic, --cassette FILE, --replay FILE)"
+                ),
+            }
+        }
+        if record.is_some() && replay.is_some() {
+            anyhow::bail!("--cassette records and --replay replays: give one of them");
+        }
+        let replay = replay.map(ReplayProvider::load).transpose()?.map(Arc::new);
+        if let Some(path) = &record {
+            std::fs::File::create(path)?; // a fresh cassette every agent appends to
+        }
+        let kind = if replay.is_some() {
+            None
+        } else {
+            ProviderKind::from_env()?
+        };
+        Ok(Self {
+            live: kind.is_some(),
+            bounded: kind == Some(ProviderKind::OpenAi),
+            replay,
+            record,
+        })
+    }
+
+    /// What the run's header line says about its models.
+    fn mode(&self) -> String {
+        match (&self.replay, ProviderKind::from_env().ok().flatten()) {
+            (Some(_), _) => "offline, replaying a cassette".to_owned(),
+            (None, Some(kind)) if self.live => format!("live model: {}", kind.as_str()),
+            _ => "offline, scripted agents".to_owned(),
+        }
+    }
+
+    /// An agent's model: the cassette, the live provider or `script`, recorded if asked.
+    fn model(
+        &self,
+        script: Vec<ScriptedResponse>,
+        name: &str,
+    ) -> anyhow::Result<Arc<dyn Provider>> {
+        if let Some(replay) = &self.replay {
+            return Ok(replay.clone());
+        }
+        let model: Arc<dyn Provider> = match live_provider()? {
+            Some(live) => live, // the wire, retries and a token budget
+            None => Arc::new(ScriptedProvider::new(script).named(format!("scripted:{name}"))),
+        };
+        Ok(match &self.record {
+            Some(path) => Arc::new(RecordingProvider::append(model, path)?),
+            None => model,
+        })
+    }
+
+    /// Loop options: bounded, one tool round per agent (small models wander).
+    fn rounds(&self) -> LoopOptions {
+        let options = LoopOptions::default();
+        if self.bounded {
+            let n = options.max_tool_rounds.min(1);
+            options.max_tool_rounds(n)
+        } else {
+            options
+        }
     }
 }
 
-fn fixer(live: bool, name: &str, path: &str, fixed: &str, what: &str) -> anyhow::Result<Agent> {
+fn fixer(m: &Models, name: &str, path: &str, fixed: &str, what: &str) -> anyhow::Result<Agent> {
     let script = vec![
         ScriptedResponse::tool_calls(vec![(
             format!("{name}_read"),
@@ -103,19 +180,18 @@ fn fixer(live: bool, name: &str, path: &str, fixed: &str, what: &str) -> anyhow:
     Ok(Agent::new(
         name,
         format!("You are a careful Python engineer. Fix only {path} so the tests pass; use the workspace tools."),
-        model(live, script, name)?,
+        m.model(script, name)?,
     )
     .describe(format!("Fixes {path}."))
     .with_tools(ToolSet::builtins())
-    .with_options(rounds(live)))
+    .with_options(m.rounds()))
 }
 
-fn team(live: bool) -> anyhow::Result<Selector> {
+fn team(m: &Models) -> anyhow::Result<Selector> {
     let lead = Agent::new(
         "lead",
         "You are the tech lead. Read the repository and write a short plan: who fixes which file.",
-        model(
-            live,
+        m.model(
             vec![
                 ScriptedResponse::tool_calls(vec![(
                     "lead_ls",
@@ -134,18 +210,18 @@ fn team(live: bool) -> anyhow::Result<Selector> {
     )
     .describe("Plans the work.")
     .with_tools(ToolSet::builtins())
-    .with_options(rounds(live));
+    .with_options(m.rounds());
     let specialists = Parallel::new("specialists")
         .describe("Two engineers fix their files in parallel.")
         .branch(fixer(
-            live,
+            m,
             "stats_fixer",
             "calc/stats.py",
             FIXED_STATS,
             "divide by len(values)",
         )?)
         .branch(fixer(
-            live,
+            m,
             "text_fixer",
             "calc/text.py",
             FIXED_TEXT,
@@ -154,8 +230,7 @@ fn team(live: bool) -> anyhow::Result<Selector> {
     let qa = Agent::new(
         "qa",
         "You are QA. Run the test suite with run_shell_command and report the result.",
-        model(
-            live,
+        m.model(
             vec![
                 ScriptedResponse::tool_calls(vec![(
                     "qa_tests",
@@ -173,13 +248,13 @@ fn team(live: bool) -> anyhow::Result<Selector> {
     )
     .describe("Runs the real tests.")
     .with_tools(ToolSet::builtins())
-    .with_options(rounds(live));
+    .with_options(m.rounds());
     Ok(Selector::by_function("router", route)
         .describe("Routes lead -> specialists -> qa until the tests pass.")
         .candidate(lead)
         .candidate(specialists)
         .candidate(qa)
-        .max_steps(if live { 3 } else { 8 }))
+        .max_steps(if m.bounded { 3 } else { 8 }))
 }
 
 /// The routing rule, read from evidence only: which agents have spoken (model_call
@@ -278,13 +353,9 @@ fn progress_line(ev: &FlowEvent<'_>) -> Option<String> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let live = std::env::var("OPENAI_BASE_URL").is_ok_and(|v| !v.trim().is_empty());
+    let models = Models::from_args()?;
     let home = openrath::persist::openrath_home();
-    let mode = if live {
-        "live model from OPENAI_BASE_URL"
-    } else {
-        "offline, scripted agents"
-    };
+    let mode = models.mode();
     println!("engineering_team ({mode}), store under {}", display(&home));
     let workspace = home.join("workspaces/engineering_team");
     seed_workspace(&workspace)?;
@@ -317,9 +388,10 @@ async fn main() -> anyhow::Result<()> {
 
     let spec = SandboxSpec::working_dir(workspace.to_string_lossy().into_owned());
     let root = Session::user_with(TASK, Stamper::from_env()).to_with("local", spec);
-    cx.record(&root);
     let store = Store::at(home.join("sessions"));
-    let out = match team(live)?.forward(root, &cx).await {
+    // Forwarded through the context: it records the root, every session the team makes and
+    // the result.
+    let out = match cx.forward(&team(&models)?, root).await {
         Ok(out) => out,
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.
@@ -328,7 +400,6 @@ async fn main() -> anyhow::Result<()> {
             std::process::exit(1);
         }
     };
-    cx.record(&out);
 
     // Never replaces another run's file: an id already stored with other content is an error.
     let sessions = recorder.sessions();
@@ -348,7 +419,7 @@ async fn main() -> anyhow::Result<()> {
     println!();
     print!("{summary}");
     if !qa_passed {
-        if live {
+        if models.live {
             // A real model may not fix the code within the live bounds; the run itself
             // finished and is stored, which is what the live tier checks.
             println!(

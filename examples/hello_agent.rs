@@ -3,6 +3,7 @@
 //! ```sh
 //! cargo run --release --example hello_agent          # offline, scripted model
 //! OPENAI_BASE_URL=http://127.0.0.1:8099/v1 cargo run --release --example hello_agent
+//! RATH_PROVIDER=anthropic ANTHROPIC_API_KEY=... ANTHROPIC_MODEL=... cargo run --release --example hello_agent
 //! ```
 //!
 //! Ids are fresh UUIDv7s on every run, so runs sharing a store never collide; pass
@@ -27,12 +28,12 @@ struct WordCountArgs {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let live = std::env::var("OPENAI_BASE_URL").is_ok_and(|v| !v.trim().is_empty());
+    let live = openrath::select::live_requested();
     let store = Store::at(openrath::persist::openrath_home().join("sessions"));
     let mode = if live {
-        "live model from OPENAI_BASE_URL"
+        openrath::select::describe()
     } else {
-        "offline, scripted model"
+        "offline, scripted model".to_owned()
     };
     println!("hello_agent ({mode}), store {}", store.dir().display());
 
@@ -44,9 +45,8 @@ async fn main() -> anyhow::Result<()> {
     // Live: the OpenAI-compatible server from the environment, kept short for small local
     // models. Offline: a script that calls the tool, then answers.
     let model: Arc<dyn Provider> = if live {
-        // The wire, retries and a token budget, with short answers for small local models.
-        let stack = StackConfig::from_env()?.short_answers();
-        Arc::new(stack.build()?)
+        // What RATH_PROVIDER (or the key set) chooses: the wire, retries, a token budget.
+        openrath::select::live()?
     } else {
         Arc::new(
             ScriptedProvider::new(vec![

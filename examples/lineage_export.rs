@@ -16,13 +16,13 @@ use openrath::prelude::*;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let live = std::env::var("OPENAI_BASE_URL").is_ok_and(|v| !v.trim().is_empty());
+    let live = openrath::select::live_requested();
     let home = openrath::persist::openrath_home();
     let store = Store::at(home.join("sessions"));
     let mode = if live {
-        "live model from OPENAI_BASE_URL"
+        openrath::select::describe()
     } else {
-        "offline, scripted model"
+        "offline, scripted model".to_owned()
     };
     println!("lineage_export ({mode}), store {}", store.dir().display());
 
@@ -64,9 +64,8 @@ async fn main() -> anyhow::Result<()> {
     );
 
     let model: Arc<dyn Provider> = if live {
-        // The wire, retries and a token budget, with short answers for small local models.
-        let stack = StackConfig::from_env()?.short_answers();
-        Arc::new(stack.build()?)
+        // What RATH_PROVIDER (or the key set) chooses: the wire, retries, a token budget.
+        openrath::select::live()?
     } else {
         let answer = ScriptedResponse::text("Both 3 and 7 are odd primes.").usage(48, 9);
         Arc::new(ScriptedProvider::new(vec![answer]).named("scripted:summarizer"))

@@ -4,6 +4,7 @@
 //! ```sh
 //! cargo run --release --example research_synthesis          # offline, scripted models
 //! OPENAI_BASE_URL=http://127.0.0.1:8099/v1 cargo run --release --example research_synthesis
+//! RATH_PROVIDER=anthropic ANTHROPIC_API_KEY=... ANTHROPIC_MODEL=... cargo run --release --example research_synthesis
 //! ```
 //!
 //! A model-routed Selector sends the question to a literature agent (a typed `search_papers`
@@ -37,9 +38,8 @@ fn model(
     name: &str,
 ) -> anyhow::Result<Arc<dyn Provider>> {
     if live {
-        // The wire, retries and a token budget, with short answers for small local models.
-        let stack = StackConfig::from_env()?.short_answers();
-        return Ok(Arc::new(stack.build()?));
+        // What RATH_PROVIDER (or the key set) chooses: the wire, retries, a token budget.
+        return Ok(openrath::select::live()?);
     }
     Ok(Arc::new(
         ScriptedProvider::new(script).named(format!("scripted:{name}")),
@@ -154,13 +154,13 @@ fn pipeline(live: bool) -> anyhow::Result<Sequence> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let live = std::env::var("OPENAI_BASE_URL").is_ok_and(|v| !v.trim().is_empty());
+    let live = openrath::select::live_requested();
     let home = openrath::persist::openrath_home();
     let store = Store::at(home.join("sessions"));
     let mode = if live {
-        "live model from OPENAI_BASE_URL"
+        openrath::select::describe()
     } else {
-        "offline, scripted models"
+        "offline, scripted models".to_owned()
     };
     println!(
         "research_synthesis ({mode}), store {}",
@@ -203,8 +203,7 @@ async fn main() -> anyhow::Result<()> {
     let spec = SandboxSpec::working_dir(workspace.to_string_lossy().into_owned());
     let root = Session::user_with(QUESTION, Stamper::from_env()).to_with("local", spec);
     println!("  question: {QUESTION}");
-    cx.record(&root);
-    let out = match pipeline(live)?.forward(root, &cx).await {
+    let out = match cx.forward(&pipeline(live)?, root).await {
         Ok(out) => out,
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.
@@ -213,7 +212,6 @@ async fn main() -> anyhow::Result<()> {
             std::process::exit(1);
         }
     };
-    cx.record(&out);
     let sessions = recorder.sessions();
     let saved = store.save_all(&sessions)?;
     println!("  saved {saved} sessions to {}", store.dir().display());

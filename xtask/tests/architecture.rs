@@ -94,3 +94,230 @@ fn the_table_parser_reads_rows_and_rejects_what_is_not_a_table() {
     let no_layer = "## Code map\n| `a` | zero | x |\n";
     assert!(std::panic::catch_unwind(|| doc_table(no_layer)).is_err());
 }
+
+/// The longest a function in rath-flow may be, in lines from its `fn` line to its closing
+/// brace (issue 18: "no function over about 60 lines in rath-flow").
+const MAX_FN_LINES: usize = 60;
+
+/// `src` with comments, string literals and char literals blanked (newlines kept), so that
+/// braces and `fn` are only ever code.
+fn code_only(src: &str) -> String {
+    let b = src.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let blank = |out: &mut Vec<u8>, part: &[u8]| {
+        out.extend(part.iter().map(|&c| if c == b'\n' { b'\n' } else { b' ' }));
+    };
+    let mut i = 0;
+    while i < b.len() {
+        let rest = &b[i..];
+        let ident_before = i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
+        let end = if rest.starts_with(b"//") {
+            rest.iter().position(|&c| c == b'\n').unwrap_or(rest.len())
+        } else if rest.starts_with(b"/*") {
+            let (mut depth, mut j) = (1, 2);
+            while j < rest.len() && depth > 0 {
+                if rest[j..].starts_with(b"/*") {
+                    (depth, j) = (depth + 1, j + 2);
+                } else if rest[j..].starts_with(b"*/") {
+                    (depth, j) = (depth - 1, j + 2);
+                } else {
+                    j += 1;
+                }
+            }
+            j
+        } else if let Some(n) = raw_string_len(rest).filter(|_| !ident_before) {
+            n
+        } else if rest[0] == b'"' {
+            let mut j = 1;
+            while j < rest.len() && rest[j] != b'"' {
+                j += if rest[j] == b'\\' { 2 } else { 1 };
+            }
+            (j + 1).min(rest.len())
+        } else if rest[0] == b'\'' {
+            char_literal_len(rest).unwrap_or(0)
+        } else {
+            0
+        };
+        if end == 0 {
+            out.push(b[i]);
+            i += 1;
+        } else {
+            blank(&mut out, &rest[..end]);
+            i += end;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The length of a raw string literal (`r"..."`, `r#"..."#`, `br"..."`) at the start of `s`.
+fn raw_string_len(s: &[u8]) -> Option<usize> {
+    let start = if s.starts_with(b"br") {
+        2
+    } else if s.starts_with(b"r") {
+        1
+    } else {
+        return None;
+    };
+    let hashes = s[start..].iter().take_while(|&&c| c == b'#').count();
+    let open = start + hashes;
+    if s.get(open) != Some(&b'"') {
+        return None;
+    }
+    let mut close = vec![b'"'];
+    close.extend(std::iter::repeat_n(b'#', hashes));
+    let body = &s[open + 1..];
+    let at = body
+        .windows(close.len())
+        .position(|w| w == close.as_slice())?;
+    Some(open + 1 + at + close.len())
+}
+
+/// The length of a char literal (`'x'`, `'\n'`, `'\u{7f}'`) at the start of `s`; `None` for
+/// a lifetime.
+fn char_literal_len(s: &[u8]) -> Option<usize> {
+    if s.get(1) == Some(&b'\\') {
+        // `'\n'`, `'\''`, `'\u{7f}'`: the closing quote after the escaped character.
+        let close = s.iter().skip(3).take(10).position(|&c| c == b'\'')?;
+        return Some(close + 4);
+    }
+    let ch = std::str::from_utf8(&s[1..s.len().min(5)])
+        .ok()
+        .or_else(|| std::str::from_utf8(&s[1..s.len().min(4)]).ok())
+        .or_else(|| std::str::from_utf8(&s[1..s.len().min(3)]).ok())
+        .or_else(|| std::str::from_utf8(&s[1..s.len().min(2)]).ok())?
+        .chars()
+        .next()?;
+    let after = 1 + ch.len_utf8();
+    (s.get(after) == Some(&b'\'')).then_some(after + 1)
+}
+
+/// Every function with a body in `src`: (name, first line, length in lines).
+fn fn_lengths(src: &str) -> Vec<(String, usize, usize)> {
+    let code = code_only(src);
+    let b = code.as_bytes();
+    let line_of = |at: usize| code[..at].matches('\n').count() + 1;
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(found) = code[from..].find("fn ") {
+        let at = from + found;
+        from = at + 3;
+        let word_start = at == 0 || !(b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_');
+        let name: String = code[at + 3..]
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if !word_start || name.is_empty() {
+            continue;
+        }
+        // The body opens at the first `{` outside parentheses and brackets; a `;` first
+        // means a declaration without one.
+        let mut depth = 0i32;
+        let mut open = None;
+        for (j, &c) in b.iter().enumerate().skip(at + 3) {
+            match c {
+                b'(' | b'[' => depth += 1,
+                b')' | b']' => depth -= 1,
+                b';' if depth == 0 => break,
+                b'{' if depth == 0 => {
+                    open = Some(j);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let Some(open) = open else { continue };
+        let mut level = 0usize;
+        let close = b.iter().enumerate().skip(open).find_map(|(j, &c)| {
+            match c {
+                b'{' => level += 1,
+                b'}' => {
+                    level -= 1;
+                    if level == 0 {
+                        return Some(j);
+                    }
+                }
+                _ => {}
+            }
+            None
+        });
+        let Some(close) = close else { continue };
+        let first = line_of(at);
+        out.push((name, first, line_of(close) - first + 1));
+    }
+    out
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    for entry in entries {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn no_function_in_rath_flow_is_over_60_lines() {
+    let src = root().join("crates/rath-flow/src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    assert!(files.len() >= 10, "rath-flow's sources: {files:?}");
+    let mut counted = 0;
+    let mut long = Vec::new();
+    for f in &files {
+        for (name, line, len) in fn_lengths(&read(f)) {
+            counted += 1;
+            if len > MAX_FN_LINES {
+                let rel = f.strip_prefix(root()).unwrap_or(f).display().to_string();
+                long.push(format!("{rel}:{line} fn {name}: {len} lines"));
+            }
+        }
+    }
+    assert!(
+        counted > 100,
+        "only {counted} functions found: the counter is broken"
+    );
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_FN_LINES} lines in rath-flow:\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn the_function_counter_sees_through_strings_comments_and_declarations() {
+    let src = r##"
+/// fn in_a_doc_comment() { {
+trait T {
+    fn declared(&self) -> [u8; 4];
+}
+fn one() {
+    let s = "} fn fake() {";
+    let r = r#"}"#;
+    let c = '}';
+    let q = '\'';
+    let l: &'static str = "x";
+    /* } */
+}
+
+pub(crate) async fn two<'a>(x: &'a str) -> Result<(), ()>
+where
+    'a: 'static,
+{
+    if x.is_empty() {
+        return Err(());
+    }
+    Ok(())
+}
+"##;
+    let got: Vec<(String, usize, usize)> = fn_lengths(src);
+    assert_eq!(
+        got,
+        vec![("one".to_owned(), 6, 8), ("two".to_owned(), 15, 9)]
+    );
+}

@@ -67,6 +67,9 @@ pub use rath_provider_anthropic as anthropic;
 /// Durable runs: a run queue, workers with leases and fencing, replay journal, effect ledger.
 pub use rath_runtime as runtime;
 pub use rath_session as session;
+pub use rath_store_sql as store;
+
+pub mod select;
 
 /// The JSON Schema crate typed tools derive their argument schemas with (see [`JsonSchema`]).
 pub use schemars;

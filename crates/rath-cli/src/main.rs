@@ -72,6 +72,10 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         cassette: PathBuf,
     },
+    /// Show the live model provider the environment chooses (`RATH_PROVIDER=openai|anthropic`,
+    /// else the provider whose variables are set) and its manifest, the key redacted. Needs
+    /// no store.
+    Provider,
     /// Write one self-contained HTML page: session list, lineage graph, transcripts (the
     /// first and last chunks of each; the page says how to print the rest).
     View {
@@ -234,6 +238,9 @@ fn json<T: serde::Serialize>(value: &T) -> Result<String, Failure> {
 }
 
 fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
+    if let Command::Provider = cli.command {
+        return provider(cli);
+    }
     let store = open_store(cli)?;
     match &cli.command {
         Command::Sessions => {
@@ -314,7 +321,40 @@ fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
             out,
             transcript_chunks,
         } => view(cli, &store, out, *transcript_chunks),
+        Command::Provider => provider(cli),
     }
+}
+
+/// `rath provider`: the choice `openrath::select` makes from the environment (the same rule
+/// every example follows) and the chosen provider's manifest.
+fn provider(cli: &Cli) -> Result<Output, Failure> {
+    let live = openrath::select::live_provider().map_err(|e| Failure(e.to_string()))?;
+    let manifest = live.as_ref().map(|p| p.manifest());
+    if cli.json {
+        return Ok(Output::ok(json(
+            &serde_json::json!({ "provider": manifest }),
+        )?));
+    }
+    let Some(m) = manifest else {
+        return Ok(Output::ok(format!(
+            "offline: no live provider chosen (set {}=openai|anthropic, OPENAI_BASE_URL or \
+             ANTHROPIC_API_KEY)\n",
+            openrath::select::ENV_PROVIDER
+        )));
+    };
+    let layers: Vec<&str> = m.layers.iter().map(|l| l.layer.as_str()).collect();
+    Ok(Output::ok(format!(
+        "{}\nprovider: {}\nmodel: {}\nhost: {}\nlayers: {}\n",
+        openrath::select::describe(),
+        m.provider,
+        m.model.as_deref().unwrap_or("-"),
+        m.base_url_host.as_deref().unwrap_or("-"),
+        if layers.is_empty() {
+            "-".to_owned()
+        } else {
+            layers.join(", ")
+        },
+    )))
 }
 
 fn view(cli: &Cli, store: &StoreView, out: &Path, chunks: usize) -> Result<Output, Failure> {

@@ -154,11 +154,10 @@ impl Agent {
     }
 
     /// The agent's system session, stamped from `like`'s stamper (a `leaf_system`, made
-    /// fresh for every forward, and recorded in the context).
-    pub fn agent_session(&self, like: &Session, cx: &FlowContext) -> Session {
-        let s = Session::system_with(self.0.system_prompt.clone(), like.stamper().clone());
-        cx.record(&s);
-        s
+    /// fresh for every forward; the session loop records it in the context as one of its
+    /// inputs).
+    pub fn agent_session(&self, like: &Session) -> Session {
+        Session::system_with(self.0.system_prompt.clone(), like.stamper().clone())
     }
 }
 
@@ -177,7 +176,7 @@ impl Workflow for Agent {
         cx: &'a FlowContext,
     ) -> BoxFuture<'a, Result<Session, FlowError>> {
         Box::pin(async move {
-            let agent = self.agent_session(&session, cx);
+            let agent = self.agent_session(&session);
             if is_resumption(&session) {
                 // Pending work (an approval stop, an interrupted round): continue it after
                 // the reviewers' approve/reject decisions (see SessionLoop::resume).

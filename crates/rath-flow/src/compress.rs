@@ -24,6 +24,11 @@
 //! (conversation rows out), and begin with a `compression_record` chunk listing every dropped
 //! chunk's index, kind and sha256. The cut never separates a tool result from the assistant
 //! chunk that requested it.
+//!
+//! A session that holds pending work (an approval stop, an interrupted round) passes through
+//! a compressor unchanged: compressing it would drop the resume markers of the team that
+//! stopped (and perhaps the assistant chunk of a pending call), so forwarding it on resumes
+//! the team where it stopped.
 
 use std::sync::Arc;
 
@@ -37,6 +42,7 @@ use rath_session::{
 use crate::FlowError;
 use crate::context::{FlowContext, FlowEvent};
 use crate::error::{FailedAt, fail_from};
+use crate::layers::is_resumption;
 use crate::session_loop::carry_usage;
 use crate::workflow::Workflow;
 
@@ -132,12 +138,13 @@ impl Workflow for KeepLastN {
     fn forward<'a>(
         &'a self,
         session: Session,
-        cx: &'a FlowContext,
+        _cx: &'a FlowContext,
     ) -> BoxFuture<'a, Result<Session, FlowError>> {
         Box::pin(async move {
-            let out = self.compress(&session);
-            cx.record(&out);
-            Ok(out)
+            if is_resumption(&session) {
+                return Ok(session); // pending work passes through (see the module docs)
+            }
+            Ok(self.compress(&session))
         })
     }
 }
@@ -262,12 +269,13 @@ impl Workflow for SummaryCompressor {
         cx: &'a FlowContext,
     ) -> BoxFuture<'a, Result<Session, FlowError>> {
         Box::pin(async move {
-            let out = self.compress(&session, cx).await.map_err(|e| {
+            if is_resumption(&session) {
+                return Ok(session); // pending work passes through (see the module docs)
+            }
+            self.compress(&session, cx).await.map_err(|e| {
                 let at = FailedAt::new(Some(&self.name), "compress");
-                fail_from(e, &session, "SummaryCompressor.compress", at, cx)
-            })?;
-            cx.record(&out);
-            Ok(out)
+                fail_from(e, &session, "SummaryCompressor.compress", at)
+            })
         })
     }
 }

@@ -1,32 +1,44 @@
-//! The run environment shared by a workflow tree: backends, observer, cancellation, sinks.
+//! The run environment shared by a workflow tree: backends, observer, cancellation, sinks,
+//! budgets, and the lineage journal of the run.
 //!
 //! ```
 //! use std::sync::{Arc, Mutex};
-//! use rath_flow::{FlowContext, FlowEvent};
+//! use rath_flow::{Agent, FlowContext, FlowEvent};
+//! use rath_provider::{ScriptedProvider, ScriptedResponse};
+//! use rath_session::{Session, Stamper};
 //!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let seen = Arc::new(Mutex::new(Vec::new()));
 //! let log = seen.clone();
 //! let cx = FlowContext::new().with_observer(move |ev: &FlowEvent<'_>| {
 //!     if let FlowEvent::Session { session } = ev {
-//!         log.lock().unwrap().push(session.id().clone());
+//!         log.lock().unwrap().push(session.lineage().kind.to_string());
 //!     }
 //! });
-//! cx.record(&rath_session::Session::user("hi"));
-//! assert_eq!(seen.lock().unwrap().len(), 1);
+//! let agent = Agent::new("a", "Be brief.", ScriptedProvider::new(vec![ScriptedResponse::text("hi")]));
+//! let out = cx.forward(&agent, Session::user_with("hello", Stamper::counter())).await?;
+//! // The context saw the input, the agent's system session and the output, once each.
+//! assert_eq!(*seen.lock().unwrap(), ["leaf_user", "leaf_system", "op_session_loop"]);
+//! assert_eq!(cx.journal().visit_order().last(), Some(out.id()));
+//! # Ok::<(), rath_flow::FlowError>(())
+//! # }).unwrap();
 //! ```
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use futures::future::BoxFuture;
 use rath_backend::BackendRegistry;
-use rath_persist::{SessionWriter, Store, WriterOptions};
+use rath_persist::{LineageJournal, SessionWriter, Store, WriterOptions};
 use rath_provider::ProviderRequest;
 use rath_session::{Session, SessionId, Stamper, ToolCall, Usage};
 use tokio_util::sync::CancellationToken;
 
 use crate::FlowError;
+use crate::workflow::Workflow;
 
 /// Something that happened during a run, for progress display, logging and tests.
 #[derive(Debug)]
@@ -71,8 +83,11 @@ pub enum FlowEvent<'a> {
         /// The figures.
         usage: Usage,
     },
-    /// The flow layer made (or finished) a session: agent leaves, loop outputs, forks,
-    /// merges, route annotations, compressions. Collect these to walk the lineage later.
+    /// The context saw a session, or a newer version of one, for the first time: the input
+    /// and the result of every workflow forwarded through it ([`FlowContext::forward`]),
+    /// what combinators hand their children (forks, route annotations), every session
+    /// loop's inputs (the agent's system session) and output, and the session a failure
+    /// carries. Each version is reported once; [`FlowContext::journal`] keeps them all.
     Session {
         /// The session.
         session: &'a Session,
@@ -192,7 +207,10 @@ impl SessionSink for StoreSink {
 }
 
 /// The environment a workflow runs in: the backend registry that opens sandboxes, an
-/// optional observer, and a cancellation token. Cheap to clone; clones share everything.
+/// optional observer, a cancellation token, sinks, budgets, and the run's
+/// [`LineageJournal`]. Cheap to clone; clones share everything, the journal included, so a
+/// context is one run's: start another run with a new context or
+/// [`FlowContext::with_journal`].
 #[derive(Clone)]
 pub struct FlowContext {
     backends: Arc<BackendRegistry>,
@@ -201,6 +219,7 @@ pub struct FlowContext {
     cancel: CancellationToken,
     sink: Option<Arc<dyn SessionSink>>,
     budgets: Vec<Arc<BudgetMeter>>,
+    journal: LineageJournal,
 }
 
 impl fmt::Debug for FlowContext {
@@ -212,6 +231,7 @@ impl fmt::Debug for FlowContext {
             .field("cancelled", &self.cancel.is_cancelled())
             .field("sink", &self.sink.is_some())
             .field("budgets", &self.budgets)
+            .field("journal", &self.journal.len())
             .finish()
     }
 }
@@ -223,7 +243,8 @@ impl Default for FlowContext {
 }
 
 impl FlowContext {
-    /// `local` and `isolated` backends, no observer, a fresh cancellation token.
+    /// `local` and `isolated` backends, no observer, a fresh cancellation token, an empty
+    /// journal.
     pub fn new() -> Self {
         Self {
             backends: Arc::new(BackendRegistry::with_defaults()),
@@ -232,7 +253,88 @@ impl FlowContext {
             cancel: CancellationToken::new(),
             sink: None,
             budgets: Vec::new(),
+            journal: LineageJournal::new(),
         }
+    }
+
+    /// Records into `journal` (shared with the caller, who reads it after or during the
+    /// run) instead of the context's own.
+    ///
+    /// ```
+    /// use rath_flow::{FlowContext, FnWorkflow};
+    /// use rath_persist::LineageJournal;
+    /// use rath_session::{Chunk, Session, Stamper};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let journal = LineageJournal::new();
+    /// let cx = FlowContext::new().with_journal(journal.clone());
+    /// let fork = FnWorkflow::new("fork", "", |s: Session| Ok(s.fork().push(Chunk::user("more"))));
+    /// let out = cx.forward(&fork, Session::user_with("q", Stamper::counter())).await?;
+    /// assert_eq!(journal.len(), 2); // the input and the fork
+    /// assert_eq!(journal.rows()[1].parent_session_ids[0], journal.rows()[0].id);
+    /// assert_eq!(journal.get(out.id()).map(|s| s.len()), Some(2));
+    /// # Ok::<(), rath_flow::FlowError>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn with_journal(mut self, journal: LineageJournal) -> Self {
+        self.journal = journal;
+        self
+    }
+
+    /// The run's journal: every session the context saw, the latest version of each, in
+    /// first-seen order ([`LineageJournal::sessions`] to save them, [`LineageJournal::rows`]
+    /// for the lineage export).
+    pub fn journal(&self) -> &LineageJournal {
+        &self.journal
+    }
+
+    /// Forwards `session` through `workflow` in this context: the one place where the flow
+    /// layer sees what a workflow is given and what it returns. Combinators, layers and
+    /// [`crate::WorkflowExt::run`] run their children through it; run a top-level workflow
+    /// through it too (calling [`Workflow::forward`] directly skips the recording of that
+    /// call's input and result). The input is recorded when the call is made (so a fan-out's
+    /// forks are recorded in declared order, before any branch runs), the result when it
+    /// comes back: the output session, or the session a failure carries.
+    pub fn forward<'a, W: Workflow + ?Sized>(
+        &'a self,
+        workflow: &'a W,
+        session: Session,
+    ) -> BoxFuture<'a, Result<Session, FlowError>> {
+        self.record(&session);
+        let run = workflow.forward(session, self);
+        Box::pin(self.settle(run))
+    }
+
+    /// Records `inputs` now, then (awaited) runs `run` and records its result: how a
+    /// component that is not a [`Workflow`] (the session loop) reports what it is given
+    /// and what it returns.
+    pub(crate) fn through<'f>(
+        &'f self,
+        inputs: &[&Session],
+        run: impl Future<Output = Result<Session, FlowError>> + 'f,
+    ) -> impl Future<Output = Result<Session, FlowError>> + 'f {
+        for s in inputs {
+            self.record(s);
+        }
+        self.settle(run)
+    }
+
+    /// Awaits `run`, then records what it returned (the session, or the one its failure
+    /// carries).
+    async fn settle(
+        &self,
+        run: impl Future<Output = Result<Session, FlowError>>,
+    ) -> Result<Session, FlowError> {
+        let result = run.await;
+        match &result {
+            Ok(s) => self.record(s),
+            Err(e) => {
+                if let Some(s) = e.partial_session() {
+                    self.record(s);
+                }
+            }
+        }
+        result
     }
 
     /// Streams every session loop's output in this context to `sink` as it grows (what the
@@ -351,11 +453,13 @@ impl FlowContext {
         }
     }
 
-    /// Reports a session the flow layer made: to the observer and to every tracking
-    /// [`rath_persist::LineageJournal`].
+    /// Records a session in the journal and, when this version is new to it, reports it to
+    /// the observer ([`FlowEvent::Session`]). [`FlowContext::forward`] does this for what
+    /// workflows are given and return; call it for a session made outside any workflow.
     pub fn record(&self, session: &Session) {
-        rath_persist::record_tracked(session);
-        self.emit(&FlowEvent::Session { session });
+        if self.journal.record(session) {
+            self.emit(&FlowEvent::Session { session });
+        }
     }
 }
 

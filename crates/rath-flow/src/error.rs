@@ -8,7 +8,6 @@ use rath_session::{
     Chunk, ChunkBody, FailedAttempt, Lineage, LineageKind, RunFailure, Session, SessionError,
 };
 
-use crate::context::FlowContext;
 use crate::session_loop::carry_usage;
 
 /// Everything that can stop a flow component.
@@ -304,25 +303,20 @@ fn failure_chunk(kind: &str, message: String, attempts: Vec<FailedAttempt>, at: 
 
 /// `error` as the failure of a step that had `input` in hand: a new session derived from
 /// `input` (parents `[input]`, `operator`, kind `op_annotate`) carries the `run_failure`, so
-/// no stored session is rewritten; it is recorded in `cx`. Errors that already carry their
-/// session pass through.
+/// no stored session is rewritten (the context records it when the failure comes back
+/// through [`crate::FlowContext::forward`]). Errors that already carry their session pass through.
 pub(crate) fn fail_from(
     error: FlowError,
     input: &Session,
     operator: &'static str,
     at: FailedAt,
-    cx: &FlowContext,
 ) -> FlowError {
     if error.partial_session().is_some() || matches!(error, FlowError::AwaitingDecision { .. }) {
         return failed(error, None, at);
     }
     let lineage = Lineage::new(vec![input.id().clone()], operator, LineageKind::OpAnnotate);
     let out = carry_usage(input, input.derive(lineage));
-    let e = failed(error, Some(out), at);
-    if let Some(s) = e.partial_session() {
-        cx.record(s);
-    }
-    e
+    failed(error, Some(out), at)
 }
 
 /// `text` on one line (newlines and runs of whitespace become one space).

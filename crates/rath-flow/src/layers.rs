@@ -70,7 +70,7 @@ impl<W: Workflow> WithMemory<W> {
         Self { inner, memory }
     }
 
-    fn recall(&self, session: &Session, cx: &FlowContext) -> Result<Session, FlowError> {
+    fn recall(&self, session: &Session) -> Result<Session, FlowError> {
         if is_resumption(session) {
             return Ok(session.clone());
         }
@@ -83,17 +83,11 @@ impl<W: Workflow> WithMemory<W> {
                     session,
                     "Memory.recall",
                     FailedAt::new(Some(name), "memory"),
-                    cx,
                 )
             })
     }
 
-    fn commit(
-        &self,
-        input: &Session,
-        out: Session,
-        cx: &FlowContext,
-    ) -> Result<Session, FlowError> {
+    fn commit(&self, input: &Session, out: Session) -> Result<Session, FlowError> {
         if !out.pending().is_empty() {
             return Ok(out);
         }
@@ -106,7 +100,6 @@ impl<W: Workflow> WithMemory<W> {
                     &out,
                     "Memory.commit",
                     FailedAt::new(Some(name), "memory"),
-                    cx,
                 )
             })
     }
@@ -125,9 +118,9 @@ impl<W: Workflow> Workflow for WithMemory<W> {
         cx: &'a FlowContext,
     ) -> BoxFuture<'a, Result<Session, FlowError>> {
         Box::pin(async move {
-            let recalled = self.recall(&session, cx)?;
-            let out = self.inner.forward(recalled, cx).await?;
-            self.commit(&session, out, cx)
+            let recalled = self.recall(&session)?;
+            let out = cx.forward(&self.inner, recalled).await?;
+            self.commit(&session, out)
         })
     }
     delegate_describe!();
@@ -161,7 +154,7 @@ impl<W: Workflow> Workflow for WithSink<W> {
     ) -> BoxFuture<'a, Result<Session, FlowError>> {
         Box::pin(async move {
             let child = cx.clone().with_shared_sink(self.sink.clone());
-            self.inner.forward(session, &child).await
+            child.forward(&self.inner, session).await
         })
     }
     delegate_describe!();
@@ -195,7 +188,7 @@ impl<W: Workflow> Workflow for Observed<W> {
     ) -> BoxFuture<'a, Result<Session, FlowError>> {
         Box::pin(async move {
             let child = cx.clone().also_observe_shared(self.observer.clone());
-            self.inner.forward(session, &child).await
+            child.forward(&self.inner, session).await
         })
     }
     delegate_describe!();
@@ -232,7 +225,7 @@ impl<W: Workflow> Workflow for WithBudget<W> {
     ) -> BoxFuture<'a, Result<Session, FlowError>> {
         Box::pin(async move {
             let child = cx.clone().with_budget(self.budget);
-            self.inner.forward(session, &child).await
+            child.forward(&self.inner, session).await
         })
     }
     delegate_describe!();

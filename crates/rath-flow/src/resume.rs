@@ -35,11 +35,14 @@
 
 use std::collections::BTreeMap;
 
-use rath_session::{Chunk, Lineage, Session, SessionId, SessionParts, Usage};
+use rath_session::{
+    Chunk, ChunkBody, Lineage, Session, SessionId, SessionParts, Stamper, StamperState, Usage,
+};
 use serde_json::{Value, json};
 
 use crate::FlowError;
 use crate::layers::is_resumption;
+use crate::workflow::SharedWorkflow;
 
 /// The marker `key` of `session`, when `session` holds work to resume.
 pub(crate) fn marker<'s>(session: &'s Session, key: &str) -> Option<&'s Value> {
@@ -55,24 +58,92 @@ pub(crate) fn key(kind: &str, name: &str) -> String {
     format!("flow.{kind}.{name}")
 }
 
+/// For a session cut off mid-round with no stop marker (the process died while its tool
+/// calls ran: unanswered calls, nothing pending), the index of the step among `steps` that
+/// was running, found from the session alone: the one holding the agent of the session's
+/// last model call. `None` when the session was not cut off or no step holds that agent.
+pub(crate) fn cut_in(session: &Session, steps: &[SharedWorkflow]) -> Option<usize> {
+    if !session.pending().is_empty() || session.unanswered_tool_calls().is_empty() {
+        return None;
+    }
+    let agent = session.chunks().iter().rev().find_map(|c| match c.body() {
+        ChunkBody::ModelCall(m) => m.agent.clone(),
+        _ => None,
+    })?;
+    let suffix = format!(".{agent}");
+    steps.iter().position(|s| {
+        s.named_agents()
+            .iter()
+            .any(|(path, _)| *path == agent || path.ends_with(&suffix))
+    })
+}
+
+/// The lineage extra holding where a deterministic run's stamper was when it stopped.
+pub(crate) const STAMPER_KEY: &str = "flow.stamper";
+
+/// `session` stopped in a combinator: its place (`key`: `marker`), and, for a deterministic
+/// stamper, where the stamper is, so that a resume in another process mints the ids and
+/// tokens the run would have minted next (written once per state).
+pub(crate) fn stopped(session: Session, key: String, marker: impl Into<Value>) -> Session {
+    let session = session.with_extra(key, marker);
+    match session.stamper().state().map(|st| json!(st)) {
+        Some(state) if saved_state(&session) != Some(&state) => {
+            session.with_extra(STAMPER_KEY, state)
+        }
+        _ => session,
+    }
+}
+
+/// The last stamper state written on `session`.
+fn saved_state(session: &Session) -> Option<&Value> {
+    let extras = &session.lineage().extras;
+    extras
+        .iter()
+        .rev()
+        .find(|(k, _)| k == STAMPER_KEY)
+        .map(|(_, v)| v)
+}
+
+/// `session` ready to resume: a stopped deterministic run loaded with a live stamper (as
+/// the store loads every session) gets the stamper it stopped with back. A session whose
+/// stamper is deterministic already (resumed in the same process) is left as it is.
+pub(crate) fn restored(session: Session) -> Session {
+    if session.stamper().is_deterministic() || !is_resumption(&session) {
+        return session;
+    }
+    let state = saved_state(&session).and_then(|v| serde_json::from_value(v.clone()).ok());
+    match state.as_ref().and_then(Stamper::restore) {
+        Some(stamper) => session.with_stamper(stamper),
+        None => session,
+    }
+}
+
 /// The marker of a stopped fan-out: the merged length, the shared prefix, the input's usage
 /// and each branch's id, usage, lineage and pending call ids.
 pub(crate) fn parallel_marker(
     input_usage: &(Option<Usage>, BTreeMap<String, Usage>),
-    outs: &[Session],
+    outs: &[Branch],
     prefix: usize,
     merged_len: usize,
 ) -> Value {
     let branches: Vec<Value> = outs
         .iter()
-        .map(|o| {
-            json!({
+        .map(|b| {
+            let o = &b.out;
+            let mut v = json!({
                 "id": o.id().as_str(),
                 "usage": o.usage(),
                 "agent_usage": o.agent_usage(),
                 "lineage": o.lineage(),
                 "pending": o.pending().iter().map(|p| p.call.id.as_str()).collect::<Vec<_>>(),
-            })
+            });
+            if b.tag != o.id().as_str() {
+                v["tag"] = json!(b.tag);
+            }
+            if let Some(st) = b.stamper.as_ref().filter(|_| !o.pending().is_empty()) {
+                v["stamper"] = json!(st);
+            }
+            v
         })
         .collect();
     json!({
@@ -93,13 +164,24 @@ fn field<T: serde::de::DeserializeOwned>(v: &Value, name: &str) -> Result<T, Flo
         .map_err(|e| bad(&format!("{name}: {e}")))
 }
 
-/// What a stopped fan-out left: the input's usage and each branch session with whether it
-/// stopped (holds pending work).
+/// One branch of a fan-out as it merges: its output, the tag its chunks carry in the merge
+/// (the output's id, or, for a resumed branch, the id the branch first merged under, so a
+/// resumed fan-out tags chunks as an uninterrupted one does), and where its stamper was.
+pub(crate) struct Branch {
+    /// The branch's output.
+    pub out: Session,
+    /// The tag of its chunks in the merge.
+    pub tag: String,
+    /// Its stamper's state when it finished or stopped (deterministic runs).
+    pub stamper: Option<StamperState>,
+}
+
+/// What a stopped fan-out left: the input's usage and each branch.
 pub(crate) struct StoppedFanOut {
     /// The input's usage and attribution.
     pub input_usage: (Option<Usage>, BTreeMap<String, Usage>),
-    /// Branch sessions in declared order, and whether each one stopped.
-    pub branches: Vec<(Session, bool)>,
+    /// Branches in declared order, with whether each one stopped (holds pending work).
+    pub branches: Vec<(Branch, bool)>,
 }
 
 /// Rebuilds the branch sessions of `stopped` from its marker: the shared prefix, then each
@@ -116,12 +198,14 @@ pub(crate) fn branches_from(stopped: &Session, marker: &Value) -> Result<Stopped
     let mut branches = Vec::with_capacity(specs.len());
     for spec in &specs {
         let id: String = field(spec, "id")?;
+        let tag: String = field::<Option<String>>(spec, "tag")?.unwrap_or_else(|| id.clone());
+        let stamper: Option<StamperState> = field(spec, "stamper")?;
         let calls: Vec<String> = field(spec, "pending")?;
         let mut list = chunks.clone().slice(0..prefix);
         list.extend(
             (prefix..len)
                 .filter_map(|i| chunks.get(i))
-                .filter(|c| c.branch() == Some(id.as_str()))
+                .filter(|c| c.branch() == Some(tag.as_str()))
                 .map(Chunk::untagged),
         );
         let stopped_here = !calls.is_empty();
@@ -144,10 +228,8 @@ pub(crate) fn branches_from(stopped: &Session, marker: &Value) -> Result<Stopped
             placement: stopped.placement().clone(),
             pending,
         };
-        branches.push((
-            Session::from_parts(parts, stopped.stamper().clone()),
-            stopped_here,
-        ));
+        let out = Session::from_parts(parts, stopped.stamper().clone());
+        branches.push((Branch { out, tag, stamper }, stopped_here));
     }
     let input_usage = (
         field(marker, "input_usage")?,
@@ -157,4 +239,33 @@ pub(crate) fn branches_from(stopped: &Session, marker: &Value) -> Result<Stopped
         input_usage,
         branches,
     })
+}
+
+/// `merged` with the chunks tagged `from` tagged `to` instead, for each pair.
+pub(crate) fn retagged(merged: Session, renames: &[(String, String)]) -> Session {
+    if renames.is_empty() {
+        return merged;
+    }
+    let chunks = merged
+        .chunks()
+        .iter()
+        .map(|c| match c.branch() {
+            Some(b) => match renames.iter().find(|(from, _)| from == b) {
+                Some((_, to)) => c.with_branch(to.as_str()),
+                None => c.clone(),
+            },
+            None => c.clone(),
+        })
+        .collect();
+    let parts = SessionParts {
+        id: merged.id().clone(),
+        created_at: merged.created_at(),
+        lineage: merged.lineage().clone(),
+        chunks,
+        usage: merged.usage(),
+        agent_usage: merged.agent_usage().clone(),
+        placement: merged.placement().clone(),
+        pending: merged.pending().to_vec(),
+    };
+    Session::from_parts(parts, merged.stamper().clone())
 }

@@ -215,51 +215,11 @@ impl Selector {
             "Selector.route",
             LineageKind::OpAnnotate,
         );
-        let mut out = carry_usage(session, session.derive(lineage));
-        let (decision, decided_by) = match &self.decider {
-            Decider::Function(f) => (f(session, &infos), "function".to_owned()),
-            Decider::Model {
-                provider,
-                model,
-                instructions,
-            } => {
-                let (s, d) = self
-                    .ask_model(
-                        &out,
-                        provider.as_ref(),
-                        model.as_deref(),
-                        instructions,
-                        &infos,
-                        cx,
-                    )
-                    .await?;
-                out = s;
-                let who = model.clone().unwrap_or_else(|| provider.name().to_owned());
-                (d, format!("model:{who}"))
-            }
-        };
-        let mut decision = decision;
-        let choice = decision.choice.clone();
-        let chosen = match &choice {
-            None => None,
-            Some(name) => match self.candidates.iter().find(|c| c.name() == name) {
-                Some(c) => Some(c.clone()),
-                // A model may name anything: finish, and say so in the record.
-                None if matches!(self.decider, Decider::Model { .. }) => {
-                    decision = Decision::done(format!(
-                        "fallback: the model chose {name:?}, which is not a candidate ({})",
-                        decision.reason
-                    ));
-                    None
-                }
-                None => {
-                    let e = FlowError::Config(format!(
-                        "selector {} chose {name:?}, which is not a candidate",
-                        self.name
-                    ));
-                    return Err(self.failed(e, out, None, cx));
-                }
-            },
+        let out = carry_usage(session, session.derive(lineage));
+        let (mut out, decision, decided_by) = self.decide(session, out, &infos, cx).await?;
+        let (chosen, decision) = match self.resolve(decision) {
+            Ok(resolved) => resolved,
+            Err(e) => return Err(self.failed(e, out, None)),
         };
         out.push_mut(Chunk::new(ChunkBody::RouteDecision(RouteDecision {
             selector: self.name.clone(),
@@ -268,23 +228,71 @@ impl Selector {
             reason: decision.reason,
             decided_by,
         })));
-        cx.record(&out);
         let wf: SharedWorkflow = chosen.unwrap_or_else(|| Arc::new(EmptyWorkflow));
         Ok((out, wf))
     }
 
-    async fn ask_model(
+    /// The decider's answer for `session`, who gave it (`function` or `model:<name>`), and
+    /// the annotated session `out` (with a model decider's evidence and usage).
+    async fn decide(
         &self,
         session: &Session,
-        provider: &dyn Provider,
+        out: Session,
+        infos: &[Candidate],
+        cx: &FlowContext,
+    ) -> Result<(Session, Decision, String), FlowError> {
+        match &self.decider {
+            Decider::Function(f) => Ok((out, f(session, infos), "function".to_owned())),
+            Decider::Model {
+                provider,
+                model,
+                instructions,
+            } => {
+                if let Err(e) = cx.admit(Some(&self.name)) {
+                    return Err(self.failed(e, out, None));
+                }
+                let req = self.route_request(&out, model.as_deref(), instructions, infos);
+                let (out, d) = self
+                    .ask_model(out, provider.as_ref(), req, infos, cx)
+                    .await?;
+                let who = model.clone().unwrap_or_else(|| provider.name().to_owned());
+                Ok((out, d, format!("model:{who}")))
+            }
+        }
+    }
+
+    /// The chosen candidate (`None`: done) and the decision as recorded. A model may name
+    /// anything: a name that is no candidate finishes, and the record says so; from a
+    /// function it is a configuration error.
+    fn resolve(&self, decision: Decision) -> Result<(Option<SharedWorkflow>, Decision), FlowError> {
+        let Some(name) = decision.choice.as_deref() else {
+            return Ok((None, decision));
+        };
+        if let Some(c) = self.candidates.iter().find(|c| c.name() == name) {
+            return Ok((Some(c.clone()), decision));
+        }
+        if matches!(self.decider, Decider::Model { .. }) {
+            let reason = format!(
+                "fallback: the model chose {name:?}, which is not a candidate ({})",
+                decision.reason
+            );
+            return Ok((None, Decision::done(reason)));
+        }
+        Err(FlowError::Config(format!(
+            "selector {} chose {name:?}, which is not a candidate",
+            self.name
+        )))
+    }
+
+    /// The routing request: the instructions with the candidate listing as the system
+    /// message, the conversation, and the `route` tool the model must call.
+    fn route_request(
+        &self,
+        session: &Session,
         model: Option<&str>,
         instructions: &str,
         infos: &[Candidate],
-        cx: &FlowContext,
-    ) -> Result<(Session, Decision), FlowError> {
-        if let Err(e) = cx.admit(Some(&self.name)) {
-            return Err(self.failed(e, session.clone(), None, cx));
-        }
+    ) -> ProviderRequest {
         let mut listing = String::from(instructions);
         listing.push_str("\n\nCandidates:");
         for c in infos {
@@ -318,6 +326,19 @@ impl Selector {
             .with_tool_choice(ToolChoice::function(ROUTE_TOOL))
             .with_agent(self.name.clone());
         req.model = model.map(str::to_owned);
+        req
+    }
+
+    /// Sends the routing request `req` and reads the decision; `session` gains the
+    /// `model_call` evidence and the selector's usage.
+    async fn ask_model(
+        &self,
+        session: Session,
+        provider: &dyn Provider,
+        req: ProviderRequest,
+        infos: &[Candidate],
+        cx: &FlowContext,
+    ) -> Result<(Session, Decision), FlowError> {
         cx.emit(&FlowEvent::Request {
             agent: Some(&self.name),
             request: &req,
@@ -325,10 +346,7 @@ impl Selector {
         let timer = session.stamper().start_timer();
         let resp = match provider.complete(&req).await {
             Ok(r) => r,
-            Err(e) => {
-                let out = session.clone();
-                return Err(self.failed(e.into(), out, Some(&req.request_id), cx));
-            }
+            Err(e) => return Err(self.failed(e.into(), session, Some(&req.request_id))),
         };
         let mut out = session.push(resp.model_call_chunk(&req, timer.elapsed_ms()));
         if let Some(u) = resp.usage {
@@ -338,8 +356,7 @@ impl Selector {
                 usage: u,
             });
         }
-        let decision = parse_decision(&resp.chunk, infos);
-        Ok((out, decision))
+        Ok((out, parse_decision(&resp.chunk, infos)))
     }
 }
 
@@ -347,7 +364,9 @@ impl Selector {
     /// The candidate a stopped selector was running and its step, from the marker `key`.
     fn resumed(&self, session: &Session, key: &str) -> (Option<SharedWorkflow>, usize) {
         let Some(m) = resume::marker(session, key) else {
-            return (None, 0);
+            // Cut off by a crash (no marker): the candidate whose agent was running.
+            let cut = resume::cut_in(session, &self.candidates);
+            return (cut.map(|i| self.candidates[i].clone()), 0);
         };
         let name = m.get("candidate").and_then(Value::as_str).unwrap_or("");
         let step = m.get("step").and_then(Value::as_u64).unwrap_or(0) as usize;
@@ -356,20 +375,10 @@ impl Selector {
     }
 
     /// `e` as this selector's failure, on the annotated session `out` it had reached.
-    fn failed(
-        &self,
-        e: FlowError,
-        out: Session,
-        request_id: Option<&str>,
-        cx: &FlowContext,
-    ) -> FlowError {
+    fn failed(&self, e: FlowError, out: Session, request_id: Option<&str>) -> FlowError {
         let mut at = FailedAt::new(Some(&self.name), "route");
         at.request_id = request_id.map(str::to_owned);
-        let e = failed(e, Some(out), at);
-        if let Some(s) = e.partial_session() {
-            cx.record(s);
-        }
-        e
+        failed(e, Some(out), at)
     }
 }
 
@@ -416,6 +425,7 @@ impl Workflow for Selector {
     ) -> BoxFuture<'a, Result<Session, FlowError>> {
         Box::pin(async move {
             let key = resume::key("selector", &self.name);
+            let session = resume::restored(session);
             let (mut running, start) = self.resumed(&session, &key);
             let mut s = session;
             for step in start..self.max_steps {
@@ -433,10 +443,10 @@ impl Workflow for Selector {
                         next
                     }
                 };
-                s = next.forward(s, cx).await?;
+                s = cx.forward(next.as_ref(), s).await?;
                 if !s.pending().is_empty() {
                     let marker = json!({"candidate": next.name(), "step": step});
-                    return Ok(s.with_extra(key, marker));
+                    return Ok(resume::stopped(s, key, marker));
                 }
             }
             Ok(s)

@@ -34,8 +34,8 @@ use std::time::Duration;
 use futures::FutureExt;
 use rath_provider::{Provider, ProviderRequest, ProviderResponse, StreamEvent, ToolChoice};
 use rath_session::{
-    ChatMessage, Chunk, ChunkBody, Lineage, LineageKind, PendingCall, PolicyDecision, Session,
-    ToolCall, ToolEvidence,
+    Chunk, ChunkBody, Lineage, LineageKind, PendingCall, PolicyDecision, Session, ToolCall,
+    ToolEvidence,
 };
 use serde_json::Value;
 
@@ -287,28 +287,43 @@ impl SessionLoop {
 
     /// Runs the loop: a new session with parents `[user, agent]`, operator
     /// `run_session_loop`, kind `op_session_loop`, holding `user`'s chunks plus the new ones.
-    /// Usage carries `user`'s totals plus every model call's.
+    /// Usage carries `user`'s totals plus every model call's. The context records both
+    /// inputs and the result (the output, or the session a failure carries).
     pub async fn run(
         &self,
         user: &Session,
         agent: &Session,
         cx: &FlowContext,
     ) -> Result<Session, FlowError> {
-        let lineage = Lineage::new(
-            vec![user.id().clone(), agent.id().clone()],
-            "run_session_loop",
-            LineageKind::OpSessionLoop,
-        );
-        let out = self.begin(carry_usage(user, user.derive(lineage)), 0, cx)?;
-        self.drive(out, agent, cx, Vec::new(), 0).await
+        cx.through(&[user, agent], async {
+            let lineage = Lineage::new(
+                vec![user.id().clone(), agent.id().clone()],
+                "run_session_loop",
+                LineageKind::OpSessionLoop,
+            );
+            let out = self.begin(carry_usage(user, user.derive(lineage)), 0, cx)?;
+            self.drive(out, agent, cx, Vec::new(), 0).await
+        })
+        .await
     }
 
     /// Continues a session that stopped on pending work (approval, cancellation), also one
     /// loaded from a store in another process: a new session with parents
     /// `[stopped, agent]`, operator `resume_session_loop`, kind `op_resume`. Approved calls
     /// run, rejected ones are answered with `denied_by_policy`, queued or cancelled ones go
-    /// through the policy again; then the rounds continue.
+    /// through the policy again; then the rounds continue. The context records both inputs
+    /// and the result, as [`SessionLoop::run`] does.
     pub async fn resume(
+        &self,
+        stopped: &Session,
+        agent: &Session,
+        cx: &FlowContext,
+    ) -> Result<Session, FlowError> {
+        let run = self.resume_inner(stopped, agent, cx);
+        cx.through(&[stopped, agent], run).await
+    }
+
+    async fn resume_inner(
         &self,
         stopped: &Session,
         agent: &Session,
@@ -428,7 +443,11 @@ impl SessionLoop {
 
     /// The request every model call of this loop starts from (its messages grow each round).
     fn request(&self, agent: &Session) -> ProviderRequest {
-        let mut req = ProviderRequest::new(String::new(), agent.messages());
+        // Messages, and reasoning blocks the session's evidence keeps (sent back with them).
+        let mut req = ProviderRequest::new(String::new(), Vec::new());
+        for chunk in agent.chunks().iter() {
+            req.push_chunk(chunk);
+        }
         req.model = self.options.model.clone();
         req.tools = self.tools.schemas();
         req.tool_choice = self.options.tool_choice.clone();
@@ -479,8 +498,10 @@ impl SessionLoop {
         Ok((out, resp))
     }
 
-    /// One round of tool calls, fresh or resumed: answered, then appended to the sink; a
-    /// round that stops for approval comes back `Stopped`, already closed.
+    /// One round of tool calls, fresh or resumed: the calls appended to the sink first (so a
+    /// process that dies while they run leaves them on record, unanswered: forwarding that
+    /// session resumes the round), then answered, then the answers appended; a round that
+    /// stops for approval comes back `Stopped`, already closed.
     async fn tool_round(
         &self,
         out: Session,
@@ -488,6 +509,7 @@ impl SessionLoop {
         rounds: usize,
         cx: &FlowContext,
     ) -> Result<Step, FlowError> {
+        let out = self.persist_round(out, rounds, cx)?;
         match self.answer_calls(out, work, cx).await {
             Ok(Step::Continue(s)) => Ok(Step::Continue(self.persist_round(s, rounds, cx)?)),
             Ok(Step::Stopped(s)) => Ok(Step::Stopped(self.stop(s, rounds, cx)?)),
@@ -508,12 +530,11 @@ impl SessionLoop {
         }
     }
 
-    /// Closes a finished run in the sink and records it.
+    /// Closes a finished run in the sink.
     fn finish(&self, out: Session, rounds: usize, cx: &FlowContext) -> Result<Session, FlowError> {
         if let Some(Err(e)) = cx.sink().map(|sink| sink.finish(&out)) {
             return Err(self.fail(e, Some(out), self.at("persist", rounds), cx));
         }
-        cx.record(&out);
         Ok(out)
     }
 
@@ -530,13 +551,13 @@ impl SessionLoop {
         if let Some(sink) = cx.sink() {
             sink.finish(&out)?;
         }
-        cx.record(&out);
         Ok(out)
     }
 
     /// Ends a failed run: `e` with the session it reached (`out`, or the one a cancellation
-    /// carries) plus a `run_failure` chunk; the session is closed in the sink and recorded,
-    /// so a failed run is kept. A failure to close the sink does not hide `e`.
+    /// carries) plus a `run_failure` chunk; the session is closed in the sink (and the
+    /// context records it as the run's result), so a failed run is kept. A failure to close
+    /// the sink does not hide `e`.
     fn fail(
         &self,
         e: FlowError,
@@ -545,11 +566,8 @@ impl SessionLoop {
         cx: &FlowContext,
     ) -> FlowError {
         let e = failed(e, out, at);
-        if let Some(session) = e.partial_session() {
-            if let Some(sink) = cx.sink() {
-                let _ = sink.finish(session);
-            }
-            cx.record(session);
+        if let (Some(session), Some(sink)) = (e.partial_session(), cx.sink()) {
+            let _ = sink.finish(session);
         }
         e
     }
@@ -1009,11 +1027,11 @@ impl Conversation {
         Self { req, synced: 0 }
     }
 
-    /// Appends the chat messages of `session`'s chunks not yet synced.
+    /// Adds what `session`'s chunks not yet synced contribute: messages, reasoning blocks.
     fn sync(&mut self, session: &Session) {
         for i in self.synced..session.len() {
-            if let Some(m) = session.get(i).and_then(ChatMessage::from_chunk) {
-                self.req.messages.push(m);
+            if let Some(chunk) = session.get(i) {
+                self.req.push_chunk(chunk);
             }
         }
         self.synced = self.synced.max(session.len());

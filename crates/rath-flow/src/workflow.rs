@@ -31,10 +31,10 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use std::collections::BTreeMap;
 
-use rath_session::{ChunkBody, Session, Usage};
+use rath_session::{ChunkBody, Session, Stamper, Usage};
 use serde_json::Value;
 
-use crate::resume;
+use crate::resume::{self, Branch};
 
 use crate::FlowError;
 use crate::agent::Agent;
@@ -95,7 +95,7 @@ pub trait WorkflowExt: Workflow {
     fn run(&self, session: Session) -> BoxFuture<'_, Result<Session, FlowError>> {
         Box::pin(async move {
             let cx = FlowContext::new();
-            self.forward(session, &cx).await
+            cx.forward(self, session).await
         })
     }
 
@@ -249,15 +249,13 @@ impl Workflow for FnWorkflow {
     fn forward<'a>(
         &'a self,
         session: Session,
-        cx: &'a FlowContext,
+        _cx: &'a FlowContext,
     ) -> BoxFuture<'a, Result<Session, FlowError>> {
         Box::pin(async move {
-            let out = (self.f)(session.clone()).map_err(|e| {
+            (self.f)(session.clone()).map_err(|e| {
                 let at = FailedAt::new(Some(&self.name), "function");
-                fail_from(e, &session, "FnWorkflow.forward", at, cx)
-            })?;
-            cx.record(&out);
-            Ok(out)
+                fail_from(e, &session, "FnWorkflow.forward", at)
+            })
         })
     }
 }
@@ -330,14 +328,17 @@ impl Workflow for Sequence {
     ) -> BoxFuture<'a, Result<Session, FlowError>> {
         Box::pin(async move {
             let key = resume::key("sequence", &self.name);
+            let session = resume::restored(session);
             let start = resume::marker(&session, &key)
                 .and_then(Value::as_u64)
-                .unwrap_or(0) as usize;
+                .map(|i| i as usize)
+                .or_else(|| resume::cut_in(&session, &self.steps))
+                .unwrap_or(0);
             let mut s = session;
             for (i, step) in self.steps.iter().enumerate().skip(start) {
-                s = step.forward(s, cx).await?;
+                s = cx.forward(step.as_ref(), s).await?;
                 if !s.pending().is_empty() {
-                    return Ok(s.with_extra(key, i as u64));
+                    return Ok(resume::stopped(s, key, i as u64));
                 }
             }
             Ok(s)
@@ -419,19 +420,25 @@ type UsageOf = (Option<Usage>, BTreeMap<String, Usage>);
 
 impl Parallel {
     /// The branch outputs as one session: [`Session::merge_all`] (lineage, strict placement
-    /// rule, shared prefix once, tagged suffixes), plus the input's usage; when a branch
-    /// stopped on pending work, the resume marker too.
+    /// rule, shared prefix once, suffixes tagged with each branch's tag), plus the input's
+    /// usage; when a branch stopped on pending work, the resume marker too.
     fn merge(
         &self,
         base: &UsageOf,
         input: &Session,
-        outs: &[Session],
-        cx: &FlowContext,
+        branches: &[Branch],
     ) -> Result<Session, FlowError> {
-        let mut merged = Session::merge_all(outs).map_err(|e| {
+        let outs: Vec<Session> = branches.iter().map(|b| b.out.clone()).collect();
+        let merged = Session::merge_all(&outs).map_err(|e| {
             let at = FailedAt::new(Some(&self.name), "merge");
-            fail_from(e.into(), input, "Parallel.merge", at, cx)
+            fail_from(e.into(), input, "Parallel.merge", at)
         })?;
+        let renames: Vec<(String, String)> = branches
+            .iter()
+            .filter(|b| b.tag != b.out.id().as_str())
+            .map(|b| (b.out.id().to_string(), b.tag.clone()))
+            .collect();
+        let mut merged = resume::retagged(merged, &renames);
         let mut per_agent = base.1.clone();
         for (a, u) in merged.agent_usage() {
             *per_agent.entry(a.clone()).or_default() += *u;
@@ -441,20 +448,23 @@ impl Parallel {
             .with_usage_totals(usage, per_agent)
             .with_extra("parallel.name", self.name.clone())
             .with_extra("parallel.branches", outs.len() as u64);
-        if !merged.pending().is_empty() {
-            let prefix = match outs.split_first() {
-                Some((first, rest)) if !rest.is_empty() => rest
-                    .iter()
-                    .map(|o| first.chunks().shared_prefix_len(o.chunks()))
-                    .min()
-                    .unwrap_or(0),
-                _ => outs.first().map_or(0, Session::len),
-            };
-            let marker = resume::parallel_marker(base, outs, prefix, merged.len());
-            merged = merged.with_extra(resume::key("parallel", &self.name), marker);
+        if merged.pending().is_empty() {
+            return Ok(merged);
         }
-        cx.record(&merged);
-        Ok(merged)
+        let prefix = match outs.split_first() {
+            Some((first, rest)) if !rest.is_empty() => rest
+                .iter()
+                .map(|o| first.chunks().shared_prefix_len(o.chunks()))
+                .min()
+                .unwrap_or(0),
+            _ => outs.first().map_or(0, Session::len),
+        };
+        let marker = resume::parallel_marker(base, branches, prefix, merged.len());
+        Ok(resume::stopped(
+            merged,
+            resume::key("parallel", &self.name),
+            marker,
+        ))
     }
 
     /// Opens the input's sandbox once, forks, runs every branch, merges.
@@ -465,35 +475,33 @@ impl Parallel {
             && let Err(e) = cx.backends().sandbox_for(&session).await
         {
             let at = FailedAt::new(Some(&self.name), "fan_out");
-            return Err(fail_from(e.into(), &session, "Parallel.fan_out", at, cx));
+            return Err(fail_from(e.into(), &session, "Parallel.fan_out", at));
         }
         let parent = session.stamper().clone();
-        let forks: Vec<Session> = self
-            .branches
-            .iter()
-            .map(|_| {
-                let f = session.fork();
-                cx.record(&f);
-                f.with_stamper(branch_stamper(&parent))
-            })
-            .collect();
-        let runs = self
-            .branches
-            .iter()
-            .zip(forks)
-            .map(|(b, f)| b.forward(f, cx));
+        // `join_all` collects the calls before polling any, so every fork is recorded, in
+        // declared order, before a branch runs.
+        let runs = self.branches.iter().map(|b| {
+            let fork = session.fork().with_stamper(branch_stamper(&parent));
+            cx.forward(b.as_ref(), fork)
+        });
         // Every branch runs to its end (a failing one does not cut its siblings off
         // mid-call); the first failure in declared order is the result.
-        let mut outs: Vec<Session> = Vec::with_capacity(self.branches.len());
+        let mut outs: Vec<Branch> = Vec::with_capacity(self.branches.len());
         for r in futures::future::join_all(runs).await {
-            outs.push(r?.with_stamper(parent.clone()));
+            let out = r?;
+            outs.push(Branch {
+                tag: out.id().to_string(),
+                stamper: out.stamper().state(),
+                out: out.with_stamper(parent.clone()),
+            });
         }
         let base = (session.usage(), session.agent_usage().clone());
-        self.merge(&base, &session, &outs, cx)
+        self.merge(&base, &session, &outs)
     }
 
     /// Resumes a fan-out that stopped: rebuilds every branch from the marker, forwards the
-    /// stopped ones (finished ones are kept as they were), merges again.
+    /// stopped ones (finished ones are kept as they were) with the stamper each stopped
+    /// with, merges again under the branches' first tags.
     async fn resume(
         &self,
         stopped: Session,
@@ -502,7 +510,7 @@ impl Parallel {
     ) -> Result<Session, FlowError> {
         let at = || FailedAt::new(Some(&self.name), "resume");
         let fan = resume::branches_from(&stopped, &marker)
-            .map_err(|e| fail_from(e, &stopped, "Parallel.resume", at(), cx))?;
+            .map_err(|e| fail_from(e, &stopped, "Parallel.resume", at()))?;
         if fan.branches.len() != self.branches.len() {
             let e = FlowError::Config(format!(
                 "parallel {} stopped with {} branches but has {}",
@@ -510,26 +518,36 @@ impl Parallel {
                 fan.branches.len(),
                 self.branches.len()
             ));
-            return Err(fail_from(e, &stopped, "Parallel.resume", at(), cx));
+            return Err(fail_from(e, &stopped, "Parallel.resume", at()));
         }
         let parent = stopped.stamper().clone();
-        let parent = &parent;
-        let runs =
-            self.branches
-                .iter()
-                .zip(fan.branches)
-                .map(|(b, (s, stopped_here))| async move {
-                    if stopped_here {
-                        b.forward(s.with_stamper(branch_stamper(parent)), cx).await
-                    } else {
-                        Ok(s)
+        let runs = self
+            .branches
+            .iter()
+            .zip(fan.branches)
+            .map(|(b, (branch, stopped_here))| {
+                let parent = &parent;
+                async move {
+                    if !stopped_here {
+                        return Ok(branch);
                     }
-                });
-        let mut outs: Vec<Session> = Vec::with_capacity(self.branches.len());
+                    let stamper = branch.stamper.as_ref().and_then(Stamper::restore);
+                    let stamper = stamper.unwrap_or_else(|| branch_stamper(parent));
+                    let out = cx
+                        .forward(b.as_ref(), branch.out.with_stamper(stamper))
+                        .await?;
+                    Ok::<_, FlowError>(Branch {
+                        stamper: out.stamper().state(),
+                        out: out.with_stamper(parent.clone()),
+                        tag: branch.tag,
+                    })
+                }
+            });
+        let mut outs: Vec<Branch> = Vec::with_capacity(self.branches.len());
         for r in futures::future::join_all(runs).await {
-            outs.push(r?.with_stamper(parent.clone()));
+            outs.push(r?);
         }
-        self.merge(&fan.input_usage, &stopped, &outs, cx)
+        self.merge(&fan.input_usage, &stopped, &outs)
     }
 }
 
@@ -549,6 +567,7 @@ impl Workflow for Parallel {
             if self.branches.is_empty() {
                 return Ok(session);
             }
+            let session = resume::restored(session);
             match resume::marker(&session, &resume::key("parallel", &self.name)).cloned() {
                 Some(marker) => self.resume(session, marker, cx).await,
                 None => self.fan_out(session, cx).await,
@@ -629,14 +648,15 @@ impl Workflow for LoopUntil {
     ) -> BoxFuture<'a, Result<Session, FlowError>> {
         Box::pin(async move {
             let key = resume::key("loop", &self.name);
+            let session = resume::restored(session);
             let start = resume::marker(&session, &key)
                 .and_then(Value::as_u64)
                 .unwrap_or(0) as usize;
             let mut s = session;
             for i in start..self.max_iterations {
-                s = self.body.forward(s, cx).await?;
+                s = cx.forward(self.body.as_ref(), s).await?;
                 if !s.pending().is_empty() {
-                    return Ok(s.with_extra(key, i as u64));
+                    return Ok(resume::stopped(s, key, i as u64));
                 }
                 if (self.until)(&s) {
                     break;

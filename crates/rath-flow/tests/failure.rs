@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rath_flow::{
     Agent, Decision, FlowContext, FlowError, FlowEvent, LoopOptions, Parallel, Selector,
-    SessionLoop, StoreSink, ToolContext, ToolError, ToolSet, Workflow, WorkflowExt, typed_tool,
+    SessionLoop, StoreSink, ToolContext, ToolError, ToolSet, WorkflowExt, typed_tool,
 };
 use rath_persist::Store;
 use rath_provider::{ProviderError, ScriptedProvider, ScriptedResponse};
@@ -178,8 +178,8 @@ async fn a_model_router_failure_names_the_selector_and_the_route_step() {
     });
     let sel = Selector::by_model("router", router).candidate(worker);
     let input = Session::user_with("route me", Stamper::counter());
-    let err = sel
-        .forward(input.clone(), &cx)
+    let err = cx
+        .forward(&sel, input.clone())
         .await
         .expect_err("router down");
     let failed = err.partial_session().expect("partial");
@@ -265,8 +265,8 @@ async fn a_failing_branch_fails_the_fan_out_and_its_siblings_finish() {
         }
     });
     let team = Parallel::new("team").branch(bad).branch(ok);
-    let err = team
-        .forward(Session::user_with("go", Stamper::counter()), &cx)
+    let err = cx
+        .forward(&team, Session::user_with("go", Stamper::counter()))
         .await
         .expect_err("a branch failed");
     assert_eq!(err.failure().and_then(|f| f.agent.as_deref()), Some("bad"));

@@ -94,6 +94,7 @@ async fn observer_sees_requests_deltas_tools_usage_and_sessions() {
     assert_eq!(
         log,
         [
+            "session:leaf_user",
             "session:leaf_system",
             "request",
             "usage:4",

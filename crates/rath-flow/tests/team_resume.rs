@@ -1,8 +1,11 @@
 //! Resume through forward, across processes: a team `Sequence[lead, Parallel[a, b],
 //! Selector{qa, fix}]` whose branch `b` stops on an approval is persisted, loaded in a new
 //! process (this test binary re-executed with `--exact team_child`), decided and forwarded
-//! again. The result equals a run where the call was allowed from the start in conversation,
-//! tool results and usage; it differs only by the policy-decision chunks.
+//! again. The result's chunks equal, byte for byte, those of a run where the call was
+//! allowed from the start (deterministic stamper), tool results and usage too; they differ
+//! only by the two policy-decision chunks (the `require_approval` stop and the reviewer's
+//! approval). The stopped session carries where its stamper was, so the new process
+//! continues the run's ids and tokens.
 
 use std::path::Path;
 
@@ -106,6 +109,15 @@ fn conversation(s: &Session) -> Value {
     serde_json::to_value(s.messages()).expect("messages")
 }
 
+/// Every chunk as its stored JSON, the policy-decision chunks left out.
+fn chunk_bytes_without_decisions(s: &Session) -> Vec<String> {
+    s.chunks()
+        .iter()
+        .filter(|c| c.kind() != ChunkKind::PolicyDecision)
+        .map(|c| serde_json::to_string(c).expect("chunk serialises"))
+        .collect()
+}
+
 fn kinds_without_decisions(s: &Session) -> Vec<ChunkKind> {
     s.chunks()
         .iter()
@@ -181,6 +193,19 @@ async fn approved_team_resumed_in_a_new_process_equals_the_allowed_run() {
     )
     .await;
 
+    assert_eq!(
+        chunk_bytes_without_decisions(&resumed),
+        chunk_bytes_without_decisions(&allowed),
+        "the chunks, byte for byte"
+    );
+    assert_eq!(
+        allowed
+            .chunks()
+            .iter()
+            .filter(|c| c.kind() == ChunkKind::PolicyDecision)
+            .count(),
+        0
+    );
     assert_eq!(conversation(&resumed), conversation(&allowed));
     assert_eq!(tool_result(&resumed, "cb1"), json!({"stamped": "b-item"}));
     assert_eq!(tool_result(&resumed, "cb1"), tool_result(&allowed, "cb1"));
@@ -237,7 +262,10 @@ async fn team_child() {
     };
     let store = Store::at(&dir);
     let loaded = store.load(&SessionId::new(&id)).expect("load stopped team");
-    let stopped = loaded.session.with_stamper(Stamper::seeded(7));
+    // Loaded with a live stamper, as every stored session is: forwarding a stopped
+    // deterministic run gives it back the stamper it stopped with.
+    let stopped = loaded.session;
+    assert!(!stopped.stamper().is_deterministic());
     let approved = decision == "approve";
     let decided = if approved {
         approve(&stopped, "cb1", "reviewer").expect("approve")

@@ -207,8 +207,7 @@ async fn engineering(
     let (cx, archive) = context();
     let root = Session::user_with("Make the test suite pass.", Stamper::counter())
         .to_with("local", SandboxSpec::working_dir(repo.to_string_lossy()));
-    cx.record(&root);
-    let out = team.forward(root, &cx).await.expect("engineering workflow");
+    let out = cx.forward(&team, root).await.expect("engineering workflow");
     for p in [&lead_p, &backend_p, &utils_p, &qa_p] {
         p.assert_complete().expect("every scripted response used");
     }
@@ -395,9 +394,8 @@ async fn research(
     let (cx, archive) = context();
     let root = Session::user_with("Does the mean of 2, 4, 6, 8 equal 5?", Stamper::counter())
         .to_with("local", SandboxSpec::working_dir(workdir.to_string_lossy()));
-    cx.record(&root);
-    let out = pipeline
-        .forward(root, &cx)
+    let out = cx
+        .forward(&pipeline, root)
         .await
         .expect("research workflow");
     for p in [&router_p, &lit_p, &repro_p, &summary_p, &writer_p] {

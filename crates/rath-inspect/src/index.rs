@@ -305,6 +305,9 @@ pub(crate) fn dedup_by_id<T>(
 impl StoreView {
     /// Reads the header of every session file: one file per id, and what was left out.
     pub fn index(&self) -> Result<StoreIndex, InspectError> {
+        if let Some(db) = &self.db {
+            return db.index();
+        }
         let mut warnings = Vec::new();
         let mut files = Vec::new();
         for (file, path) in session_files(self.dir())? {
@@ -325,6 +328,9 @@ impl StoreView {
     /// Reads every session file through (bounded memory): one [`FileFacts`] per id, oldest
     /// `created_at` first (ties by file name), and what was left out.
     pub fn facts(&self) -> Result<(Vec<FileFacts>, Vec<FileWarning>), InspectError> {
+        if let Some(db) = &self.db {
+            return db.facts();
+        }
         let mut warnings = Vec::new();
         let mut all = Vec::new();
         for (file, path) in session_files(self.dir())? {

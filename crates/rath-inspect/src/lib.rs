@@ -28,6 +28,7 @@
 
 #![warn(missing_docs)]
 
+mod db;
 mod diff;
 mod error;
 mod index;
@@ -51,10 +52,13 @@ pub use show::{Page, Transcript, TranscriptEntry, TranscriptStream, describe_chu
 pub use tree::{MAX_TREE_DEPTH, lineage_tree};
 pub use verify::{FileCheck, FileStatus, VerifyReport, verify_dir};
 
-/// A session store opened for reading.
+/// A session store opened for reading: a JSONL directory (read file by file) or any store
+/// behind the [`rath_persist::SessionStore`] trait (SQLite, PostgreSQL), opened by URL.
 #[derive(Clone, Debug)]
 pub struct StoreView {
+    /// The sessions directory, or the store's name for a store read through the trait.
     dir: PathBuf,
+    db: Option<db::Db>,
 }
 
 /// Where a stored session stands. The one place statuses are decided, named and described,
@@ -359,11 +363,15 @@ impl StoreView {
         let dir = dir.as_ref();
         let sessions = dir.join("sessions");
         if sessions.is_dir() {
-            return Ok(Self { dir: sessions });
+            return Ok(Self {
+                dir: sessions,
+                db: None,
+            });
         }
         if dir.is_dir() {
             return Ok(Self {
                 dir: dir.to_path_buf(),
+                db: None,
             });
         }
         Err(InspectError::NoStore {
@@ -377,9 +385,34 @@ impl StoreView {
         Self::open(&home).map_err(|_| InspectError::NoStore { dir: home })
     }
 
-    /// The sessions directory.
+    /// A view of any store through its [`rath_persist::SessionStore`] trait object. The
+    /// store's calls run on a runtime the view owns, so `store` must not need another one
+    /// (open it with [`StoreView::open_url`], which does this for you).
+    pub fn from_store(
+        store: std::sync::Arc<dyn rath_persist::SessionStore>,
+    ) -> Result<Self, InspectError> {
+        Ok(Self::with_runtime(store, db::runtime()?))
+    }
+
+    fn with_runtime(
+        store: std::sync::Arc<dyn rath_persist::SessionStore>,
+        rt: tokio::runtime::Runtime,
+    ) -> Self {
+        let db = db::Db::new(store, rt);
+        StoreView {
+            dir: PathBuf::from(db.name()),
+            db: Some(db),
+        }
+    }
+
+    /// The sessions directory (for a store read through the trait: its name).
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The store behind the trait, when the view reads through it (not a JSONL directory).
+    pub fn store(&self) -> Option<&std::sync::Arc<dyn rath_persist::SessionStore>> {
+        self.db.as_ref().map(db::Db::store)
     }
 
     /// Every readable session (oldest first, one per id) and the files left out.
@@ -432,6 +465,10 @@ impl StoreView {
 
     /// Loads one session in full (found by header id).
     pub fn load(&self, id: &SessionId) -> Result<LoadedSession, InspectError> {
+        if let Some(db) = &self.db {
+            self.locate(id)?;
+            return db.load(id);
+        }
         let (file, _) = self.locate(id)?;
         Ok(rath_persist::load_file(&file.path)?)
     }
@@ -444,6 +481,12 @@ impl StoreView {
     /// Lineage rows of every readable session (one per id, listing order) and the files
     /// left out.
     pub fn lineage(&self) -> Result<LineageListing, InspectError> {
+        if let Some(db) = &self.db {
+            return Ok(LineageListing {
+                rows: db.lineage_rows()?,
+                warnings: Vec::new(),
+            });
+        }
         let (facts, warnings) = self.facts()?;
         Ok(LineageListing {
             rows: facts.iter().map(lineage_row).collect(),
@@ -475,6 +518,9 @@ impl StoreView {
 
     /// Reads every file in the store and reports what it found. Modifies nothing.
     pub fn verify(&self) -> Result<VerifyReport, InspectError> {
+        if let Some(db) = &self.db {
+            return db.verify();
+        }
         verify_dir(self.dir())
     }
 }

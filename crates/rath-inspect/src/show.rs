@@ -426,27 +426,48 @@ impl std::fmt::Debug for TranscriptStream {
 impl TranscriptStream {
     /// Opens the transcript of the file `facts` describes, for the chunks `page` picks.
     pub fn open(facts: &FileFacts, page: Page) -> Result<Self, InspectError> {
-        let head = Transcript::head(facts, page);
-        let chunks = if facts.in_order {
-            Chunks::Stream(Box::new(SessionStream::open(&facts.path)?))
-        } else {
+        if !facts.in_order {
             let loaded = rath_persist::load_file(&facts.path)?;
-            let picked: Vec<(usize, Chunk)> = loaded
-                .session
-                .chunks()
-                .iter()
-                .enumerate()
-                .skip(head.from)
-                .take(head.to - head.from)
-                .map(|(i, c)| (i, c.clone()))
-                .collect();
-            Chunks::Loaded(picked.into_iter())
-        };
+            return Ok(Self::loaded(facts, &loaded, page));
+        }
         Ok(TranscriptStream {
-            head,
-            chunks,
+            head: Transcript::head(facts, page),
+            chunks: Chunks::Stream(Box::new(SessionStream::open(&facts.path)?)),
             done: false,
         })
+    }
+
+    /// The transcript of a session already loaded whole (from any store), for the chunks
+    /// `page` picks.
+    pub fn loaded(facts: &FileFacts, loaded: &LoadedSession, page: Page) -> Self {
+        let head = Transcript::head(facts, page);
+        let picked: Vec<(usize, Chunk)> = loaded
+            .session
+            .chunks()
+            .iter()
+            .enumerate()
+            .skip(head.from)
+            .take(head.to - head.from)
+            .map(|(i, c)| (i, c.clone()))
+            .collect();
+        TranscriptStream {
+            head,
+            chunks: Chunks::Loaded(picked.into_iter()),
+            done: false,
+        }
+    }
+
+    /// The transcript of the session `facts` describes, from `view`'s store.
+    pub(crate) fn of(
+        view: &StoreView,
+        facts: &FileFacts,
+        page: Page,
+    ) -> Result<Self, InspectError> {
+        if view.db.is_some() {
+            let loaded = view.load(&facts.id)?;
+            return Ok(Self::loaded(facts, &loaded, page));
+        }
+        Self::open(facts, page)
     }
 
     /// The transcript's header facts (its `chunks` are empty).
@@ -536,6 +557,11 @@ impl StoreView {
         page: Page,
     ) -> Result<(TranscriptStream, Vec<FileWarning>), InspectError> {
         let (file, warnings) = self.locate(id)?;
+        if self.db.is_some() {
+            let loaded = self.load(id)?;
+            let facts = crate::db::facts_of(&loaded);
+            return Ok((TranscriptStream::loaded(&facts, &loaded, page), warnings));
+        }
         let facts = file_facts(&file.path)?;
         Ok((TranscriptStream::open(&facts, page)?, warnings))
     }

@@ -102,7 +102,7 @@ pub fn render_store_report(
     let mut transcripts = Vec::with_capacity(facts.len());
     for f in &facts {
         // A file that read through once but fails now (changed meanwhile) is left out too.
-        match TranscriptStream::open(f, Page::default()).and_then(|t| t.collect_ends(n)) {
+        match TranscriptStream::of(view, f, Page::default()).and_then(|t| t.collect_ends(n)) {
             Ok(t) => transcripts.push(t),
             Err(e) => warnings.push(crate::FileWarning::unreadable_text(
                 f.file.clone(),

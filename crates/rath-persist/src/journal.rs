@@ -14,10 +14,11 @@
 //! assert!(text.starts_with(r#"{"id": "00000000-0000-4000-8000-000000000001", "parent_session_ids": []"#));
 //! ```
 //!
-//! A journal keeps a row for every session recorded into it, strongly, in first-record
-//! ("stamp") order; a session recorded again (same id, grown) updates its row in place. Unlike
-//! Python's weak registry nothing is dropped. [`LineageJournal::track`] makes a journal
-//! receive everything passed to [`record_tracked`] while the guard lives.
+//! A journal keeps every session recorded into it, strongly, in first-record ("stamp")
+//! order; a session recorded again (same id, grown) replaces its entry in place. Unlike
+//! Python's weak registry nothing is dropped. There is no process-global journal: a journal
+//! is a value, and the flow layer's context holds one that sees every session a workflow
+//! creates or returns.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -71,11 +72,13 @@ impl LineageRow {
 
 #[derive(Debug, Default)]
 struct Inner {
-    rows: Vec<LineageRow>,
+    sessions: Vec<Session>,
     index: HashMap<SessionId, usize>,
 }
 
-/// Records every session given to it, in first-record order. Cloning shares the journal.
+/// Every session given to it, the latest version of each id, in first-record ("stamp")
+/// order; its rows are the lineage export. Cloning shares the journal, so a workflow's
+/// context can hold one while the caller keeps another (`rath_flow::FlowContext::journal`).
 #[derive(Clone, Debug, Default)]
 pub struct LineageJournal {
     inner: Arc<Mutex<Inner>>,
@@ -88,40 +91,62 @@ impl LineageJournal {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic elsewhere while the lock was held leaves the journal whole: keep it, since
+        // a failed run must keep what it got.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records `session` (a new row, or an update of its earlier row).
-    pub fn record(&self, session: &Session) {
-        self.record_row(LineageRow::from_session(session));
-    }
-
-    /// Records a prepared row.
-    pub fn record_row(&self, row: LineageRow) {
+    /// Records `session`: a new entry, or the newer version of an earlier one (same id).
+    /// Returns false when this very version was already the latest one recorded.
+    pub fn record(&self, session: &Session) -> bool {
         let mut g = self.lock();
-        match g.index.get(&row.id) {
-            Some(&i) => g.rows[i] = row,
+        match g.index.get(session.id()) {
+            Some(&i) if same_version(&g.sessions[i], session) => false,
+            Some(&i) => {
+                g.sessions[i] = session.clone();
+                true
+            }
             None => {
-                let i = g.rows.len();
-                g.index.insert(row.id.clone(), i);
-                g.rows.push(row);
+                let i = g.sessions.len();
+                g.index.insert(session.id().clone(), i);
+                g.sessions.push(session.clone());
+                true
             }
         }
     }
 
+    /// The latest version of every recorded session, in stamp order.
+    pub fn sessions(&self) -> Vec<Session> {
+        self.lock().sessions.clone()
+    }
+
+    /// The latest recorded version of session `id`.
+    pub fn get(&self, id: &SessionId) -> Option<Session> {
+        let g = self.lock();
+        g.index.get(id).map(|&i| g.sessions[i].clone())
+    }
+
     /// Rows in stamp order.
     pub fn rows(&self) -> Vec<LineageRow> {
-        self.lock().rows.clone()
+        self.lock()
+            .sessions
+            .iter()
+            .map(LineageRow::from_session)
+            .collect()
     }
 
     /// Ids in stamp order.
     pub fn visit_order(&self) -> Vec<SessionId> {
-        self.lock().rows.iter().map(|r| r.id.clone()).collect()
+        self.lock()
+            .sessions
+            .iter()
+            .map(|s| s.id().clone())
+            .collect()
     }
 
     /// Number of sessions recorded.
     pub fn len(&self) -> usize {
-        self.lock().rows.len()
+        self.lock().sessions.len()
     }
 
     /// True when nothing was recorded.
@@ -131,57 +156,22 @@ impl LineageJournal {
 
     /// The JSONL export of the journal.
     pub fn to_jsonl(&self) -> String {
-        export_jsonl_string(&self.lock().rows)
-    }
-
-    /// Makes this journal receive every [`record_tracked`] call until the guard drops.
-    pub fn track(&self) -> TrackingGuard {
-        let mut active = active();
-        let token = active.next;
-        active.next += 1;
-        active.journals.push((token, self.clone()));
-        TrackingGuard { token }
+        export_jsonl_string(&self.rows())
     }
 }
 
-#[derive(Default)]
-struct Active {
-    next: u64,
-    journals: Vec<(u64, LineageJournal)>,
-}
-
-fn active() -> MutexGuard<'static, Active> {
-    static ACTIVE: Mutex<Active> = Mutex::new(Active {
-        next: 0,
-        journals: Vec::new(),
-    });
-    ACTIVE.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Keeps a journal tracking (process-wide) while it lives. See [`LineageJournal::track`].
-#[derive(Debug)]
-#[must_use = "tracking stops when the guard is dropped"]
-pub struct TrackingGuard {
-    token: u64,
-}
-
-impl Drop for TrackingGuard {
-    fn drop(&mut self) {
-        active().journals.retain(|(t, _)| *t != self.token);
-    }
-}
-
-/// Records `session` into every journal currently tracking (a no-op when none is). The flow
-/// layer calls this for every session it creates.
-pub fn record_tracked(session: &Session) {
-    let journals: Vec<LineageJournal> = active().journals.iter().map(|(_, j)| j.clone()).collect();
-    if journals.is_empty() {
-        return;
-    }
-    let row = LineageRow::from_session(session);
-    for j in journals {
-        j.record_row(row.clone());
-    }
+/// True when `b` is the version of `a` already recorded: the same chunks (by identity, as
+/// clones share them), lineage, usage, pending work and placement.
+fn same_version(a: &Session, b: &Session) -> bool {
+    a.id() == b.id()
+        && a.len() == b.len()
+        && a.chunks().ptr_eq(b.chunks())
+        && a.usage() == b.usage()
+        && a.agent_usage() == b.agent_usage()
+        && a.pending() == b.pending()
+        && a.lineage() == b.lineage()
+        && a.placement().backend() == b.placement().backend()
+        && a.placement().handle_id() == b.placement().handle_id()
 }
 
 // ------------------------------------------------------------------------------- exports
@@ -477,19 +467,22 @@ mod tests {
     #[test]
     fn journal_keeps_every_session_in_stamp_order_and_updates_in_place() {
         let j = LineageJournal::new();
-        let _guard = j.track();
         let root = Session::user_with("q", Stamper::counter());
-        record_tracked(&root);
+        assert!(j.record(&root));
         let f = root.fork();
-        record_tracked(&f);
-        record_tracked(&root.push(rath_session::Chunk::assistant_text("a")));
+        assert!(j.record(&f));
+        assert!(!j.record(&f.clone()), "the same version again is not new");
+        let grown = root.push(rath_session::Chunk::assistant_text("a"));
+        assert!(j.record(&grown), "a newer version of root");
         let rows = j.rows();
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].chunk_count, 2);
         assert_eq!(j.visit_order(), vec![root.id().clone(), f.id().clone()]);
-        drop(_guard);
-        record_tracked(&f.fork());
-        assert_eq!(j.len(), 2, "not tracking after the guard dropped");
+        assert_eq!(j.get(root.id()).map(|s| s.len()), Some(2));
+        assert_eq!(j.to_jsonl(), export_jsonl_string(&rows));
+        let shared = j.clone();
+        shared.record(&f.fork());
+        assert_eq!(j.len(), 3, "clones share the journal");
     }
 
     #[test]

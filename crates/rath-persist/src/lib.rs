@@ -36,6 +36,7 @@
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod contract;
+mod copy;
 pub mod doc;
 mod error;
 mod fast;
@@ -49,10 +50,11 @@ pub mod stream;
 pub mod writer;
 
 pub use contract::{Capabilities, Fence, GcReport, SessionStore, Write, WriteBatch, WriteReport};
+pub use copy::{CopyReport, copy_store};
 pub use error::PersistError;
 pub use journal::{
-    LineageJournal, LineageRow, TrackingGuard, export_jsonl_string, export_sessions,
-    export_sessions_to_file, parse_lineage_jsonl, record_tracked, to_dot, to_mermaid,
+    LineageJournal, LineageRow, export_jsonl_string, export_sessions, export_sessions_to_file,
+    parse_lineage_jsonl, to_dot, to_mermaid,
 };
 pub use loader::{LoadedSession, load_bytes, load_file};
 /// Python's `json.dumps` layout (it lives in `rath-session`, so every crate writes it the same way).

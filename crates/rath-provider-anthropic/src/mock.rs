@@ -15,17 +15,17 @@
 //! # });
 //! ```
 
-use std::collections::VecDeque;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use rath_provider::mock::host::{
+    self, HostShared, MockHost, ScriptedMock, cut_json, json_response, raw_response, sse_response,
+};
 use serde_json::{Value, json};
 
 /// One content block of a scripted reply.
@@ -320,78 +320,108 @@ impl From<MockFault> for MockStep {
     }
 }
 
-#[derive(Default)]
-struct MockState {
-    script: VecDeque<MockStep>,
-    requests: Vec<Value>,
-    headers: Vec<HeaderMap>,
-}
+type Shared = HostShared<MockStep>;
 
-type Shared = Arc<Mutex<MockState>>;
-
-/// The running mock. Dropping it stops the server.
+/// The running mock (on rath-provider's shared mock scaffolding). Dropping it stops the
+/// server.
+#[derive(Debug)]
 pub struct MockAnthropic {
-    addr: SocketAddr,
-    state: Shared,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl std::fmt::Debug for MockAnthropic {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MockAnthropic")
-            .field("addr", &self.addr)
-            .finish_non_exhaustive()
-    }
+    host: MockHost<MockStep>,
 }
 
 impl MockAnthropic {
     /// Starts a server on a free port of `127.0.0.1` in the current tokio runtime.
     pub async fn start() -> std::io::Result<Self> {
-        let state: Shared = Arc::default();
-        let app = Router::new()
-            .route("/v1/messages", post(messages))
-            .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Ok(Self { addr, state, task })
+        let routes = Router::new().route("/v1/messages", post(messages));
+        Ok(Self {
+            host: MockHost::start(routes).await?,
+        })
     }
 
     /// `http://127.0.0.1:<port>` (the provider adds `/v1/messages`).
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.host.base_url()
     }
 
     /// Appends a step to the script.
     pub fn push(&self, step: impl Into<MockStep>) {
-        self.lock().script.push_back(step.into());
+        self.host.push(step.into());
+    }
+
+    /// The reply served whenever the script is empty and no responder answers
+    /// (otherwise: 500 "mock script exhausted").
+    pub fn set_fallback(&self, reply: Option<MockMessage>) {
+        self.host.set_fallback(reply.map(MockStep::Reply));
+    }
+
+    /// A function that picks the step from the request body when the script is empty (for
+    /// several agents sharing one mock, whose calls interleave).
+    pub fn set_responder(
+        &self,
+        responder: impl Fn(&Value) -> Option<MockStep> + Send + Sync + 'static,
+    ) {
+        self.host.set_responder(responder);
     }
 
     /// Every request body received, in order.
     pub fn requests(&self) -> Vec<Value> {
-        self.lock().requests.clone()
+        self.host.requests()
     }
 
     /// Every request's headers, in order.
     pub fn request_headers(&self) -> Vec<HeaderMap> {
-        self.lock().headers.clone()
+        self.host.request_headers()
     }
 
     /// Steps not yet served.
     pub fn remaining(&self) -> usize {
-        self.lock().script.len()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, MockState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.host.remaining()
     }
 }
 
-impl Drop for MockAnthropic {
-    fn drop(&mut self) {
-        self.task.abort();
+impl ScriptedMock for MockAnthropic {
+    fn base_url(&self) -> String {
+        MockAnthropic::base_url(self)
+    }
+
+    fn push_text(&self, text: &str, prompt_tokens: u64, completion_tokens: u64) {
+        self.push(MockMessage::text(text).usage(prompt_tokens, completion_tokens));
+    }
+
+    fn push_tool_calls(
+        &self,
+        calls: &[(&str, &str, Value)],
+        prompt_tokens: u64,
+        completion_tokens: u64,
+    ) {
+        let calls = calls
+            .iter()
+            .map(|(id, name, input)| (*id, *name, input.clone()))
+            .collect();
+        self.push(MockMessage::tool_use(calls).usage(prompt_tokens, completion_tokens));
+    }
+
+    fn push_status(&self, status: u16, retry_after_secs: Option<u64>) {
+        self.push(MockFault::Status {
+            status,
+            retry_after_secs,
+        });
+    }
+
+    fn push_key_echo(&self, status: u16) {
+        self.push(MockFault::EchoKey { status });
+    }
+
+    fn requests(&self) -> Vec<Value> {
+        MockAnthropic::requests(self)
+    }
+
+    fn request_headers(&self) -> Vec<HeaderMap> {
+        MockAnthropic::request_headers(self)
+    }
+
+    fn remaining(&self) -> usize {
+        MockAnthropic::remaining(self)
     }
 }
 
@@ -404,12 +434,7 @@ async fn messages(State(state): State<Shared>, headers: HeaderMap, body: Bytes) 
         .unwrap_or_default()
         .to_owned();
     let versioned = headers.contains_key("anthropic-version");
-    let step = {
-        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
-        st.requests.push(request.clone());
-        st.headers.push(headers);
-        st.script.pop_front()
-    };
+    let step = host::lock(&state).record_and_next(request.clone(), headers);
     // What the API itself refuses before any script step.
     if key.is_empty() {
         return api_error(401, "x-api-key header is required", None);
@@ -462,38 +487,21 @@ fn invalid_request(req: &Value) -> Option<String> {
 }
 
 fn api_error(status: u16, message: &str, retry_after: Option<u64>) -> Response {
-    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let body = json!({"type": "error", "error": {"type": error_type(status), "message": message}});
-    let mut b = Response::builder()
-        .status(code)
-        .header(header::CONTENT_TYPE, "application/json");
-    if let Some(secs) = retry_after {
-        b = b.header(header::RETRY_AFTER, secs.to_string());
-    }
-    b.body(Body::from(body.to_string()))
-        .unwrap_or_else(|_| code.into_response())
+    json_response(status, &body, retry_after)
 }
 
-/// An SSE response of `events`; `cut` ends it after that many events with a reset.
+/// An SSE response of `events` (`event: <type>` lines); `cut` ends it after that many
+/// events with a reset.
 fn sse(events: Vec<Value>, cut: Option<usize>) -> Response {
-    let mut parts: Vec<Result<Bytes, std::io::Error>> = events
+    let frames = events
         .iter()
         .map(|e| {
             let kind = e.get("type").and_then(Value::as_str).unwrap_or("message");
-            Ok(Bytes::from(format!("event: {kind}\ndata: {e}\n\n")))
+            Bytes::from(format!("event: {kind}\ndata: {e}\n\n"))
         })
         .collect();
-    if let Some(n) = cut {
-        parts.truncate(n);
-        parts.push(Err(std::io::Error::new(
-            std::io::ErrorKind::ConnectionReset,
-            "mock: connection cut mid-stream",
-        )));
-    }
-    Response::builder()
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .body(Body::from_stream(futures::stream::iter(parts)))
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+    sse_response(frames, cut)
 }
 
 async fn fault(f: MockFault, streamed: bool, key: &str) -> Response {
@@ -518,32 +526,12 @@ async fn fault(f: MockFault, streamed: bool, key: &str) -> Response {
             api_error(status, "mock", None)
         }
         MockFault::CutMidStream if streamed => sse(partial.events(), Some(4)),
-        MockFault::CutMidStream => {
-            let full = partial.message_json().to_string();
-            let half = full.as_bytes()[..full.len() / 2].to_vec();
-            let parts: Vec<Result<Bytes, std::io::Error>> = vec![
-                Ok(Bytes::from(half)),
-                Err(std::io::Error::new(
-                    std::io::ErrorKind::ConnectionReset,
-                    "mock: cut",
-                )),
-            ];
-            Response::builder()
-                .header(header::CONTENT_TYPE, "application/json")
-                .header(header::CONTENT_LENGTH, full.len().to_string())
-                .body(Body::from_stream(futures::stream::iter(parts)))
-                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
-        }
-        MockFault::InvalidJson if streamed => Response::builder()
-            .header(header::CONTENT_TYPE, "text/event-stream")
-            .body(Body::from(
-                "event: message_start\ndata: {\"type\": oops\n\n",
-            ))
-            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()),
-        MockFault::InvalidJson => Response::builder()
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Body::from("{\"type\": \"message\", oops"))
-            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()),
+        MockFault::CutMidStream => cut_json(&partial.message_json().to_string()),
+        MockFault::InvalidJson if streamed => raw_response(
+            "text/event-stream",
+            "event: message_start\ndata: {\"type\": oops\n\n",
+        ),
+        MockFault::InvalidJson => raw_response("application/json", "{\"type\": \"message\", oops"),
         MockFault::Hang(d) => {
             tokio::time::sleep(d).await;
             api_error(504, "mock: hung", None)

@@ -1,6 +1,5 @@
 //! [`AnthropicProvider`]: the Messages API over HTTP.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::AnthropicError;
 use crate::stream::{EventFolder, SseSplitter};
-use crate::wire::{Reply, ThinkingByCall, finish_reason, request_body};
+use crate::wire::{Reply, finish_reason, request_body};
 
 /// The provider name in evidence and manifests.
 pub const ANTHROPIC_PROVIDER_NAME: &str = "anthropic";
@@ -69,7 +68,28 @@ impl AnthropicConfig {
 
     /// From `ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL` and `ANTHROPIC_MODEL`.
     pub fn from_env() -> Result<Self, AnthropicError> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// From variables looked up with `var` (blank values count as unset): the key
+    /// `ANTHROPIC_API_KEY` and the model `ANTHROPIC_MODEL` (both required), the base URL
+    /// `ANTHROPIC_BASE_URL` (default [`DEFAULT_BASE_URL`]).
+    ///
+    /// ```
+    /// use rath_provider_anthropic::{AnthropicConfig, AnthropicError};
+    ///
+    /// let cfg = AnthropicConfig::from_lookup(|k| match k {
+    ///     "ANTHROPIC_API_KEY" => Some("sk-ant-x".into()),
+    ///     "ANTHROPIC_MODEL" => Some("claude-test".into()),
+    ///     _ => None,
+    /// })?;
+    /// assert_eq!(cfg.base_url, "https://api.anthropic.com");
+    /// let no_model = AnthropicConfig::from_lookup(|k| (k == "ANTHROPIC_API_KEY").then(|| "k".into()));
+    /// assert!(matches!(no_model, Err(AnthropicError::MissingModel)));
+    /// # Ok::<(), AnthropicError>(())
+    /// ```
+    pub fn from_lookup(var: impl Fn(&str) -> Option<String>) -> Result<Self, AnthropicError> {
+        let var = |k: &str| var(k).filter(|v| !v.trim().is_empty());
         let api_key = var("ANTHROPIC_API_KEY").ok_or(AnthropicError::MissingKey)?;
         let model = var("ANTHROPIC_MODEL").ok_or(AnthropicError::MissingModel)?;
         let base = var("ANTHROPIC_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
@@ -94,7 +114,6 @@ pub struct AnthropicProvider {
     config: AnthropicConfig,
     url: String,
     client: reqwest::Client,
-    thinking: Mutex<ThinkingByCall>,
 }
 
 impl std::fmt::Debug for AnthropicProvider {
@@ -141,7 +160,6 @@ impl AnthropicProvider {
             config,
             url,
             client,
-            thinking: Mutex::new(ThinkingByCall::new()),
         })
     }
 
@@ -156,14 +174,7 @@ impl AnthropicProvider {
     }
 
     fn body(&self, req: &ProviderRequest, stream: bool) -> Value {
-        let thinking = self.thinking.lock().map(|t| t.clone()).unwrap_or_default();
-        request_body(
-            req,
-            &self.config.model,
-            self.config.max_tokens,
-            stream,
-            &thinking,
-        )
+        request_body(req, &self.config.model, self.config.max_tokens, stream)
     }
 
     async fn send(&self, body: &Value) -> Result<reqwest::Response, ProviderError> {
@@ -212,11 +223,6 @@ impl AnthropicProvider {
     }
 
     fn respond(&self, req: &ProviderRequest, reply: Reply, stream: bool) -> ProviderResponse {
-        if let (Some(first), false) = (reply.calls.first(), reply.thinking.is_empty())
-            && let Ok(mut t) = self.thinking.lock()
-        {
-            t.insert(first.id.clone(), reply.thinking.clone());
-        }
         let mut detail = reply.detail();
         detail.insert("stream".to_owned(), json!(stream));
         let calls = (!reply.calls.is_empty()).then(|| reply.calls.clone());

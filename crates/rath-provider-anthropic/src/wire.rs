@@ -10,31 +10,27 @@
 //!     .push(Chunk::user("hi"));
 //! let req = ProviderRequest::from_session(&s, vec![ToolSchema::new("wc", "count", json!({"type": "object"}))])
 //!     .with_tool_choice(ToolChoice::Required);
-//! let body = request_body(&req, "claude-test", 1024, false, &Default::default());
+//! let body = request_body(&req, "claude-test", 1024, false);
 //! assert_eq!(body["system"], "Be brief.");
 //! assert_eq!(body["messages"], json!([{"role": "user", "content": [{"type": "text", "text": "hi"}]}]));
 //! assert_eq!(body["tools"][0]["input_schema"], json!({"type": "object"}));
 //! assert_eq!(body["tool_choice"], json!({"type": "any"}));
 //! ```
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use rath_provider::{ProviderRequest, ToolChoice};
 use rath_session::{ChatMessage, Role, ToolCall, Usage};
 use serde_json::{Map, Value, json};
 
-/// Thinking blocks by the id of the first `tool_use` block of the reply that carried them.
-pub type ThinkingByCall = HashMap<String, Vec<Value>>;
+/// Thinking blocks by the id of the first `tool_use` block of the reply that carried them
+/// (as [`ProviderRequest::thinking`] holds them).
+pub type ThinkingByCall = BTreeMap<String, Vec<Value>>;
 
-/// The `POST /v1/messages` body for `req`. `thinking` holds the thinking blocks of earlier
-/// replies, sent back before the `tool_use` blocks of their turn.
-pub fn request_body(
-    req: &ProviderRequest,
-    model: &str,
-    max_tokens: u32,
-    stream: bool,
-    thinking: &ThinkingByCall,
-) -> Value {
+/// The `POST /v1/messages` body for `req`. The thinking blocks of earlier replies
+/// ([`ProviderRequest::thinking`], gathered from the session's `model_call` evidence) go back
+/// first in their assistant turn, before its `tool_use` blocks, as the API requires.
+pub fn request_body(req: &ProviderRequest, model: &str, max_tokens: u32, stream: bool) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model.as_deref().unwrap_or(model)));
     body.insert(
@@ -52,7 +48,7 @@ pub fn request_body(
     }
     body.insert(
         "messages".into(),
-        Value::Array(messages(&req.messages, thinking)),
+        Value::Array(messages(&req.messages, &req.thinking)),
     );
     if !req.tools.is_empty() {
         let tools: Vec<Value> = req

@@ -61,6 +61,8 @@
 
 mod attempt;
 mod cassette;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod env;
 mod error;
 mod layers;

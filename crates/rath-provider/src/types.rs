@@ -117,6 +117,14 @@ pub struct ProviderRequest {
     /// The agent on whose behalf the call is made (for usage attribution and evidence).
     #[serde(default)]
     pub agent: Option<String>,
+    /// Reasoning blocks earlier replies carried that the provider must send back with them
+    /// (Anthropic's `thinking` blocks, signature included), keyed by the id of the first
+    /// tool call of that reply. They live on the session as the `model_call` evidence's
+    /// `detail.thinking` (so a stored and reloaded session keeps them) and are gathered here
+    /// by [`ProviderRequest::push_chunk`]; a model never sees them as answer text. Omitted
+    /// when empty.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub thinking: BTreeMap<String, Vec<Value>>,
 }
 
 impl ProviderRequest {
@@ -132,15 +140,69 @@ impl ProviderRequest {
             seed: None,
             max_tokens: None,
             agent: None,
+            thinking: BTreeMap::new(),
         }
     }
 
     /// The session's conversation view plus `tools`, with a request id from
-    /// `session.stamper().next_token("req")`.
+    /// `session.stamper().next_token("req")`, and the reasoning blocks its `model_call`
+    /// evidence keeps ([`ProviderRequest::thinking`]).
     pub fn from_session(session: &Session, tools: Vec<ToolSchema>) -> Self {
-        let mut req = Self::new(session.stamper().next_token("req"), session.messages());
+        let mut req = Self::new(session.stamper().next_token("req"), Vec::new());
+        for chunk in session.chunks().iter() {
+            req.push_chunk(chunk);
+        }
         req.tools = tools;
         req
+    }
+
+    /// Adds what `chunk` contributes to the request: a conversation chunk its message; the
+    /// `model_call` evidence of a reply that called tools its `detail.thinking` blocks, under
+    /// the reply's first call id (the evidence follows its reply, as
+    /// [`ProviderResponse::apply`] puts them); other evidence nothing.
+    ///
+    /// ```
+    /// use rath_provider::{ProviderRequest, ProviderResponse};
+    /// use rath_session::{Chunk, Session, Stamper, ToolCall};
+    /// use serde_json::json;
+    ///
+    /// let s = Session::user_with("count", Stamper::counter());
+    /// let req = ProviderRequest::from_session(&s, vec![]);
+    /// let mut resp = ProviderResponse {
+    ///     request_id: req.request_id.clone(),
+    ///     chunk: Chunk::assistant(None, Some(vec![ToolCall::function("c1", "wc", "{}")])),
+    ///     finish_reason: Some("tool_calls".into()),
+    ///     usage: None, model: None, provider: "anthropic".into(), detail: Default::default(),
+    /// };
+    /// let block = json!({"type": "thinking", "thinking": "count them", "signature": "sig"});
+    /// resp.detail.insert("thinking".into(), json!([block]));
+    /// let s = resp.apply(&s, &req, 0.0);
+    /// let next = ProviderRequest::from_session(&s, vec![]);
+    /// assert_eq!(next.messages.len(), 2);
+    /// assert_eq!(next.thinking["c1"], vec![block]);
+    /// ```
+    pub fn push_chunk(&mut self, chunk: &Chunk) {
+        if let Some(m) = ChatMessage::from_chunk(chunk) {
+            self.messages.push(m);
+            return;
+        }
+        let ChunkBody::ModelCall(call) = chunk.body() else {
+            return;
+        };
+        let Some(blocks) = call.detail.get("thinking").and_then(Value::as_array) else {
+            return;
+        };
+        let first_call = self
+            .messages
+            .last()
+            .filter(|m| m.role == rath_session::Role::Assistant)
+            .and_then(|m| m.tool_calls.as_deref())
+            .and_then(<[ToolCall]>::first);
+        if let Some(first) = first_call
+            && !blocks.is_empty()
+        {
+            self.thinking.insert(first.id.clone(), blocks.clone());
+        }
     }
 
     /// Sets the model.

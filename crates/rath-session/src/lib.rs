@@ -56,6 +56,6 @@ pub use placement::{Placement, SandboxHandle, SandboxLease, SandboxSlot, Sandbox
 pub use session::{MergeStrategy, PendingCall, Session, SessionParts};
 pub use stamp::{
     CounterSource, DETERMINISTIC_ENV, DETERMINISTIC_FLAG, SeededSource, StampSource, Stamper,
-    Timer, Timestamp, deterministic_from, deterministic_requested, is_uuid,
+    StamperState, Timer, Timestamp, deterministic_from, deterministic_requested, is_uuid,
 };
 pub use usage::{Usage, sum_optional};

@@ -222,6 +222,50 @@ pub trait StampSource: Send + Sync + fmt::Debug {
     fn now(&self) -> Timestamp;
     /// True when ids and times are reproducible (no wall clock, no entropy).
     fn is_deterministic(&self) -> bool;
+    /// Where the source is in its sequence, when it can be continued elsewhere
+    /// ([`Stamper::restore`]); `None` (the default) for sources that cannot.
+    fn state(&self) -> Option<StamperState> {
+        None
+    }
+}
+
+/// Where a deterministic stamper is in its sequence: what a stopped run writes down so that
+/// another process continues with the very ids, tokens and clock readings the run would
+/// have made next ([`Stamper::state`], [`Stamper::restore`]).
+///
+/// ```
+/// use rath_session::Stamper;
+///
+/// let a = Stamper::counter();
+/// a.next_id();
+/// a.next_token("req");
+/// let state = a.state().expect("a counter can be continued");
+/// let b = Stamper::restore(&state).expect("a known source");
+/// assert_eq!(b.next_id(), a.next_id());
+/// assert_eq!(b.next_token("req"), a.next_token("req"));
+/// assert_eq!(b.now(), a.now());
+/// assert!(Stamper::system().state().is_none());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StamperState {
+    /// `counter`, `seeded` or `branch`.
+    pub source: String,
+    /// Ids minted so far.
+    pub ids: u64,
+    /// Tokens minted so far.
+    pub tokens: u64,
+    /// Clock readings so far.
+    pub ticks: u64,
+    /// The clock's first reading, in microseconds since the Unix epoch.
+    pub clock_start: i64,
+    /// The clock's step per reading, in microseconds.
+    pub clock_step: i64,
+    /// The generator state of a `seeded` source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed_state: Option<u64>,
+    /// The tag of a `branch` source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
 }
 
 /// A shared, cheaply cloned handle to a [`StampSource`].
@@ -366,6 +410,46 @@ impl Stamper {
     /// True when both handles point at the same source.
     pub fn same_source(&self, other: &Stamper) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// Where this stamper is in its sequence (deterministic sources), to continue it with
+    /// [`Stamper::restore`], also in another process; `None` for the system stamper.
+    pub fn state(&self) -> Option<StamperState> {
+        self.0.state()
+    }
+
+    /// A stamper that continues from `state` (see [`StamperState`]); `None` for a source
+    /// this crate does not know.
+    pub fn restore(state: &StamperState) -> Option<Stamper> {
+        let clock = || {
+            let c = CounterSource::new(
+                Timestamp::from_unix_micros(state.clock_start),
+                state.clock_step,
+            );
+            c.ticks.store(state.ticks, Ordering::Relaxed);
+            c
+        };
+        let source: Arc<dyn StampSource> = match state.source.as_str() {
+            "counter" => {
+                let c = clock();
+                c.ids.store(state.ids, Ordering::Relaxed);
+                c.tokens.store(state.tokens, Ordering::Relaxed);
+                Arc::new(c)
+            }
+            "seeded" => Arc::new(SeededSource {
+                state: Mutex::new(state.seed_state?),
+                tokens: AtomicU64::new(state.tokens),
+                clock: clock(),
+            }),
+            "branch" => Arc::new(BranchSource {
+                tag: state.tag.clone()?,
+                ids: AtomicU64::new(state.ids),
+                tokens: AtomicU64::new(state.tokens),
+                clock: clock(),
+            }),
+            _ => return None,
+        };
+        Some(Stamper(source))
     }
 }
 
@@ -526,6 +610,14 @@ impl StampSource for BranchSource {
     fn is_deterministic(&self) -> bool {
         true
     }
+    fn state(&self) -> Option<StamperState> {
+        let mut s = self.clock.state()?;
+        s.source = "branch".to_owned();
+        s.ids = self.ids.load(Ordering::Relaxed);
+        s.tokens = self.tokens.load(Ordering::Relaxed);
+        s.tag = Some(self.tag.clone());
+        Some(s)
+    }
 }
 
 /// Counter ids and a stepping clock. See [`Stamper::counter`].
@@ -583,6 +675,18 @@ impl StampSource for CounterSource {
     fn is_deterministic(&self) -> bool {
         true
     }
+    fn state(&self) -> Option<StamperState> {
+        Some(StamperState {
+            source: "counter".to_owned(),
+            ids: self.ids.load(Ordering::Relaxed),
+            tokens: self.tokens.load(Ordering::Relaxed),
+            ticks: self.ticks.load(Ordering::Relaxed),
+            clock_start: self.start.unix_micros(),
+            clock_step: self.step_micros,
+            seed_state: None,
+            tag: None,
+        })
+    }
 }
 
 /// Seeded UUIDv7-shaped ids and a stepping clock. See [`Stamper::seeded`].
@@ -633,6 +737,14 @@ impl StampSource for SeededSource {
     }
     fn is_deterministic(&self) -> bool {
         true
+    }
+    fn state(&self) -> Option<StamperState> {
+        let mut s = self.clock.state()?;
+        s.source = "seeded".to_owned();
+        s.tokens = self.tokens.load(Ordering::Relaxed);
+        s.ids = 0;
+        s.seed_state = Some(*self.state.lock().unwrap_or_else(|p| p.into_inner()));
+        Some(s)
     }
 }
 

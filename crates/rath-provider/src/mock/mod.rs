@@ -18,10 +18,7 @@
 //! # });
 //! ```
 
-use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -239,98 +236,84 @@ impl From<MockFault> for MockStep {
     }
 }
 
+pub mod host;
+
+use host::{HostShared, MockHost, cut_json, json_response, raw_response, sse_response};
+
+/// The OpenAI mock's own switch.
 #[derive(Default)]
-struct MockState {
+struct Switches {
     refuse_streamed_tools: bool,
-    script: VecDeque<MockStep>,
-    fallback: Option<MockReply>,
-    requests: Vec<Value>,
-    headers: Vec<HeaderMap>,
 }
 
-type Shared = Arc<Mutex<MockState>>;
+type Shared = HostShared<MockStep, Switches>;
 
 /// The running mock server. Dropping it stops the server.
+#[derive(Debug)]
 pub struct MockServer {
-    addr: SocketAddr,
-    state: Shared,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl std::fmt::Debug for MockServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MockServer")
-            .field("addr", &self.addr)
-            .finish_non_exhaustive()
-    }
+    host: MockHost<MockStep, Switches>,
 }
 
 impl MockServer {
     /// Starts a server on `127.0.0.1:0` (a free port) in the current tokio runtime.
     pub async fn start() -> std::io::Result<Self> {
-        let state: Shared = Arc::default();
-        let app = Router::new()
+        let routes = Router::new()
             .route("/v1/chat/completions", post(chat))
-            .route("/v1/models", get(models))
-            .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Ok(Self { addr, state, task })
+            .route("/v1/models", get(models));
+        Ok(Self {
+            host: MockHost::start(routes).await?,
+        })
     }
 
     /// `http://127.0.0.1:<port>/v1`.
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        format!("{}/v1", self.host.base_url())
     }
 
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.host.addr()
     }
 
     /// Appends a step to the script.
     pub fn push(&self, step: impl Into<MockStep>) {
-        self.lock().script.push_back(step.into());
+        self.host.push(step.into());
     }
 
     /// The answer served whenever the script is empty (otherwise: 500 "script exhausted").
     pub fn set_fallback(&self, reply: Option<MockReply>) {
-        self.lock().fallback = reply;
+        self.host.set_fallback(reply.map(MockStep::Reply));
+    }
+
+    /// A function that picks the step from the request body when the script is empty (for
+    /// several agents sharing one mock, whose calls interleave).
+    pub fn set_responder(
+        &self,
+        responder: impl Fn(&Value) -> Option<MockStep> + Send + Sync + 'static,
+    ) {
+        self.host.set_responder(responder);
     }
 
     /// Behave like llama-cpp-python with `chatml-function-calling`: a streamed request that
     /// offers tools with `tool_choice: "auto"` (or none) gets HTTP 200 and an empty stream,
     /// without consuming a script step ("Automatic streaming tool choice is not supported").
     pub fn refuse_streamed_tools(&self, on: bool) {
-        self.lock().refuse_streamed_tools = on;
+        self.host.lock().extra.refuse_streamed_tools = on;
     }
 
     /// Every request body received, in order.
     pub fn requests(&self) -> Vec<Value> {
-        self.lock().requests.clone()
+        self.host.requests()
     }
 
     /// Every request's headers, in order.
     pub fn request_headers(&self) -> Vec<HeaderMap> {
-        self.lock().headers.clone()
+        self.host.request_headers()
     }
 
     /// Steps not yet served.
     pub fn remaining(&self) -> usize {
-        self.lock().script.len()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, MockState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl Drop for MockServer {
-    fn drop(&mut self) {
-        self.task.abort();
+        self.host.remaining()
     }
 }
 
@@ -354,17 +337,13 @@ async fn chat(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -> R
         .unwrap_or_default()
         .to_owned();
     let step = {
-        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
-        let refuse = st.refuse_streamed_tools && streamed && offers_tools && auto_choice;
-        st.requests.push(request);
-        st.headers.push(headers);
+        let mut st = host::lock(&state);
+        let refuse = st.extra.refuse_streamed_tools && streamed && offers_tools && auto_choice;
         if refuse {
+            st.record(request, headers);
             Some(MockStep::Fault(MockFault::EmptyStream))
         } else {
-            match st.script.pop_front() {
-                Some(step) => Some(step),
-                None => st.fallback.clone().map(MockStep::Reply),
-            }
+            st.record_and_next(request, headers)
         }
     };
     match step {
@@ -375,41 +354,30 @@ async fn chat(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -> R
     }
 }
 
-fn sse_bytes(chunks: &[Value]) -> Vec<Bytes> {
-    chunks
+/// The streamed answer of `chunks`: every frame, then `[DONE]`; `cut` stops after three
+/// frames with a reset connection instead.
+fn sse(chunks: Vec<Value>, cut: bool) -> Response {
+    let mut frames: Vec<Bytes> = chunks
         .iter()
         .map(|c| Bytes::from(format!("data: {c}\n\n")))
-        .collect()
-}
-
-fn sse(chunks: Vec<Value>, cut: bool) -> Response {
-    let mut parts: Vec<Result<Bytes, std::io::Error>> =
-        sse_bytes(&chunks).into_iter().map(Ok).collect();
+        .collect();
     if cut {
-        parts.truncate(3);
-        parts.push(Err(std::io::Error::new(
-            std::io::ErrorKind::ConnectionReset,
-            "mock: connection cut mid-stream",
-        )));
-    } else {
-        parts.push(Ok(Bytes::from_static(b"data: [DONE]\n\n")));
+        return sse_response(frames, Some(3));
     }
-    Response::builder()
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .body(Body::from_stream(futures::stream::iter(parts)))
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+    frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    sse_response(frames, None)
 }
 
 fn error_json(status: u16, message: &str) -> Response {
-    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    Response::builder()
-        .status(code)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(
-            json!({"error": {"message": message, "type": "mock_error", "code": status}})
-                .to_string(),
-        ))
-        .unwrap_or_else(|_| code.into_response())
+    error_with(status, message, None)
+}
+
+fn error_with(status: u16, message: &str, retry_after_secs: Option<u64>) -> Response {
+    json_response(
+        status,
+        &json!({"error": {"message": message, "type": "mock_error", "code": status}}),
+        retry_after_secs,
+    )
 }
 
 async fn fault_response(fault: MockFault, streamed: bool, authorization: &str) -> Response {
@@ -424,20 +392,12 @@ async fn fault_response(fault: MockFault, streamed: bool, authorization: &str) -
             (StatusCode::GATEWAY_TIMEOUT, "mock: hung").into_response()
         }
         MockFault::CutMidStream if streamed => sse(reply.stream_chunks(), true),
-        MockFault::CutMidStream => cut_body(&reply),
+        MockFault::CutMidStream => cut_json(&reply.completion_json().to_string()),
         MockFault::InvalidJson => invalid_json(streamed),
         MockFault::Status {
             status,
             retry_after_secs,
-        } => {
-            let mut r = error_json(status, &format!("mock: status {status}"));
-            if let Some(secs) = retry_after_secs
-                && let Ok(v) = secs.to_string().parse()
-            {
-                r.headers_mut().insert(header::RETRY_AFTER, v);
-            }
-            r
-        }
+        } => error_with(status, &format!("mock: status {status}"), retry_after_secs),
         MockFault::StatusWith { status, message } => error_json(status, &message),
         MockFault::EchoAuthorization { status } => error_json(
             status,
@@ -449,10 +409,7 @@ async fn fault_response(fault: MockFault, streamed: bool, authorization: &str) -
             } else {
                 "application/json"
             };
-            Response::builder()
-                .header(header::CONTENT_TYPE, kind)
-                .body(Body::empty())
-                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+            raw_response(kind, Body::empty())
         }
         MockFault::NoFinishReason => no_finish_reason(&reply, streamed),
     }
@@ -460,51 +417,23 @@ async fn fault_response(fault: MockFault, streamed: bool, authorization: &str) -
 
 /// HTTP 429 with `Retry-After` and an OpenAI-style error body.
 fn rate_limited(retry_after_secs: u64) -> Response {
-    Response::builder()
-        .status(StatusCode::TOO_MANY_REQUESTS)
-        .header(header::RETRY_AFTER, retry_after_secs.to_string())
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(
-            json!({"error": {"message": "rate limited", "type": "rate_limit", "code": null}})
-                .to_string(),
-        ))
-        .unwrap_or_else(|_| StatusCode::TOO_MANY_REQUESTS.into_response())
-}
-
-/// Half of `reply`'s JSON body, then a reset connection.
-fn cut_body(reply: &MockReply) -> Response {
-    let full = reply.completion_json().to_string();
-    let half = full.as_bytes()[..full.len() / 2].to_vec();
-    let parts: Vec<Result<Bytes, std::io::Error>> = vec![
-        Ok(Bytes::from(half)),
-        Err(std::io::Error::new(
-            std::io::ErrorKind::ConnectionReset,
-            "mock: connection cut",
-        )),
-    ];
-    Response::builder()
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::CONTENT_LENGTH, full.len().to_string())
-        .body(Body::from_stream(futures::stream::iter(parts)))
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+    json_response(
+        429,
+        &json!({"error": {"message": "rate limited", "type": "rate_limit", "code": null}}),
+        Some(retry_after_secs),
+    )
 }
 
 /// A body that is not JSON (as a stream: an event that is not).
 fn invalid_json(streamed: bool) -> Response {
     if streamed {
-        let parts: Vec<Result<Bytes, Infallible>> = vec![
-            Ok(Bytes::from_static(b"data: {\"choices\": [oops\n\n")),
-            Ok(Bytes::from_static(b"data: [DONE]\n\n")),
+        let frames = vec![
+            Bytes::from_static(b"data: {\"choices\": [oops\n\n"),
+            Bytes::from_static(b"data: [DONE]\n\n"),
         ];
-        return Response::builder()
-            .header(header::CONTENT_TYPE, "text/event-stream")
-            .body(Body::from_stream(futures::stream::iter(parts)))
-            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+        return sse_response(frames, None);
     }
-    Response::builder()
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from("{\"choices\": [ this is not json"))
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+    raw_response("application/json", "{\"choices\": [ this is not json")
 }
 
 /// `reply` without a finish reason (streamed or whole).
@@ -523,4 +452,50 @@ fn no_finish_reason(reply: &MockReply, streamed: bool) -> Response {
     let mut body = reply.completion_json();
     body["choices"][0]["finish_reason"] = Value::Null;
     axum::Json(body).into_response()
+}
+
+impl host::ScriptedMock for MockServer {
+    fn base_url(&self) -> String {
+        MockServer::base_url(self)
+    }
+
+    fn push_text(&self, text: &str, prompt_tokens: u64, completion_tokens: u64) {
+        self.push(MockReply::text(text).usage(prompt_tokens, completion_tokens));
+    }
+
+    fn push_tool_calls(
+        &self,
+        calls: &[(&str, &str, Value)],
+        prompt_tokens: u64,
+        completion_tokens: u64,
+    ) {
+        let calls = calls
+            .iter()
+            .map(|(id, name, args)| (*id, *name, args.clone()))
+            .collect();
+        self.push(MockReply::tool_calls(calls).usage(prompt_tokens, completion_tokens));
+    }
+
+    fn push_status(&self, status: u16, retry_after_secs: Option<u64>) {
+        self.push(MockFault::Status {
+            status,
+            retry_after_secs,
+        });
+    }
+
+    fn push_key_echo(&self, status: u16) {
+        self.push(MockFault::EchoAuthorization { status });
+    }
+
+    fn requests(&self) -> Vec<Value> {
+        MockServer::requests(self)
+    }
+
+    fn request_headers(&self) -> Vec<HeaderMap> {
+        MockServer::request_headers(self)
+    }
+
+    fn remaining(&self) -> usize {
+        MockServer::remaining(self)
+    }
 }

@@ -1,0 +1,99 @@
+//! Copying every session of one store into another, losslessly: what `rath store copy`
+//! does.
+//!
+//! ```
+//! use rath_persist::{SessionStore, Store, copy_store};
+//! use rath_session::{Chunk, Session, Stamper};
+//!
+//! # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+//! let (a, b) = (tempfile::tempdir()?, tempfile::tempdir()?);
+//! let from = Store::at(a.path());
+//! let s = Session::user_with("hi", Stamper::counter()).push(Chunk::assistant_text("hello"));
+//! from.save(&s)?;
+//! from.save(&s.fork())?;
+//! let to = Store::at(b.path());
+//! let report = copy_store(&from, &to).await?;
+//! assert_eq!((report.sessions, report.copied, report.chunks), (2, 2, 4));
+//! // The copy has the same bytes.
+//! assert_eq!(std::fs::read(from.path_of(s.id()))?, std::fs::read(to.path_of(s.id()))?);
+//! // Copying again writes nothing.
+//! assert_eq!(copy_store(&from, &to).await?.unchanged, 2);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Each session is read whole ([`SessionStore::load`]) and written as it was
+//! ([`SessionStore::restore`]: its `created_at`, `closed_at`, and whether its writer closed
+//! it), so a store copied into any other and back holds the same sessions, and a JSONL
+//! directory the same bytes. Sessions are copied in [`SessionStore::list`] order (oldest
+//! first, so parents before their forks). A session already in the destination with the
+//! same content is left alone and counted as unchanged; a different session under the same
+//! id stops the copy with the destination's error, having written the sessions before it.
+
+use serde::Serialize;
+
+use crate::PersistError;
+use crate::contract::SessionStore;
+
+/// What [`copy_store`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct CopyReport {
+    /// The source store's name.
+    pub from: String,
+    /// The destination store's name.
+    pub to: String,
+    /// Sessions in the source.
+    pub sessions: usize,
+    /// Sessions written to the destination.
+    pub copied: usize,
+    /// Sessions the destination already held as they are (nothing written).
+    pub unchanged: usize,
+    /// Chunks of the sessions read (conversation and evidence).
+    pub chunks: usize,
+    /// Chunk documents (or JSONL rows) the destination wrote: fewer than `chunks` when it
+    /// shares structure.
+    pub chunks_written: usize,
+}
+
+impl CopyReport {
+    /// One line: `copied N of M sessions from A to B (K unchanged; C chunks, W written)`.
+    pub fn render(&self) -> String {
+        format!(
+            "copied {} of {} sessions from {} to {} ({} unchanged; {} chunks, {} written)\n",
+            self.copied,
+            self.sessions,
+            self.from,
+            self.to,
+            self.unchanged,
+            self.chunks,
+            self.chunks_written
+        )
+    }
+}
+
+/// Copies every session of `from` into `to` (see the [module docs](self)).
+pub async fn copy_store(
+    from: &dyn SessionStore,
+    to: &dyn SessionStore,
+) -> Result<CopyReport, PersistError> {
+    let mut report = CopyReport {
+        from: from.name(),
+        to: to.name(),
+        ..CopyReport::default()
+    };
+    for summary in from.list().await? {
+        let loaded = from.load(&summary.id).await?;
+        report.sessions += 1;
+        report.chunks += loaded.session.len();
+        let w = to.restore(&loaded).await?;
+        if w.unchanged {
+            report.unchanged += 1;
+        } else {
+            report.copied += 1;
+            report.chunks_written += w.chunks_written;
+        }
+    }
+    Ok(report)
+}
