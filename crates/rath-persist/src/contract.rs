@@ -147,6 +147,19 @@ pub struct WriteReport {
     pub unchanged: bool,
 }
 
+impl WriteReport {
+    /// A report for a write of `id` that leaves `len` chunks stored, having written none
+    /// (set [`WriteReport::chunks_written`] and [`WriteReport::unchanged`] as it happened).
+    pub fn new(id: SessionId, len: usize) -> Self {
+        Self {
+            id,
+            len,
+            chunks_written: 0,
+            unchanged: false,
+        }
+    }
+}
+
 /// What [`SessionStore::gc`] freed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -170,6 +183,17 @@ pub struct Capabilities {
     /// Chunks are stored once and shared by every session that holds them (a fork writes no
     /// chunk data).
     pub shared_structure: bool,
+}
+
+impl Capabilities {
+    /// Capabilities with each promise given.
+    pub const fn new(atomic_batch: bool, fencing: bool, shared_structure: bool) -> Self {
+        Self {
+            atomic_batch,
+            fencing,
+            shared_structure,
+        }
+    }
 }
 
 /// A session store. See the [module docs](self).

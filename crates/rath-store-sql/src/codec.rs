@@ -1,0 +1,120 @@
+//! What the SQL stores compute before they touch the database: chunk documents, their
+//! content addresses, the chain digests that say whether one session's chunks start with
+//! another's, and the session's header and trailer lines.
+
+use rath_persist::{PersistError, doc};
+use rath_session::{Chunk, Session, Timestamp};
+use sha2::{Digest, Sha256};
+
+/// Bytes of a chunk's content address (a truncated SHA-256 of its document).
+pub(crate) const HASH_LEN: usize = 16;
+
+/// One chunk ready to store.
+pub(crate) struct EncodedChunk {
+    pub(crate) hash: Vec<u8>,
+    pub(crate) doc: String,
+}
+
+/// The content address of a chunk document.
+pub(crate) fn chunk_hash(doc: &[u8]) -> Vec<u8> {
+    Sha256::digest(doc)[..HASH_LEN].to_vec()
+}
+
+/// The chain digest after one more chunk: `sha256(previous || chunk hash)`. The digest of the
+/// empty list is 32 zero bytes; equal digests mean equal chunk lists.
+pub(crate) fn extend_digest(previous: &[u8], hash: &[u8]) -> Vec<u8> {
+    let mut h = Sha256::new();
+    h.update(previous);
+    h.update(hash);
+    h.finalize().to_vec()
+}
+
+/// The digest of the empty chunk list.
+pub(crate) fn empty_digest() -> Vec<u8> {
+    vec![0; 32]
+}
+
+/// Encodes chunks `[from..]` of `session`.
+pub(crate) fn encode_from(
+    session: &Session,
+    from: usize,
+) -> Result<Vec<EncodedChunk>, PersistError> {
+    let tail = session.chunks().clone().slice(from..);
+    tail.iter().map(encode_one).collect()
+}
+
+pub(crate) fn encode_one(chunk: &Chunk) -> Result<EncodedChunk, PersistError> {
+    let bytes = doc::encode_chunk(chunk)?;
+    let hash = chunk_hash(&bytes);
+    let doc = String::from_utf8(bytes).map_err(|e| PersistError::Corrupt {
+        path: "<chunk document>".into(),
+        line: 1,
+        message: format!("a chunk document is not UTF-8: {e}"),
+    })?;
+    Ok(EncodedChunk { hash, doc })
+}
+
+/// The chain digests of every prefix: `out[k]` is the digest of the first `k` chunks.
+pub(crate) fn prefix_digests(start: Vec<u8>, chunks: &[EncodedChunk]) -> Vec<Vec<u8>> {
+    let mut out = Vec::with_capacity(chunks.len() + 1);
+    out.push(start);
+    for c in chunks {
+        let next = extend_digest(out.last().map_or(&[][..], Vec::as_slice), &c.hash);
+        out.push(next);
+    }
+    out
+}
+
+/// The session state a store keeps beside its chunks: the header and trailer lines, and a
+/// hash of both without their timestamps plus the chunk digest (equal hashes: the same
+/// session, as the JSONL store's "saving it again is a no-op" rule sees it).
+pub(crate) struct EncodedState {
+    pub(crate) header: String,
+    pub(crate) trailer: Option<String>,
+    pub(crate) content: Vec<u8>,
+    pub(crate) failure: Option<String>,
+    pub(crate) conversation: i64,
+    pub(crate) evidence: i64,
+}
+
+pub(crate) fn encode_state(
+    session: &Session,
+    created_at: Timestamp,
+    closed_at: Option<Timestamp>,
+    digest: &[u8],
+) -> Result<EncodedState, PersistError> {
+    let text = |b: Vec<u8>| {
+        String::from_utf8(b).map_err(|e| PersistError::Corrupt {
+            path: "<session state>".into(),
+            line: 1,
+            message: format!("not UTF-8: {e}"),
+        })
+    };
+    let epoch = Timestamp::from_unix_micros(0);
+    let mut h = Sha256::new();
+    h.update(digest);
+    h.update(doc::encode_header(session, epoch)?);
+    h.update(b"\n");
+    h.update(doc::encode_trailer(session, epoch)?);
+    let failure = match session.failure() {
+        Some(f) => Some(
+            serde_json::to_string(f).map_err(|source| PersistError::Serialize {
+                path: "<session state>".into(),
+                source,
+            })?,
+        ),
+        None => None,
+    };
+    let conversation = session.conversation_len() as i64;
+    Ok(EncodedState {
+        header: text(doc::encode_header(session, created_at)?)?,
+        trailer: match closed_at {
+            Some(t) => Some(text(doc::encode_trailer(session, t)?)?),
+            None => None,
+        },
+        content: h.finalize().to_vec(),
+        failure,
+        conversation,
+        evidence: session.len() as i64 - conversation,
+    })
+}

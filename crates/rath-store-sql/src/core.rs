@@ -1,0 +1,678 @@
+//! The store logic, written once and instantiated for each database by [`sql_store!`]: the
+//! two differ only in a few statements (transaction start, table locks, row locks, byte
+//! length), passed in as strings. Every query is checked at run time (no database at build
+//! time).
+
+/// Instantiates the store logic for one sqlx database inside the calling module: free
+/// functions taking the pool and the store's name, which the module's store type wraps.
+macro_rules! sql_store {
+    (
+        db: $db:ty,
+        migrations: $migrations:expr,
+        begin_write: $begin_write:expr,
+        begin_read: $begin_read:expr,
+        write_lock: $write_lock:expr,
+        gc_lock: $gc_lock:expr,
+        migrate_lock: $migrate_lock:expr,
+        for_update: $for_update:expr,
+        for_share: $for_share:expr,
+        octets: $octets:expr $(,)?
+    ) => {
+        use std::path::PathBuf;
+
+        use rath_persist::{
+            GcReport, LoadedSession, PersistError, SessionSummary, Write, WriteBatch, WriteReport,
+            doc,
+        };
+        use rath_session::{ChunkList, RunFailure, Session, SessionId, Timestamp};
+        use sqlx::Row as _;
+
+        use crate::codec::{
+            EncodedChunk, empty_digest, encode_from, encode_one, encode_state,
+            prefix_digests,
+        };
+        use crate::schema::SCHEMA_VERSION;
+
+        type Pool = sqlx::Pool<$db>;
+        type Tx = sqlx::Transaction<'static, $db>;
+
+        /// Rows per multi-row insert.
+        const BATCH: usize = 400;
+
+        pub(crate) fn backend(store: &str, op: &'static str, e: sqlx::Error) -> PersistError {
+            PersistError::Backend {
+                store: store.to_owned(),
+                op,
+                message: e.to_string(),
+                source: Some(Box::new(e)),
+            }
+        }
+
+        fn is_unique_violation(e: &sqlx::Error) -> bool {
+            e.as_database_error().is_some_and(|d| d.is_unique_violation())
+        }
+
+        async fn begin(pool: &Pool, name: &str, sql: &'static str) -> Result<Tx, PersistError> {
+            pool.begin_with(sql).await.map_err(|e| backend(name, "begin", e))
+        }
+
+        async fn exec(tx: &mut Tx, name: &str, op: &'static str, sql: &str) -> Result<(), PersistError> {
+            if sql.is_empty() {
+                return Ok(());
+            }
+            sqlx::query(sql)
+                .execute(&mut **tx)
+                .await
+                .map(|_| ())
+                .map_err(|e| backend(name, op, e))
+        }
+
+        /// Applies the migrations this store lacks, in one transaction; refuses a newer store.
+        pub(crate) async fn migrate(pool: &Pool, name: &str) -> Result<i64, PersistError> {
+            let mut tx = begin(pool, name, $begin_write).await?;
+            exec(&mut tx, name, "migrate", $migrate_lock).await?;
+            exec(
+                &mut tx,
+                name,
+                "migrate",
+                "CREATE TABLE IF NOT EXISTS rath_meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL)",
+            )
+            .await?;
+            let found: Option<i64> =
+                sqlx::query_scalar("SELECT value FROM rath_meta WHERE key = 'schema_version'")
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(|e| backend(name, "migrate", e))?;
+            let found = found.unwrap_or(0);
+            if found > SCHEMA_VERSION {
+                return Err(PersistError::NewerSchema {
+                    store: name.to_owned(),
+                    found,
+                    supported: SCHEMA_VERSION,
+                });
+            }
+            let migrations: &[&[&str]] = $migrations;
+            for step in &migrations[found as usize..] {
+                for sql in *step {
+                    exec(&mut tx, name, "migrate", sql).await?;
+                }
+            }
+            sqlx::query(
+                "INSERT INTO rath_meta (key, value) VALUES ('schema_version', $1) \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            )
+            .bind(SCHEMA_VERSION)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| backend(name, "migrate", e))?;
+            tx.commit().await.map_err(|e| backend(name, "migrate", e))?;
+            Ok(SCHEMA_VERSION)
+        }
+
+        /// What a write needs to know of a stored session.
+        struct Stored {
+            key: i64,
+            len: usize,
+            digest: Vec<u8>,
+            last_hash: Option<Vec<u8>>,
+            content: Vec<u8>,
+            created_us: i64,
+        }
+
+        async fn stored_row(tx: &mut Tx, name: &str, id: &str) -> Result<Option<Stored>, PersistError> {
+            let sql = format!(
+                "SELECT key, len, digest, last_hash, content, created_us FROM rath_sessions \
+                 WHERE id = $1{}",
+                $for_update
+            );
+            let row = sqlx::query(&sql)
+                .bind(id)
+                .fetch_optional(&mut **tx)
+                .await
+                .map_err(|e| backend(name, "read", e))?;
+            let Some(row) = row else { return Ok(None) };
+            let get = |e: sqlx::Error| backend(name, "read", e);
+            Ok(Some(Stored {
+                key: row.try_get("key").map_err(get)?,
+                len: row.try_get::<i64, _>("len").map_err(get)? as usize,
+                digest: row.try_get("digest").map_err(get)?,
+                last_hash: row.try_get("last_hash").map_err(get)?,
+                content: row.try_get("content").map_err(get)?,
+                created_us: row.try_get("created_us").map_err(get)?,
+            }))
+        }
+
+        /// Inserts the chunk documents not stored yet; returns how many were new.
+        async fn insert_chunks(tx: &mut Tx, name: &str, chunks: &[EncodedChunk]) -> Result<usize, PersistError> {
+            let mut new = 0;
+            for part in chunks.chunks(BATCH) {
+                let mut sql = String::from("INSERT INTO rath_chunks (hash, doc) VALUES ");
+                for i in 0..part.len() {
+                    if i > 0 {
+                        sql.push(',');
+                    }
+                    sql.push_str(&format!("(${}, ${})", 2 * i + 1, 2 * i + 2));
+                }
+                sql.push_str(" ON CONFLICT (hash) DO NOTHING");
+                let mut q = sqlx::query(&sql);
+                for c in part {
+                    q = q.bind(&c.hash).bind(&c.doc);
+                }
+                let done = q.execute(&mut **tx).await.map_err(|e| backend(name, "write chunks", e))?;
+                new += done.rows_affected() as usize;
+            }
+            Ok(new)
+        }
+
+        /// Inserts the refs of `key` for `chunks` at positions `from..`.
+        async fn insert_refs(
+            tx: &mut Tx,
+            name: &str,
+            key: i64,
+            from: usize,
+            chunks: &[EncodedChunk],
+        ) -> Result<(), PersistError> {
+            for (n, part) in chunks.chunks(BATCH).enumerate() {
+                let mut sql = String::from("INSERT INTO rath_refs (session_key, pos, hash) VALUES ");
+                for i in 0..part.len() {
+                    if i > 0 {
+                        sql.push(',');
+                    }
+                    sql.push_str(&format!("($1, ${}, ${})", 2 * i + 2, 2 * i + 3));
+                }
+                let mut q = sqlx::query(&sql).bind(key);
+                for (i, c) in part.iter().enumerate() {
+                    q = q.bind((from + n * BATCH + i) as i64).bind(&c.hash);
+                }
+                q.execute(&mut **tx).await.map_err(|e| backend(name, "write refs", e))?;
+            }
+            Ok(())
+        }
+
+        /// The longest stored parent of `s` whose chunks are exactly `s`'s first ones:
+        /// `(key, len)`, or `None` (the session then stores all its refs).
+        async fn shared_base(
+            tx: &mut Tx,
+            name: &str,
+            s: &Session,
+            digests: &[Vec<u8>],
+        ) -> Result<Option<(i64, usize)>, PersistError> {
+            let sql = format!(
+                "SELECT key, len, digest FROM rath_sessions WHERE id = $1{}",
+                $for_share
+            );
+            let mut best: Option<(i64, usize)> = None;
+            for parent in s.lineage().parents.iter() {
+                let row = sqlx::query(&sql)
+                    .bind(parent.as_str())
+                    .fetch_optional(&mut **tx)
+                    .await
+                    .map_err(|e| backend(name, "read", e))?;
+                let Some(row) = row else { continue };
+                let get = |e: sqlx::Error| backend(name, "read", e);
+                let key: i64 = row.try_get("key").map_err(get)?;
+                let len = row.try_get::<i64, _>("len").map_err(get)? as usize;
+                let digest: Vec<u8> = row.try_get("digest").map_err(get)?;
+                if len > 0
+                    && len < digests.len()
+                    && digests[len] == digest
+                    && best.is_none_or(|(_, l)| len > l)
+                {
+                    best = Some((key, len));
+                }
+            }
+            // A session with exactly these chunks (what a detach, which names no parent,
+            // starts as): share all of them.
+            let n = digests.len() - 1;
+            if n > 0 && best.is_none_or(|(_, l)| l < n) {
+                let sql = format!(
+                    "SELECT key FROM rath_sessions WHERE digest = $1 AND len = $2 LIMIT 1{}",
+                    $for_share
+                );
+                let same: Option<i64> = sqlx::query_scalar(&sql)
+                    .bind(&digests[n])
+                    .bind(n as i64)
+                    .fetch_optional(&mut **tx)
+                    .await
+                    .map_err(|e| backend(name, "read", e))?;
+                if let Some(key) = same {
+                    best = Some((key, n));
+                }
+            }
+            Ok(best)
+        }
+
+        enum Times {
+            Now,
+            Given(Timestamp, Option<Timestamp>),
+        }
+
+        fn exists(name: &str, id: &SessionId) -> PersistError {
+            PersistError::Exists {
+                path: PathBuf::from(format!("{name}#{id}")),
+            }
+        }
+
+        /// A session not stored yet (or, when stored, the very same one: a no-op).
+        async fn save_new(
+            tx: &mut Tx,
+            name: &str,
+            s: &Session,
+            times: Times,
+        ) -> Result<WriteReport, PersistError> {
+            let id = s.id();
+            let chunks = encode_from(s, 0)?;
+            let digests = prefix_digests(empty_digest(), &chunks);
+            let digest = &digests[chunks.len()];
+            if let Some(row) = stored_row(tx, name, id.as_str()).await? {
+                let epoch = Timestamp::from_unix_micros(0);
+                let content = encode_state(s, epoch, None, digest)?.content;
+                if row.content == content {
+                    return Ok(report(s, 0, true));
+                }
+                return Err(exists(name, id));
+            }
+            let (created, closed) = match times {
+                Times::Now => {
+                    let created = s.stamper().now();
+                    (created, Some(s.stamper().now()))
+                }
+                Times::Given(c, closed) => (c, closed),
+            };
+            let base = shared_base(tx, name, s, &digests).await?;
+            let base_len = base.map_or(0, |(_, l)| l);
+            let own = &chunks[base_len..];
+            let written = insert_chunks(tx, name, own).await?;
+            let state = encode_state(s, created, closed, digest)?;
+            let insert = sqlx::query_scalar::<_, i64>(
+                "INSERT INTO rath_sessions (id, base_key, base_len, len, digest, last_hash, \
+                 content, created_us, header, trailer, failure, conversation, evidence) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING key",
+            )
+            .bind(id.as_str())
+            .bind(base.map(|(k, _)| k))
+            .bind(base_len as i64)
+            .bind(chunks.len() as i64)
+            .bind(digest)
+            .bind(chunks.last().map(|c| c.hash.clone()))
+            .bind(&state.content)
+            .bind(created.unix_micros())
+            .bind(&state.header)
+            .bind(&state.trailer)
+            .bind(&state.failure)
+            .bind(state.conversation)
+            .bind(state.evidence)
+            .fetch_one(&mut **tx)
+            .await;
+            let key = match insert {
+                Ok(k) => k,
+                Err(e) if is_unique_violation(&e) => return Err(exists(name, id)),
+                Err(e) => return Err(backend(name, "write session", e)),
+            };
+            insert_refs(tx, name, key, base_len, own).await?;
+            Ok(report(s, written, false))
+        }
+
+        fn report(s: &Session, written: usize, unchanged: bool) -> WriteReport {
+            let mut r = WriteReport::new(s.id().clone(), s.len());
+            r.chunks_written = written;
+            r.unchanged = unchanged;
+            r
+        }
+
+        async fn append(
+            tx: &mut Tx,
+            name: &str,
+            s: &Session,
+            expected: usize,
+        ) -> Result<WriteReport, PersistError> {
+            let conflict = |found: Option<usize>| PersistError::Conflict {
+                store: name.to_owned(),
+                id: s.id().to_string(),
+                expected,
+                found,
+            };
+            let Some(row) = stored_row(tx, name, s.id().as_str()).await? else {
+                if expected != 0 {
+                    return Err(conflict(None));
+                }
+                return match save_new(tx, name, s, Times::Now).await {
+                    Err(PersistError::Exists { .. }) => Err(conflict(Some(0))),
+                    other => other,
+                };
+            };
+            if row.len != expected {
+                return Err(conflict(Some(row.len)));
+            }
+            let continues = s.len() >= expected
+                && (expected == 0
+                    || s.chunks()
+                        .get(expected - 1)
+                        .map(encode_one)
+                        .transpose()?
+                        .map(|c| c.hash)
+                        == row.last_hash);
+            if !continues {
+                return Err(PersistError::NotAContinuation {
+                    path: PathBuf::from(format!("{name}#{}", s.id())),
+                    message: format!(
+                        "session {} does not continue the {expected} chunks stored",
+                        s.id()
+                    ),
+                });
+            }
+            let new = encode_from(s, expected)?;
+            let digests = prefix_digests(row.digest.clone(), &new);
+            let digest = &digests[new.len()];
+            let written = insert_chunks(tx, name, &new).await?;
+            insert_refs(tx, name, row.key, expected, &new).await?;
+            let created = Timestamp::from_unix_micros(row.created_us);
+            let state = encode_state(s, created, Some(s.stamper().now()), digest)?;
+            let last_hash = new.last().map(|c| c.hash.clone()).or(row.last_hash);
+            sqlx::query(
+                "UPDATE rath_sessions SET len = $1, digest = $2, last_hash = $3, content = $4, \
+                 header = $5, trailer = $6, failure = $7, conversation = $8, evidence = $9 \
+                 WHERE key = $10",
+            )
+            .bind(s.len() as i64)
+            .bind(digest)
+            .bind(last_hash)
+            .bind(&state.content)
+            .bind(&state.header)
+            .bind(&state.trailer)
+            .bind(&state.failure)
+            .bind(state.conversation)
+            .bind(state.evidence)
+            .bind(row.key)
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| backend(name, "write session", e))?;
+            Ok(report(s, written, false))
+        }
+
+        async fn check_fence(tx: &mut Tx, name: &str, fence: &rath_persist::Fence) -> Result<(), PersistError> {
+            let token = i64::try_from(fence.token).map_err(|_| PersistError::Fenced {
+                store: name.to_owned(),
+                key: fence.key.clone(),
+                token: fence.token,
+                current: i64::MAX as u64,
+            })?;
+            let current: i64 = sqlx::query_scalar(
+                "INSERT INTO rath_fences (key, token) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE \
+                 SET token = CASE WHEN rath_fences.token < excluded.token THEN excluded.token \
+                 ELSE rath_fences.token END RETURNING token",
+            )
+            .bind(&fence.key)
+            .bind(token)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(|e| backend(name, "fence", e))?;
+            if current > token {
+                return Err(PersistError::Fenced {
+                    store: name.to_owned(),
+                    key: fence.key.clone(),
+                    token: fence.token,
+                    current: current as u64,
+                });
+            }
+            Ok(())
+        }
+
+        /// Performs a batch in one transaction.
+        pub(crate) async fn write(
+            pool: &Pool,
+            name: &str,
+            batch: WriteBatch<'_>,
+        ) -> Result<Vec<WriteReport>, PersistError> {
+            let mut tx = begin(pool, name, $begin_write).await?;
+            exec(&mut tx, name, "lock", $write_lock).await?;
+            if let Some(fence) = &batch.fence {
+                check_fence(&mut tx, name, fence).await?;
+            }
+            let mut reports = Vec::with_capacity(batch.writes.len());
+            for w in &batch.writes {
+                let r = match *w {
+                    Write::Save(s) => save_new(&mut tx, name, s, Times::Now).await?,
+                    Write::Restore(l) => {
+                        let closed = l
+                            .closed
+                            .then(|| l.closed_at.unwrap_or_else(|| l.session.stamper().now()));
+                        save_new(&mut tx, name, &l.session, Times::Given(l.created_at, closed))
+                            .await?
+                    }
+                    Write::Append {
+                        session,
+                        expected_len,
+                    } => append(&mut tx, name, session, expected_len).await?,
+                    _ => {
+                        return Err(PersistError::Unsupported {
+                            store: name.to_owned(),
+                            what: "this kind of write",
+                        });
+                    }
+                };
+                reports.push(r);
+            }
+            tx.commit().await.map_err(|e| backend(name, "commit", e))?;
+            Ok(reports)
+        }
+
+        fn corrupt(name: &str, id: &SessionId, message: String) -> PersistError {
+            PersistError::CorruptStore {
+                store: name.to_owned(),
+                id: id.to_string(),
+                message,
+            }
+        }
+
+        /// Loads a session: its row, then its chunks along its base chain in one query.
+        pub(crate) async fn load(pool: &Pool, name: &str, id: &SessionId) -> Result<LoadedSession, PersistError> {
+            let mut tx = begin(pool, name, $begin_read).await?;
+            let row = sqlx::query("SELECT key, len, header, trailer FROM rath_sessions WHERE id = $1")
+                .bind(id.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| backend(name, "load", e))?;
+            let Some(row) = row else {
+                return Err(PersistError::NotFound {
+                    id: id.to_string(),
+                    dir: PathBuf::from(name),
+                });
+            };
+            let get = |e: sqlx::Error| backend(name, "load", e);
+            let key: i64 = row.try_get("key").map_err(get)?;
+            let len = row.try_get::<i64, _>("len").map_err(get)? as usize;
+            let header: String = row.try_get("header").map_err(get)?;
+            let trailer: Option<String> = row.try_get("trailer").map_err(get)?;
+            let docs: Vec<String> = sqlx::query_scalar(
+                "WITH RECURSIVE chain (key, base_key, lo, hi) AS ( \
+                   SELECT key, base_key, base_len, len FROM rath_sessions WHERE key = $1 \
+                   UNION ALL \
+                   SELECT s.key, s.base_key, s.base_len, c.lo FROM rath_sessions s \
+                   JOIN chain c ON s.key = c.base_key \
+                 ) \
+                 SELECT d.doc FROM chain c \
+                 JOIN rath_refs r ON r.session_key = c.key AND r.pos >= c.lo AND r.pos < c.hi \
+                 JOIN rath_chunks d ON d.hash = r.hash \
+                 ORDER BY r.pos",
+            )
+            .bind(key)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(get)?;
+            tx.commit().await.map_err(get)?;
+            if docs.len() != len {
+                return Err(corrupt(
+                    name,
+                    id,
+                    format!("{} of its {len} chunks are stored", docs.len()),
+                ));
+            }
+            let mut chunks = ChunkList::new();
+            for (pos, d) in docs.iter().enumerate() {
+                let chunk = doc::decode_chunk(d.as_bytes())
+                    .map_err(|e| corrupt(name, id, format!("chunk {pos}: {e}")))?;
+                chunks.push_back(chunk);
+            }
+            let path = PathBuf::from(format!("{name}#{id}"));
+            doc::assemble(&path, header.as_bytes(), trailer.as_deref().map(str::as_bytes), chunks)
+                .map_err(|e| corrupt(name, id, e.to_string()))
+        }
+
+        pub(crate) async fn stored_len(pool: &Pool, name: &str, id: &SessionId) -> Result<Option<usize>, PersistError> {
+            let len: Option<i64> = sqlx::query_scalar("SELECT len FROM rath_sessions WHERE id = $1")
+                .bind(id.as_str())
+                .fetch_optional(pool)
+                .await
+                .map_err(|e| backend(name, "read", e))?;
+            Ok(len.map(|n| n as usize))
+        }
+
+        pub(crate) async fn list(pool: &Pool, name: &str) -> Result<Vec<SessionSummary>, PersistError> {
+            let rows = sqlx::query(
+                "SELECT id, header, trailer, conversation, evidence, failure FROM rath_sessions \
+                 WHERE id IS NOT NULL",
+            )
+            .fetch_all(pool)
+            .await
+            .map_err(|e| backend(name, "list", e))?;
+            let mut out = Vec::with_capacity(rows.len());
+            for row in rows {
+                let get = |e: sqlx::Error| backend(name, "list", e);
+                let id: String = row.try_get("id").map_err(get)?;
+                let header: String = row.try_get("header").map_err(get)?;
+                let trailer: Option<String> = row.try_get("trailer").map_err(get)?;
+                let conversation: i64 = row.try_get("conversation").map_err(get)?;
+                let evidence: i64 = row.try_get("evidence").map_err(get)?;
+                let failure: Option<String> = row.try_get("failure").map_err(get)?;
+                let sid = SessionId::from(id.as_str());
+                let failure: Option<RunFailure> = match failure {
+                    Some(f) => Some(
+                        serde_json::from_str(&f)
+                            .map_err(|e| corrupt(name, &sid, format!("stored failure: {e}")))?,
+                    ),
+                    None => None,
+                };
+                let path = PathBuf::from(format!("{name}#{id}"));
+                let summary = doc::summarize(
+                    &path,
+                    header.as_bytes(),
+                    trailer.as_deref().map(str::as_bytes),
+                    conversation as u64,
+                    evidence as u64,
+                    failure,
+                )
+                .map_err(|e| corrupt(name, &sid, e.to_string()))?;
+                out.push(summary);
+            }
+            out.sort_by(|a, b| (a.created_at, a.id.as_str()).cmp(&(b.created_at, b.id.as_str())));
+            Ok(out)
+        }
+
+        /// Deletes a session: its row and refs when nothing shares them, else only its id
+        /// (the row stays, unnamed, for its sharers until `gc` finds it unreachable).
+        pub(crate) async fn delete(pool: &Pool, name: &str, id: &SessionId) -> Result<bool, PersistError> {
+            let mut tx = begin(pool, name, $begin_write).await?;
+            exec(&mut tx, name, "lock", $write_lock).await?;
+            let Some(row) = stored_row(&mut tx, name, id.as_str()).await? else {
+                return Ok(false);
+            };
+            let get = |e: sqlx::Error| backend(name, "delete", e);
+            let shared: Option<i64> =
+                sqlx::query_scalar("SELECT key FROM rath_sessions WHERE base_key = $1 LIMIT 1")
+                    .bind(row.key)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(get)?;
+            if shared.is_some() {
+                sqlx::query("UPDATE rath_sessions SET id = NULL WHERE key = $1")
+                    .bind(row.key)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(get)?;
+            } else {
+                remove_row(&mut tx, name, row.key).await?;
+            }
+            tx.commit().await.map_err(get)?;
+            Ok(true)
+        }
+
+        async fn remove_row(tx: &mut Tx, name: &str, key: i64) -> Result<(), PersistError> {
+            let get = |e: sqlx::Error| backend(name, "delete", e);
+            sqlx::query("DELETE FROM rath_refs WHERE session_key = $1")
+                .bind(key)
+                .execute(&mut **tx)
+                .await
+                .map_err(get)?;
+            sqlx::query("DELETE FROM rath_sessions WHERE key = $1")
+                .bind(key)
+                .execute(&mut **tx)
+                .await
+                .map_err(get)?;
+            Ok(())
+        }
+
+        /// Removes deleted sessions nothing shares any more, then chunks no session reaches.
+        pub(crate) async fn gc(pool: &Pool, name: &str) -> Result<GcReport, PersistError> {
+            let mut tx = begin(pool, name, $begin_write).await?;
+            exec(&mut tx, name, "lock", $gc_lock).await?;
+            let get = |e: sqlx::Error| backend(name, "gc", e);
+            let mut report = GcReport::default();
+            loop {
+                let keys: Vec<i64> = sqlx::query_scalar(
+                    "SELECT s.key FROM rath_sessions s WHERE s.id IS NULL AND NOT EXISTS \
+                     (SELECT 1 FROM rath_sessions c WHERE c.base_key = s.key)",
+                )
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(get)?;
+                if keys.is_empty() {
+                    break;
+                }
+                for key in keys {
+                    remove_row(&mut tx, name, key).await?;
+                    report.sessions += 1;
+                }
+            }
+            let sql = format!(
+                "DELETE FROM rath_chunks WHERE NOT EXISTS \
+                 (SELECT 1 FROM rath_refs r WHERE r.hash = rath_chunks.hash) RETURNING {}",
+                $octets
+            );
+            let freed: Vec<i64> = sqlx::query_scalar(&sql).fetch_all(&mut *tx).await.map_err(get)?;
+            report.chunks = freed.len() as u64;
+            report.bytes = freed.iter().map(|b| *b as u64).sum();
+            tx.commit().await.map_err(get)?;
+            Ok(report)
+        }
+
+        /// Rows and bytes per table (bytes: the stored values' lengths on SQLite, the
+        /// relation size with indexes and TOAST on PostgreSQL).
+        pub(crate) async fn table_stats(
+            pool: &Pool,
+            name: &str,
+            size_sql: &[(&'static str, &'static str)],
+        ) -> Result<Vec<crate::TableStats>, PersistError> {
+            let mut out = Vec::new();
+            for (table, bytes_sql) in size_sql {
+                let get = |e: sqlx::Error| backend(name, "stats", e);
+                let rows: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+                    .fetch_one(pool)
+                    .await
+                    .map_err(get)?;
+                let bytes: Option<i64> = sqlx::query_scalar(bytes_sql)
+                    .fetch_one(pool)
+                    .await
+                    .map_err(get)?;
+                out.push(crate::TableStats {
+                    table,
+                    rows: rows as u64,
+                    bytes: bytes.unwrap_or(0) as u64,
+                });
+            }
+            Ok(out)
+        }
+    };
+}
+
+pub(crate) use sql_store;

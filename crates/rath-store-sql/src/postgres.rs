@@ -1,0 +1,177 @@
+//! The PostgreSQL store: a pool that checks each connection before use (so after the server
+//! restarts the next call reconnects), writes in transactions that take the session row
+//! `FOR UPDATE` (two appenders queue; the second sees the first's length and conflicts), and a
+//! `gc` that locks out writers while it decides what is unreachable.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rath_persist::{
+    Capabilities, GcReport, LoadedSession, PersistError, SessionStore, SessionSummary, WriteBatch,
+    WriteReport,
+};
+use rath_session::SessionId;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+mod imp {
+    crate::core::sql_store! {
+        db: sqlx::Postgres,
+        migrations: crate::schema::POSTGRES,
+        begin_write: "BEGIN",
+        begin_read: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+        write_lock: "LOCK TABLE rath_refs IN ROW EXCLUSIVE MODE",
+        gc_lock: "LOCK TABLE rath_refs IN SHARE ROW EXCLUSIVE MODE",
+        migrate_lock: "SELECT pg_advisory_xact_lock(7243901)",
+        for_update: " FOR UPDATE",
+        for_share: " FOR SHARE",
+        octets: "octet_length(doc)::BIGINT",
+    }
+}
+
+/// A session store in a PostgreSQL database (optionally in one schema of it). See the
+/// [crate docs](crate).
+#[derive(Clone, Debug)]
+pub struct PgStore {
+    pool: sqlx::PgPool,
+    name: String,
+}
+
+impl PgStore {
+    /// Connects to `url` (`postgres://user:password@host:port/db`) and applies the
+    /// migrations the database lacks. A server that refuses the connection is
+    /// [`PersistError::Backend`] naming the store (never the password).
+    pub async fn connect(url: &str) -> Result<Self, PersistError> {
+        Self::connect_in(url, None).await
+    }
+
+    /// [`PgStore::connect`], with the store's tables in `schema` (created if missing): one
+    /// database can hold several stores (tests, benchmarks).
+    pub async fn connect_in(url: &str, schema: Option<&str>) -> Result<Self, PersistError> {
+        let options = PgConnectOptions::from_str(url).map_err(|e| PersistError::BadStoreUrl {
+            url: redact(url),
+            message: e.to_string(),
+        })?;
+        let mut name = format!(
+            "postgres://{}@{}:{}/{}",
+            options.get_username(),
+            options.get_host(),
+            options.get_port(),
+            options.get_database().unwrap_or("")
+        );
+        let options = match schema {
+            Some(schema) => {
+                if !schema
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    || schema.is_empty()
+                {
+                    return Err(PersistError::BadStoreUrl {
+                        url: redact(url),
+                        message: format!("schema {schema:?} must be letters, digits and _"),
+                    });
+                }
+                name.push_str(&format!("?schema={schema}"));
+                let pool = pool_options(1)
+                    .connect_with(options.clone())
+                    .await
+                    .map_err(|e| imp::backend(&name, "connect", e))?;
+                sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                    .execute(&pool)
+                    .await
+                    .map_err(|e| imp::backend(&name, "connect", e))?;
+                pool.close().await;
+                options.options([("search_path", schema)])
+            }
+            None => options,
+        };
+        let pool = pool_options(8)
+            .connect_with(options)
+            .await
+            .map_err(|e| imp::backend(&name, "connect", e))?;
+        imp::migrate(&pool, &name).await?;
+        Ok(Self { pool, name })
+    }
+
+    /// Rows and bytes (`pg_total_relation_size`: heap, TOAST and indexes) per table.
+    pub async fn table_stats(&self) -> Result<Vec<crate::TableStats>, PersistError> {
+        imp::table_stats(
+            &self.pool,
+            &self.name,
+            &[
+                (
+                    "rath_chunks",
+                    "SELECT pg_total_relation_size('rath_chunks')::BIGINT",
+                ),
+                (
+                    "rath_sessions",
+                    "SELECT pg_total_relation_size('rath_sessions')::BIGINT",
+                ),
+                (
+                    "rath_refs",
+                    "SELECT pg_total_relation_size('rath_refs')::BIGINT",
+                ),
+            ],
+        )
+        .await
+    }
+
+    /// Closes the pool.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+fn pool_options(max: u32) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(Duration::from_secs(10))
+        .test_before_acquire(true)
+}
+
+/// `url` without its password.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let userinfo = &url[s + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}{}", &url[..s + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[async_trait]
+impl SessionStore for PgStore {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        crate::SQL_CAPABILITIES
+    }
+
+    async fn write(&self, batch: WriteBatch<'_>) -> Result<Vec<WriteReport>, PersistError> {
+        imp::write(&self.pool, &self.name, batch).await
+    }
+
+    async fn load(&self, id: &SessionId) -> Result<LoadedSession, PersistError> {
+        imp::load(&self.pool, &self.name, id).await
+    }
+
+    async fn stored_len(&self, id: &SessionId) -> Result<Option<usize>, PersistError> {
+        imp::stored_len(&self.pool, &self.name, id).await
+    }
+
+    async fn list(&self) -> Result<Vec<SessionSummary>, PersistError> {
+        imp::list(&self.pool, &self.name).await
+    }
+
+    async fn delete(&self, id: &SessionId) -> Result<bool, PersistError> {
+        imp::delete(&self.pool, &self.name, id).await
+    }
+
+    async fn gc(&self) -> Result<GcReport, PersistError> {
+        imp::gc(&self.pool, &self.name).await
+    }
+}

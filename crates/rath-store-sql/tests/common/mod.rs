@@ -1,0 +1,77 @@
+//! Shared helpers: fresh stores for each test.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rath_store_sql::{PgStore, SqliteStore};
+
+/// A fresh SQLite store in its own temporary directory (kept alive by the returned guard).
+pub async fn sqlite() -> (tempfile::TempDir, SqliteStore) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = SqliteStore::open(dir.path().join("store.sqlite"))
+        .await
+        .expect("open sqlite");
+    (dir, store)
+}
+
+/// `RATH_TEST_POSTGRES_URL`, or `None` after `rath_testkit::skip` (a failure under
+/// `RATH_CI=1`: `.ci/install.d/60-postgres.sh` sets it).
+pub fn postgres_url() -> Option<String> {
+    match std::env::var("RATH_TEST_POSTGRES_URL") {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ => {
+            rath_testkit::skip(
+                "RATH_TEST_POSTGRES_URL is not set to a PostgreSQL database \
+                 (see .ci/install.d/60-postgres.sh)",
+            );
+            None
+        }
+    }
+}
+
+/// A schema name no other test uses.
+pub fn fresh_schema(tag: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros());
+    format!(
+        "rath_test_{tag}_{}_{}_{micros}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A fresh PostgreSQL store in its own schema; `None` when PostgreSQL is not configured.
+pub async fn postgres(tag: &str) -> Option<(Schema, PgStore)> {
+    let url = postgres_url()?;
+    let schema = fresh_schema(tag);
+    let store = PgStore::connect_in(&url, Some(&schema))
+        .await
+        .expect("connect to RATH_TEST_POSTGRES_URL");
+    Some((Schema { url, name: schema }, store))
+}
+
+/// A test schema; [`Schema::drop_now`] removes it.
+pub struct Schema {
+    pub url: String,
+    pub name: String,
+}
+
+impl Schema {
+    /// Drops the schema and everything in it.
+    pub async fn drop_now(self) {
+        if let Ok(pool) = sqlx::PgPool::connect(&self.url).await {
+            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name))
+                .execute(&pool)
+                .await;
+            pool.close().await;
+        }
+    }
+}
+
+/// `../shared/interop/openrath-1.3.0`, relative to this crate.
+pub fn interop_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/interop/openrath-1.3.0")
+}

@@ -1,0 +1,153 @@
+//! Structure shared on disk: a fork or detach writes one session row and no chunk data, a
+//! loop round writes only its new chunks, a merge writes one row and refs only, and stored
+//! chunk data grows with distinct chunks, not sessions x chunks. Loading costs the same
+//! queries whatever the fork depth.
+
+mod common;
+
+use rath_persist::SessionStore;
+use rath_session::{Chunk, Session, Stamper};
+use rath_store_sql::{SqliteStore, TableStats};
+
+fn rows(stats: &[TableStats], table: &str) -> u64 {
+    stats
+        .iter()
+        .find(|s| s.table == table)
+        .map_or(0, |s| s.rows)
+}
+
+async fn sharing_on(store: &dyn SessionStore, stats: impl AsyncFn() -> Vec<TableStats>) {
+    let name = store.name();
+    let mut s = Session::user_with("question", Stamper::counter());
+    for i in 0..50 {
+        s = s
+            .push(Chunk::assistant_text(format!("answer {i}")))
+            .push(Chunk::user(format!("turn {i}")));
+    }
+    let r = store.save(&s).await.expect("save");
+    assert_eq!(r.chunks_written, 101, "{name}");
+    let before = stats().await;
+    // A chain of 200 forks, each adding one chunk: depth 200.
+    let mut tip = s.clone();
+    for i in 0..200 {
+        tip = tip
+            .fork()
+            .push(Chunk::assistant_text(format!("fork step {i}")));
+        let r = store.save(&tip).await.expect("save fork");
+        assert_eq!(r.chunks_written, 1, "{name}: fork {i} wrote only its chunk");
+    }
+    let after = stats().await;
+    assert_eq!(
+        rows(&after, "rath_chunks") - rows(&before, "rath_chunks"),
+        200,
+        "{name}"
+    );
+    assert_eq!(
+        rows(&after, "rath_refs") - rows(&before, "rath_refs"),
+        200,
+        "{name}: refs"
+    );
+    let loaded = store.load(tip.id()).await.expect("load the deepest fork");
+    assert_eq!(loaded.session.chunks(), tip.chunks(), "{name}");
+    // A plain fork and a detach: one row each, nothing else.
+    let before = stats().await;
+    let fork = s.fork();
+    let detached = s.detach();
+    assert_eq!(
+        store.save(&fork).await.expect("fork").chunks_written,
+        0,
+        "{name}"
+    );
+    assert_eq!(
+        store.save(&detached).await.expect("detach").chunks_written,
+        0,
+        "{name}"
+    );
+    let after = stats().await;
+    assert_eq!(
+        rows(&after, "rath_sessions") - rows(&before, "rath_sessions"),
+        2,
+        "{name}"
+    );
+    assert_eq!(
+        rows(&after, "rath_chunks"),
+        rows(&before, "rath_chunks"),
+        "{name}"
+    );
+    assert_eq!(
+        rows(&after, "rath_refs"),
+        rows(&before, "rath_refs"),
+        "{name}"
+    );
+    // A loop round on the fork: its two new chunks only.
+    let round = fork
+        .push(Chunk::assistant_text("round"))
+        .push(Chunk::user("next"));
+    assert_eq!(
+        store
+            .append(&round, fork.len())
+            .await
+            .expect("append")
+            .chunks_written,
+        2
+    );
+    // A merge of two stored sessions: one row, refs to chunks already stored.
+    let other = s.fork().push(Chunk::assistant_text("other branch"));
+    store.save(&other).await.expect("other");
+    let merged = round.merge(&other).expect("merge");
+    let before = stats().await;
+    assert_eq!(
+        store.save(&merged).await.expect("merge").chunks_written,
+        0,
+        "{name}"
+    );
+    let after = stats().await;
+    assert_eq!(
+        rows(&after, "rath_chunks"),
+        rows(&before, "rath_chunks"),
+        "{name}"
+    );
+    assert_eq!(
+        rows(&after, "rath_sessions") - rows(&before, "rath_sessions"),
+        1
+    );
+    let l = store.load(merged.id()).await.expect("load merge");
+    assert_eq!(l.session.chunks(), merged.chunks());
+}
+
+#[tokio::test]
+async fn sqlite_shares_structure() {
+    let (_dir, store) = common::sqlite().await;
+    let st = store.clone();
+    sharing_on(&store, async || st.table_stats().await.expect("stats")).await;
+}
+
+#[tokio::test]
+async fn postgres_shares_structure() {
+    let Some((schema, store)) = common::postgres("sharing").await else {
+        return;
+    };
+    let st = store.clone();
+    sharing_on(&store, async || st.table_stats().await.expect("stats")).await;
+    store.close().await;
+    schema.drop_now().await;
+}
+
+#[tokio::test]
+async fn a_reopened_sqlite_store_keeps_everything() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("a/b/store.sqlite");
+    let s = Session::user_with("kept", Stamper::counter()).push(Chunk::assistant_text("yes"));
+    {
+        let store = SqliteStore::open(&path).await.expect("open");
+        store.save(&s).await.expect("save");
+        store.save(&s.fork()).await.expect("fork");
+        store.close().await;
+    }
+    let store = SqliteStore::open(&path).await.expect("reopen");
+    assert_eq!(store.list().await.expect("list").len(), 2);
+    assert_eq!(
+        store.load(s.id()).await.expect("load").session.chunks(),
+        s.chunks()
+    );
+}
