@@ -19,6 +19,10 @@
 //! `local` sandbox holding a seeded copy of a small repo) and the decision to stop is taken
 //! from the tool evidence's exit code, never from what a model says.
 //!
+//! With `OTEL_EXPORTER_OTLP_ENDPOINT` set (e.g. `http://127.0.0.1:6006` for a local Arize
+//! Phoenix) the run's OpenTelemetry GenAI spans go there over OTLP; the line `otel: trace ...`
+//! names the trace and says how many spans were exported and dropped.
+//!
 //! Ids are fresh UUIDv7s on every run, so runs sharing a store never collide; pass
 //! `--deterministic` (or set `OPENRATH_DETERMINISTIC=1`) for counter ids and a fixed clock
 //! (the same bytes every run: give each such run its own OPENRATH_HOME).
@@ -37,6 +41,7 @@ use anyhow::Context as _;
 use openrath::flow::{Candidate, Decision, FlowEvent};
 use openrath::inspect::view::{ViewOptions, render_store};
 use openrath::inspect::{StoreView, lineage_tree};
+use openrath::otel::{OtlpConfig, OtlpExporter, TraceId, Traced};
 use openrath::persist::{LineageRow, SessionRecorder, export_jsonl_string};
 use openrath::prelude::*;
 use openrath::provider::{RecordingProvider, ReplayProvider};
@@ -389,9 +394,25 @@ async fn main() -> anyhow::Result<()> {
     let spec = SandboxSpec::working_dir(workspace.to_string_lossy().into_owned());
     let root = Session::user_with(TASK, Stamper::from_env()).to_with("local", spec);
     let store = Store::at(home.join("sessions"));
+    // With OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) set, the run is traced: GenAI
+    // spans over OTLP to that collector (Phoenix, Jaeger, an OpenTelemetry Collector, ...).
+    let exporter = match OtlpConfig::from_env_if_set()? {
+        Some(config) => Some(OtlpExporter::new(&config)?),
+        None => None,
+    };
+    let trace = TraceId::for_root(root.id().as_str());
+    let team = team(&models)?;
     // Forwarded through the context: it records the root, every session the team makes and
     // the result.
-    let out = match cx.forward(&team(&models)?, root).await {
+    let result = match &exporter {
+        Some(exporter) => cx.forward(&Traced::new(team, exporter.clone()), root).await,
+        None => cx.forward(&team, root).await,
+    };
+    if let Some(exporter) = &exporter {
+        // Never fails the run: a collector that is down costs one export timeout at most.
+        println!("otel: trace {}: {}", trace.to_hex(), exporter.shutdown());
+    }
+    let out = match result {
         Ok(out) => out,
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.

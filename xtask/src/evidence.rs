@@ -21,6 +21,7 @@ mod layout;
 mod lineage;
 mod memory;
 mod opensandbox;
+mod otel;
 mod provider;
 mod sandbox;
 mod testreport;
@@ -212,6 +213,7 @@ pub fn packets() -> Vec<Packet> {
         flow::selector_decisions(),
         flow::compression(),
         flow::approval_round_trip(),
+        otel::otel_export(),
         lineage::interop_openrath(),
         testreport::test_report(),
         visual::visual_qa(),

@@ -2,7 +2,7 @@
 //!
 //! One dependency for an application: every layer of the workspace is re-exported under a
 //! short name ([`session`], [`backend`], [`opensandbox`], [`provider`], [`memory`],
-//! [`persist`], [`flow`], [`mcp`], [`inspect`]) and [`prelude`] holds what writing an agent needs. A
+//! [`persist`], [`flow`], [`mcp`], [`otel`], [`runtime`], [`inspect`]) and [`prelude`] holds what writing an agent needs. A
 //! library that needs one layer can depend on that crate (`rath-session`, `rath-persist`, ...)
 //! alone.
 //!
@@ -61,9 +61,12 @@ pub use rath_flow as flow;
 pub use rath_inspect as inspect;
 pub use rath_mcp as mcp;
 pub use rath_memory as memory;
+pub use rath_otel as otel;
 pub use rath_persist as persist;
 pub use rath_provider as provider;
 pub use rath_provider_anthropic as anthropic;
+/// Durable runs: a run queue, workers with leases and fencing, replay journal, effect ledger.
+pub use rath_runtime as runtime;
 pub use rath_session as session;
 pub use rath_store_sql as store;
 

@@ -16,6 +16,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use rath_inspect::view::{ViewOptions, write_store_page};
 use rath_inspect::{FileWarning, InspectError, Page, StoreView};
 
+mod export;
+
 /// Inspect, compare, replay and view openrath session stores.
 #[derive(Debug, Parser)]
 #[command(name = "rath", version, about, long_about = None)]
@@ -90,6 +92,11 @@ enum Command {
     /// Manage a store: copy it, collect garbage, migrate its schema, count what it holds.
     #[command(subcommand)]
     Store(StoreCommand),
+    /// Send the store's sessions elsewhere.
+    Export {
+        #[command(subcommand)]
+        target: ExportTarget,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -110,6 +117,23 @@ enum StoreCommand {
     Migrate,
     /// Rows and bytes per table, sessions, and distinct chunks.
     Stats,
+}
+
+#[derive(Debug, Subcommand)]
+enum ExportTarget {
+    /// Send the spans of stored sessions (all, or ID and its ancestors) to an OTLP collector
+    /// (HTTP/protobuf or gRPC, set by the OTEL_EXPORTER_OTLP_* variables); timestamps come
+    /// from the session files. Exit 1 when spans were dropped.
+    Otel {
+        /// Session id (or a unique prefix or suffix of one); default every session.
+        id: Option<String>,
+        /// The collector endpoint (overrides OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT).
+        #[arg(long, value_name = "URL")]
+        endpoint: Option<String>,
+        /// Print the spans as JSON instead of sending them.
+        #[arg(long)]
+        print: bool,
+    },
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -368,6 +392,18 @@ fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
         } => view(cli, &store, out, *transcript_chunks),
         Command::Provider => provider(cli),
         Command::Store(_) => unreachable!("handled above"),
+        Command::Export {
+            target:
+                ExportTarget::Otel {
+                    id,
+                    endpoint,
+                    print,
+                },
+        } => {
+            let id = id.as_deref().map(|id| store.resolve(id)).transpose()?;
+            let id = id.as_ref().map(|i| i.as_str());
+            export::otel(store.dir(), id, endpoint.as_deref(), *print, cli.json)
+        }
     }
 }
 

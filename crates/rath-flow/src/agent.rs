@@ -28,7 +28,7 @@ use rath_provider::Provider;
 use rath_session::Session;
 
 use crate::FlowError;
-use crate::context::FlowContext;
+use crate::context::{FlowContext, FlowEvent};
 use crate::layers::is_resumption;
 use crate::policy::ToolPolicy;
 use crate::session_loop::{LoopOptions, SessionLoop};
@@ -176,14 +176,24 @@ impl Workflow for Agent {
         cx: &'a FlowContext,
     ) -> BoxFuture<'a, Result<Session, FlowError>> {
         Box::pin(async move {
+            let name = self.0.name.as_str();
+            cx.emit(&FlowEvent::AgentStart {
+                agent: name,
+                session: &session,
+            });
             let agent = self.agent_session(&session);
-            if is_resumption(&session) {
+            let out = if is_resumption(&session) {
                 // Pending work (an approval stop, an interrupted round): continue it after
                 // the reviewers' approve/reject decisions (see SessionLoop::resume).
                 self.0.looper.resume(&session, &agent, cx).await
             } else {
                 self.0.looper.run(&session, &agent, cx).await
-            }
+            };
+            cx.emit(&FlowEvent::AgentEnd {
+                agent: name,
+                outcome: out.as_ref(),
+            });
+            out
         })
     }
 

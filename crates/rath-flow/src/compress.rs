@@ -233,7 +233,13 @@ impl SummaryCompressor {
             request: &req,
         });
         let timer = input.stamper().start_timer();
-        let resp = self.provider.complete(&req).await?;
+        let resp = self.provider.complete(&req).await;
+        cx.emit(&FlowEvent::Reply {
+            agent: Some(&self.name),
+            request: &req,
+            outcome: resp.as_ref(),
+        });
+        let resp = resp?;
         let summary = resp.text().unwrap_or("").trim().to_owned();
         let kept: Vec<Chunk> = input.chunks().iter().skip(cut).cloned().collect();
         let summary_chunk = Chunk::user(format!("{SUMMARY_HEADER}\n{summary}"));

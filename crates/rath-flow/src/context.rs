@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 use rath_backend::BackendRegistry;
 use rath_persist::{LineageJournal, SessionWriter, Store, WriterOptions};
-use rath_provider::ProviderRequest;
+use rath_provider::{ProviderError, ProviderRequest, ProviderResponse};
 use rath_session::{Session, SessionId, Stamper, ToolCall, Usage};
 use tokio_util::sync::CancellationToken;
 
@@ -50,6 +50,31 @@ pub enum FlowEvent<'a> {
         agent: Option<&'a str>,
         /// The request.
         request: &'a ProviderRequest,
+    },
+    /// A provider request finished: its reply, or the error it failed with (after the
+    /// provider's own retries). Sent once per [`FlowEvent::Request`], by session loops,
+    /// selectors and compressors.
+    Reply {
+        /// The agent (or selector/compressor) that made it.
+        agent: Option<&'a str>,
+        /// The request.
+        request: &'a ProviderRequest,
+        /// The reply or the error.
+        outcome: Result<&'a ProviderResponse, &'a ProviderError>,
+    },
+    /// An agent starts working on a session.
+    AgentStart {
+        /// The agent's name.
+        agent: &'a str,
+        /// The session it was given.
+        session: &'a Session,
+    },
+    /// An agent finished: its output session, or the error it failed with.
+    AgentEnd {
+        /// The agent's name.
+        agent: &'a str,
+        /// The output session or the error.
+        outcome: Result<&'a Session, &'a FlowError>,
     },
     /// A piece of streamed reply text.
     TextDelta {

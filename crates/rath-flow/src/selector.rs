@@ -344,7 +344,13 @@ impl Selector {
             request: &req,
         });
         let timer = session.stamper().start_timer();
-        let resp = match provider.complete(&req).await {
+        let resp = provider.complete(&req).await;
+        cx.emit(&FlowEvent::Reply {
+            agent: Some(&self.name),
+            request: &req,
+            outcome: resp.as_ref(),
+        });
+        let resp = match resp {
             Ok(r) => r,
             Err(e) => return Err(self.failed(e.into(), session, Some(&req.request_id))),
         };

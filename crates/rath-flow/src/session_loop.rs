@@ -487,6 +487,11 @@ impl SessionLoop {
             }
             r = self.call_model(req, cx) => r,
         };
+        cx.emit(&FlowEvent::Reply {
+            agent,
+            request: req,
+            outcome: resp.as_ref(),
+        });
         let resp = match resp {
             Ok(r) => r,
             Err(e) => return Err(self.fail(e.into(), Some(out), at(), cx)),

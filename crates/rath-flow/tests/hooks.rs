@@ -57,7 +57,7 @@ async fn memory_commits_then_recalls_into_the_transcript() {
 }
 
 #[tokio::test]
-async fn observer_sees_requests_deltas_tools_usage_and_sessions() {
+async fn observer_sees_agents_requests_replies_deltas_tools_usage_and_sessions() {
     let log = Arc::new(Mutex::new(Vec::<String>::new()));
     let l = log.clone();
     let cx = FlowContext::new().with_observer(move |ev: &FlowEvent<'_>| {
@@ -68,6 +68,11 @@ async fn observer_sees_requests_deltas_tools_usage_and_sessions() {
             FlowEvent::ToolEnd { outcome, .. } => format!("end:{outcome}"),
             FlowEvent::Usage { usage, .. } => format!("usage:{}", usage.total_tokens),
             FlowEvent::Session { session } => format!("session:{}", session.lineage().kind),
+            FlowEvent::Reply { outcome, .. } => format!("reply:{}", outcome.is_ok()),
+            FlowEvent::AgentStart { agent, .. } => format!("agent_start:{agent}"),
+            FlowEvent::AgentEnd { agent, outcome } => {
+                format!("agent_end:{agent}:{}", outcome.is_ok())
+            }
             _ => "other".to_owned(),
         };
         l.lock().expect("log").push(tag);
@@ -94,16 +99,20 @@ async fn observer_sees_requests_deltas_tools_usage_and_sessions() {
     assert_eq!(
         log,
         [
+            "agent_start:a",
             "session:leaf_user",
             "session:leaf_system",
             "request",
+            "reply:true",
             "usage:4",
             "start:echo",
             "end:ok",
             "request",
             "delta:ok",
+            "reply:true",
             "usage:6",
-            "session:op_session_loop"
+            "session:op_session_loop",
+            "agent_end:a:true"
         ]
     );
 }

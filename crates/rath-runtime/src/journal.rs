@@ -1,0 +1,521 @@
+//! The replay journal and the effect ledger as a provider layer and a tool layer.
+//!
+//! A worker hands its workflow constructor a [`RunScope`]; the constructor wraps its
+//! providers with [`RunScope::provider`] and its tools with [`RunScope::tool`] (or
+//! [`RunScope::idempotent_tool`]). Wrapping gives back the same kind of thing: a
+//! [`JournaledProvider`] is a `Provider`, a [`JournaledTool`] a `Tool`.
+//!
+//! - A model reply is recorded under `segment/agent#n` (the agent's n-th call in this
+//!   segment of the run) with the sha256 of the normalized request, committed (fenced)
+//!   before the workflow sees it. On re-execution the same key serves the recorded reply
+//!   and the model is not asked; a request whose hash differs is
+//!   [`RuntimeError::ReplayMismatch`].
+//! - A tool call goes `prepared` → `dispatched` → `succeeded | failed` in the effect ledger
+//!   under `segment/agent` and its call id, with the idempotency key
+//!   (sha256 of run, step path, call id and canonical arguments) that the tool reads with
+//!   [`current_call`]. A recorded answer is served back; a call found `dispatched` (its
+//!   worker died before recording the answer) is re-run when the tool was declared
+//!   idempotent and is otherwise [`RuntimeError::Ambiguous`]: the run goes to review.
+//!
+//! Crash points for tests: `RATH_RUNTIME_CRASH=<point>:<n>` SIGKILLs the process at the
+//! n-th `<point>` it reaches (`model_reply`: a reply received, not recorded;
+//! `tool_effect`: a tool ran, its answer not recorded; `step`: a reply recorded, before
+//! the workflow sees it); `RATH_RUNTIME_STOP=<point>:<n>` SIGSTOPs it there (a worker
+//! paused past its lease, heartbeat and all, until someone sends SIGCONT), and
+//! `RATH_RUNTIME_PAUSE=<point>:<n>:<ms>` sleeps there (the heartbeat goes on).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rath_flow::{CancellationToken, Tool, ToolContext, ToolError, ToolOutput};
+use rath_provider::{
+    Provider, ProviderError, ProviderManifest, ProviderRequest, ProviderResponse, StreamAssembler,
+    StreamSink,
+};
+use serde_json::Value;
+
+use crate::model::{Effect, EffectState, Lease, RunId};
+use crate::store::{JournalEntry, RunStore};
+use crate::{RuntimeError, sha256_hex};
+
+/// What a tool call running under a durable run can read about itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallInfo {
+    /// The run.
+    pub run: RunId,
+    /// The step path (`segment/agent`).
+    pub step: String,
+    /// The tool call id.
+    pub call_id: String,
+    /// sha256 of run, step path, call id and canonical arguments (hex): the same on every
+    /// re-execution of the call, so an external system can refuse a duplicate.
+    pub idempotency_key: String,
+}
+
+tokio::task_local! {
+    static CALL: CallInfo;
+}
+
+/// The call a tool is running for, when it runs under a [`JournaledTool`].
+pub fn current_call() -> Option<CallInfo> {
+    CALL.try_with(Clone::clone).ok()
+}
+
+/// JSON with object keys sorted and no whitespace: what the idempotency key hashes.
+pub fn canonical_json(v: &Value) -> String {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            let parts: Vec<String> = keys
+                .iter()
+                .map(|k| format!("{}:{}", Value::String((*k).clone()), canonical_json(&m[*k])))
+                .collect();
+            format!("{{{}}}", parts.join(","))
+        }
+        Value::Array(a) => {
+            let parts: Vec<String> = a.iter().map(canonical_json).collect();
+            format!("[{}]", parts.join(","))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// sha256(run, step path, call id, canonical arguments), NUL-separated, hex.
+pub fn idempotency_key(run: &RunId, step: &str, call_id: &str, args: &Value) -> String {
+    let text = format!("{}\0{}\0{}\0{}", run, step, call_id, canonical_json(args));
+    sha256_hex(text.as_bytes())
+}
+
+static CRASH_COUNTS: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+
+/// A place where a test can make the worker process die or stall.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrashPoint {
+    /// A model reply arrived and is not recorded yet.
+    ModelReply,
+    /// A tool ran and its answer is not recorded yet.
+    ToolEffect,
+    /// A model reply is recorded and the workflow has not seen it.
+    Step,
+}
+
+impl CrashPoint {
+    fn name(self) -> &'static str {
+        match self {
+            CrashPoint::ModelReply => "model_reply",
+            CrashPoint::ToolEffect => "tool_effect",
+            CrashPoint::Step => "step",
+        }
+    }
+    fn index(self) -> usize {
+        match self {
+            CrashPoint::ModelReply => 0,
+            CrashPoint::ToolEffect => 1,
+            CrashPoint::Step => 2,
+        }
+    }
+}
+
+/// Reaches `point`: SIGKILLs the process or sleeps when the environment asks for it here.
+pub async fn crash_point(point: CrashPoint) {
+    let n = CRASH_COUNTS[point.index()].fetch_add(1, Ordering::SeqCst) + 1;
+    if let Ok(spec) = std::env::var("RATH_RUNTIME_CRASH") {
+        let mut it = spec.split(':');
+        if it.next() == Some(point.name()) && it.next().and_then(|s| s.parse().ok()) == Some(n) {
+            tracing::warn!(point = point.name(), n, "crash point: SIGKILL");
+            // SAFETY: kill(2) on our own pid with a valid signal number has no memory effects.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+        }
+    }
+    if let Ok(spec) = std::env::var("RATH_RUNTIME_STOP") {
+        let mut it = spec.split(':');
+        if it.next() == Some(point.name()) && it.next().and_then(|s| s.parse().ok()) == Some(n) {
+            tracing::warn!(point = point.name(), n, "stop point: SIGSTOP");
+            // SAFETY: as above.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGSTOP);
+            }
+        }
+    }
+    if let Ok(spec) = std::env::var("RATH_RUNTIME_PAUSE") {
+        let parts: Vec<&str> = spec.split(':').collect();
+        if parts.len() == 3
+            && parts[0] == point.name()
+            && parts[1].parse::<u64>().ok() == Some(n)
+            && let Ok(ms) = parts[2].parse::<u64>()
+        {
+            tracing::warn!(point = point.name(), n, ms, "pause point");
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct ScopeState {
+    journal: HashMap<(String, i64), JournalEntry>,
+    counters: HashMap<String, i64>,
+    effects: HashMap<(String, String), Effect>,
+    fatal: Option<RuntimeError>,
+    served: u64,
+    live: u64,
+}
+
+/// One claim of one run: the journal and ledger as loaded at the claim, the lease every
+/// write carries, and what stopped the run (if anything). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct RunScope {
+    store: RunStore,
+    lease: Lease,
+    segment: i64,
+    state: Arc<Mutex<ScopeState>>,
+    cancel: CancellationToken,
+}
+
+impl RunScope {
+    /// A scope for `lease` on `store` at journal segment `segment`, with what the store
+    /// recorded for the run so far; `cancel` stops the workflow when the run must stop.
+    pub async fn load(
+        store: RunStore,
+        lease: Lease,
+        segment: i64,
+        cancel: CancellationToken,
+    ) -> Result<RunScope, RuntimeError> {
+        let mut state = ScopeState::default();
+        for e in store.journal(&lease.run).await? {
+            state.journal.insert((e.step.clone(), e.seq), e);
+        }
+        for e in store.effects(&lease.run).await? {
+            state.effects.insert((e.step.clone(), e.call_id.clone()), e);
+        }
+        Ok(RunScope {
+            store,
+            lease,
+            segment,
+            state: Arc::new(Mutex::new(state)),
+            cancel,
+        })
+    }
+
+    /// The run.
+    pub fn run(&self) -> &RunId {
+        &self.lease.run
+    }
+
+    /// The lease this scope's writes carry.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// Wraps a provider into the replay journal.
+    pub fn provider(&self, inner: impl Provider + 'static) -> JournaledProvider {
+        JournaledProvider {
+            scope: self.clone(),
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Wraps a tool into the effect ledger; an ambiguous call of it goes to review.
+    pub fn tool(&self, inner: impl Tool + 'static) -> JournaledTool {
+        JournaledTool {
+            scope: self.clone(),
+            inner: Arc::new(inner),
+            idempotent: false,
+        }
+    }
+
+    /// Wraps a tool declared idempotent: an ambiguous call of it is simply run again.
+    pub fn idempotent_tool(&self, inner: impl Tool + 'static) -> JournaledTool {
+        JournaledTool {
+            scope: self.clone(),
+            inner: Arc::new(inner),
+            idempotent: true,
+        }
+    }
+
+    /// What stopped the run (fenced, replay mismatch, an ambiguous call), if anything.
+    pub fn take_fatal(&self) -> Option<RuntimeError> {
+        self.lock().fatal.take()
+    }
+
+    /// Replies and answers served from the journal and ledger, and those fetched live.
+    pub fn counts(&self) -> (u64, u64) {
+        let s = self.lock();
+        (s.served, s.live)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ScopeState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn stopped(&self) -> Option<String> {
+        self.lock().fatal.as_ref().map(ToString::to_string)
+    }
+
+    fn stop(&self, e: RuntimeError) -> String {
+        let text = e.to_string();
+        let mut s = self.lock();
+        if s.fatal.is_none() {
+            s.fatal = Some(e);
+        }
+        drop(s);
+        self.cancel.cancel();
+        text
+    }
+
+    fn step(&self, agent: Option<&str>) -> String {
+        format!("{}/{}", self.segment, agent.unwrap_or("-"))
+    }
+}
+
+/// A provider whose replies are recorded in, and on re-execution served from, the run's
+/// journal (see the [module docs](self)).
+#[derive(Clone)]
+pub struct JournaledProvider {
+    scope: RunScope,
+    inner: Arc<dyn Provider>,
+}
+
+enum Served {
+    Recorded(ProviderResponse),
+    Live {
+        step: String,
+        seq: i64,
+        hash: String,
+    },
+}
+
+impl JournaledProvider {
+    fn lookup(&self, req: &ProviderRequest) -> Result<Served, ProviderError> {
+        if let Some(why) = self.scope.stopped() {
+            return Err(ProviderError::Config(format!("durable run stopped: {why}")));
+        }
+        let step = self.scope.step(req.agent.as_deref());
+        let hash = sha256_hex(canonical_json(&req.normalized()).as_bytes());
+        let mut s = self.scope.lock();
+        let seq = {
+            let c = s.counters.entry(step.clone()).or_insert(0);
+            *c += 1;
+            *c - 1
+        };
+        let Some(entry) = s.journal.get(&(step.clone(), seq)).cloned() else {
+            s.live += 1;
+            return Ok(Served::Live { step, seq, hash });
+        };
+        s.served += 1;
+        drop(s);
+        if entry.request_hash != hash {
+            let e = RuntimeError::ReplayMismatch {
+                run: self.scope.run().to_string(),
+                key: format!("{step}#{seq}"),
+            };
+            return Err(ProviderError::Config(self.scope.stop(e)));
+        }
+        serde_json::from_str(&entry.payload)
+            .map(Served::Recorded)
+            .map_err(|e| ProviderError::Config(format!("journal entry {step}#{seq}: {e}")))
+    }
+
+    async fn record(
+        &self,
+        step: String,
+        seq: i64,
+        hash: String,
+        resp: &ProviderResponse,
+    ) -> Result<(), ProviderError> {
+        crash_point(CrashPoint::ModelReply).await;
+        let payload = serde_json::to_string(resp)
+            .map_err(|e| ProviderError::Config(format!("reply not recordable: {e}")))?;
+        let entry = JournalEntry {
+            step,
+            seq,
+            request_hash: hash,
+            payload,
+            token: self.scope.lease.token,
+        };
+        if let Err(e) = self.scope.store.record(&self.scope.lease, &entry).await {
+            return Err(ProviderError::Config(self.scope.stop(e)));
+        }
+        crash_point(CrashPoint::Step).await;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Provider for JournaledProvider {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn complete(&self, req: &ProviderRequest) -> Result<ProviderResponse, ProviderError> {
+        match self.lookup(req)? {
+            Served::Recorded(r) => Ok(r),
+            Served::Live { step, seq, hash } => {
+                let resp = self.inner.complete(req).await?;
+                self.record(step, seq, hash, &resp).await?;
+                Ok(resp)
+            }
+        }
+    }
+
+    async fn stream(
+        &self,
+        req: &ProviderRequest,
+        sink: &mut StreamSink<'_>,
+    ) -> Result<ProviderResponse, ProviderError> {
+        match self.lookup(req)? {
+            Served::Recorded(r) => {
+                for ev in StreamAssembler::events_for(&r) {
+                    sink(ev);
+                }
+                Ok(r)
+            }
+            Served::Live { step, seq, hash } => {
+                let resp = self.inner.stream(req, sink).await?;
+                self.record(step, seq, hash, &resp).await?;
+                Ok(resp)
+            }
+        }
+    }
+
+    fn manifest(&self) -> ProviderManifest {
+        self.inner.manifest()
+    }
+}
+
+/// A tool whose calls go through the run's effect ledger (see the [module docs](self)).
+#[derive(Clone)]
+pub struct JournaledTool {
+    scope: RunScope,
+    inner: Arc<dyn Tool>,
+    idempotent: bool,
+}
+
+fn answer_json(r: &Result<ToolOutput, ToolError>) -> String {
+    match r {
+        Ok(o) => serde_json::json!({"ok": true, "content": o.content}).to_string(),
+        Err(e) => serde_json::json!({"ok": false, "error": e}).to_string(),
+    }
+}
+
+fn answer_from(text: &str) -> Result<Result<ToolOutput, ToolError>, String> {
+    let v: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    if v["ok"] == Value::Bool(true) {
+        let content = v["content"].as_str().ok_or("answer without content")?;
+        Ok(Ok(ToolOutput::text(content)))
+    } else {
+        let e: ToolError = serde_json::from_value(v["error"].clone()).map_err(|e| e.to_string())?;
+        Ok(Err(e))
+    }
+}
+
+impl JournaledTool {
+    fn fail(&self, e: RuntimeError) -> ToolError {
+        ToolError::exception(self.scope.stop(e))
+    }
+
+    async fn put(&self, e: &Effect) -> Result<(), ToolError> {
+        self.scope
+            .store
+            .put_effect(&self.scope.lease, e)
+            .await
+            .map_err(|err| self.fail(err))?;
+        self.scope
+            .lock()
+            .effects
+            .insert((e.step.clone(), e.call_id.clone()), e.clone());
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Tool for JournaledTool {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn description(&self) -> &str {
+        self.inner.description()
+    }
+    fn parameters(&self) -> &Value {
+        self.inner.parameters()
+    }
+    fn parallel_safe(&self) -> bool {
+        self.inner.parallel_safe()
+    }
+    fn resource_key(&self, args: &Value) -> Option<String> {
+        self.inner.resource_key(args)
+    }
+    fn timeout(&self) -> Option<Duration> {
+        self.inner.timeout()
+    }
+
+    async fn call(&self, cx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+        if let Some(why) = self.scope.stopped() {
+            return Err(ToolError::exception(format!("durable run stopped: {why}")));
+        }
+        let step = self.scope.step(cx.agent());
+        let call_id = cx.call_id().to_owned();
+        let recorded = self
+            .scope
+            .lock()
+            .effects
+            .get(&(step.clone(), call_id.clone()))
+            .cloned();
+        let key = idempotency_key(self.scope.run(), &step, &call_id, &args);
+        let mut effect = Effect {
+            run: self.scope.run().clone(),
+            step: step.clone(),
+            call_id: call_id.clone(),
+            tool: self.inner.name().to_owned(),
+            idempotency_key: key.clone(),
+            args: canonical_json(&args),
+            state: EffectState::Prepared,
+            result: None,
+        };
+        match recorded.as_ref().map(|e| (e.state, e.result.as_deref())) {
+            Some((EffectState::Succeeded | EffectState::Failed, Some(text))) => {
+                self.scope.lock().served += 1;
+                return answer_from(text)
+                    .unwrap_or_else(|m| Err(self.fail(crate::error::corrupt("effect answer", m))));
+            }
+            Some((EffectState::Dispatched | EffectState::Ambiguous, _)) if !self.idempotent => {
+                effect.state = EffectState::Ambiguous;
+                let _ = self.put(&effect).await;
+                return Err(self.fail(RuntimeError::Ambiguous {
+                    run: self.scope.run().to_string(),
+                    tool: effect.tool.clone(),
+                    call_id,
+                }));
+            }
+            // Prepared (never handed over), dispatched to an idempotent tool, or new.
+            _ => {}
+        }
+        self.scope.lock().live += 1;
+        if recorded.is_none() {
+            self.put(&effect).await?;
+        }
+        effect.state = EffectState::Dispatched;
+        self.put(&effect).await?;
+        let info = CallInfo {
+            run: self.scope.run().clone(),
+            step,
+            call_id,
+            idempotency_key: key,
+        };
+        let answer = CALL.scope(info, self.inner.call(cx, args)).await;
+        crash_point(CrashPoint::ToolEffect).await;
+        effect.state = if answer.is_ok() {
+            EffectState::Succeeded
+        } else {
+            EffectState::Failed
+        };
+        effect.result = Some(answer_json(&answer));
+        self.put(&effect).await?;
+        answer
+    }
+}

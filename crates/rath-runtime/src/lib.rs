@@ -1,0 +1,230 @@
+//! Durable runs: a run queue, workers with leases and fencing tokens, a replay journal and
+//! an effect ledger, on SQLite (one machine) or PostgreSQL (a fleet).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use rath_flow::{Agent, SharedWorkflow};
+//! use rath_provider::{ScriptedProvider, ScriptedResponse};
+//! use rath_runtime::{Runtime, RunOptions, RunStatus, Worker, WorkerOptions, WorkflowRegistry};
+//! use rath_session::{Session, Stamper};
+//!
+//! # tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(async {
+//! let dir = tempfile::tempdir()?;
+//! let registry = WorkflowRegistry::new().register("greet", "greet v1", |scope| {
+//!     let model = scope.provider(ScriptedProvider::new(vec![ScriptedResponse::text("hello")]));
+//!     Ok(Arc::new(Agent::new("greeter", "Greet.", model)) as SharedWorkflow)
+//! });
+//! let sessions = Arc::new(rath_persist::Store::at(dir.path().join("sessions")));
+//! let url = format!("sqlite:{}", dir.path().join("runs.db").display());
+//! let rt = Runtime::connect(&url, sessions, registry).await?;
+//! let input = Session::user_with("hi", Stamper::seeded(1));
+//! let id = rt.submit(&Stamper::seeded(2), "greet", &input, RunOptions::default()).await?;
+//! Worker::new(rt.clone(), WorkerOptions::named("w1")).run_once().await?;
+//! let run = rt.runs().get(&id).await?;
+//! assert_eq!(run.status, RunStatus::Succeeded);
+//! let out = rt.output(&id).await?.expect("an output session");
+//! assert_eq!(rath_flow::final_text(&out), Some("hello"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! **The journal is the session.** A run is its input session, its workflow (by name and
+//! definition hash) and what its providers and tools answered. A worker that claims a run
+//! forwards the input again with ids and clock from a stamper seeded by the run id; the
+//! [`journal`] layers serve every reply and tool answer recorded by earlier claims under
+//! their keys, so the re-executed session is byte-identical up to where the last worker
+//! stopped, and the run goes on live from there without asking a model twice or repeating
+//! a side effect. The output session lands in any [`rath_persist::SessionStore`].
+//!
+//! - [`RunStore`]: runs, leases with fencing tokens, journal, ledger and events (`rt_*`
+//!   tables with their own migrations) in SQLite or PostgreSQL through sqlx.
+//! - [`Worker`]: claim, heartbeat, run, persist, release; a pool of `concurrency` loops.
+//! - [`journal`]: [`JournaledProvider`], [`JournaledTool`], [`current_call`] (the
+//!   idempotency key a tool hands to the outside world) and the test crash points.
+//! - [`Runtime`]: submit, wait, output, approve/reject a waiting run, over both stores.
+
+#![warn(missing_docs)]
+
+mod error;
+pub mod journal;
+mod model;
+mod registry;
+mod store;
+mod worker;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rath_persist::{PersistError, SessionStore};
+use rath_session::{Session, SessionId, Stamper};
+use sha2::{Digest, Sha256};
+
+pub use error::RuntimeError;
+pub use journal::{
+    CallInfo, JournaledProvider, JournaledTool, RunScope, current_call, idempotency_key,
+};
+pub use model::{
+    Effect, EffectState, Lease, RetryPolicy, Run, RunEvent, RunId, RunOptions, RunStatus,
+};
+pub use registry::{Constructor, WorkflowDef, WorkflowRegistry, definition_hash};
+pub use store::{
+    JournalEntry, MIGRATIONS, Resolution, RunStore, SCHEMA_VERSION, Transition, now_ms,
+};
+pub use worker::{Outcome, Worker, WorkerOptions};
+
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// The run store, a session store and the workflows: what submitters, operators and
+/// workers share. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Runtime {
+    runs: RunStore,
+    sessions: Arc<dyn SessionStore>,
+    registry: Arc<WorkflowRegistry>,
+}
+
+impl Runtime {
+    /// A runtime over `runs`, `sessions` and `registry`.
+    pub fn new(
+        runs: RunStore,
+        sessions: Arc<dyn SessionStore>,
+        registry: WorkflowRegistry,
+    ) -> Self {
+        Self {
+            runs,
+            sessions,
+            registry: Arc::new(registry),
+        }
+    }
+
+    /// Connects the run store at `url` (see [`RunStore::connect`]).
+    pub async fn connect(
+        url: &str,
+        sessions: Arc<dyn SessionStore>,
+        registry: WorkflowRegistry,
+    ) -> Result<Self, RuntimeError> {
+        Ok(Self::new(RunStore::connect(url).await?, sessions, registry))
+    }
+
+    /// The run store.
+    pub fn runs(&self) -> &RunStore {
+        &self.runs
+    }
+
+    /// The session store.
+    pub fn sessions(&self) -> &Arc<dyn SessionStore> {
+        &self.sessions
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &WorkflowRegistry {
+        &self.registry
+    }
+
+    /// Stores `input` and submits a run of the registered `workflow` on it; the run id is
+    /// `run_` and an id from `stamper`.
+    pub async fn submit(
+        &self,
+        stamper: &Stamper,
+        workflow: &str,
+        input: &Session,
+        options: RunOptions,
+    ) -> Result<RunId, RuntimeError> {
+        let def = self
+            .registry
+            .get(workflow)
+            .ok_or_else(|| RuntimeError::UnknownWorkflow(workflow.to_owned()))?;
+        self.sessions.save(input).await?;
+        let id = RunId(format!("run_{}", stamper.next_id()));
+        self.runs
+            .submit(
+                id,
+                workflow,
+                &def.definition_hash,
+                input.id().as_str(),
+                &options,
+            )
+            .await
+    }
+
+    /// Waits (polling every `poll`) until the run is final, waiting or in review, or
+    /// `timeout` passed; returns the run as it is then.
+    pub async fn wait(
+        &self,
+        id: &RunId,
+        timeout: Duration,
+        poll: Duration,
+    ) -> Result<Run, RuntimeError> {
+        let start = Instant::now();
+        loop {
+            let run = self.runs.get(id).await?;
+            let settled = run.status.is_final()
+                || matches!(run.status, RunStatus::Waiting | RunStatus::NeedsReview);
+            if settled || start.elapsed() >= timeout {
+                return Ok(run);
+            }
+            tokio::time::sleep(poll).await;
+        }
+    }
+
+    /// The run's output session (its latest, for a waiting run), if it has one.
+    pub async fn output(&self, id: &RunId) -> Result<Option<Session>, RuntimeError> {
+        let run = self.runs.get(id).await?;
+        match run.output_session {
+            None => Ok(None),
+            Some(s) => Ok(Some(self.sessions.load(&SessionId::new(s)).await?.session)),
+        }
+    }
+
+    /// Approves the pending call `call_id` of a waiting run as `by` (from any process): the
+    /// decision is appended to its stopped session and the run is queued for any worker.
+    pub async fn approve(&self, id: &RunId, call_id: &str, by: &str) -> Result<(), RuntimeError> {
+        self.decide(id, |s| rath_flow::approve(s, call_id, by))
+            .await
+    }
+
+    /// Rejects the pending call `call_id` of a waiting run (the call is answered with a
+    /// `denied_by_policy` result when the run resumes).
+    pub async fn reject(
+        &self,
+        id: &RunId,
+        call_id: &str,
+        by: &str,
+        reason: &str,
+    ) -> Result<(), RuntimeError> {
+        self.decide(id, |s| rath_flow::reject(s, call_id, by, reason))
+            .await
+    }
+
+    async fn decide(
+        &self,
+        id: &RunId,
+        f: impl FnOnce(&Session) -> Result<Session, rath_flow::FlowError>,
+    ) -> Result<(), RuntimeError> {
+        let run = self.runs.get(id).await?;
+        let (RunStatus::Waiting, Some(out)) = (run.status, run.output_session.as_deref()) else {
+            return Err(RuntimeError::BadState {
+                run: id.to_string(),
+                status: run.status.to_string(),
+                what: "decide a pending call".into(),
+            });
+        };
+        let stopped = self.sessions.load(&SessionId::new(out)).await?.session;
+        let decided = f(&stopped)?;
+        match self.sessions.append(&decided, stopped.len()).await {
+            Ok(_) => {}
+            Err(PersistError::Conflict { .. }) => {
+                return Err(RuntimeError::BadState {
+                    run: id.to_string(),
+                    status: run.status.to_string(),
+                    what: "decide: the stopped session changed meanwhile".into(),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.runs.requeue_decided(id, out).await
+    }
+}

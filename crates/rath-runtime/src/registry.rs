@@ -1,0 +1,82 @@
+//! The workflow registry: name → constructor and definition hash.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use rath_flow::{FlowError, SharedWorkflow};
+
+use crate::journal::RunScope;
+
+/// Builds a run's workflow, wrapping its providers and tools with the scope's journal and
+/// ledger layers ([`RunScope::provider`], [`RunScope::tool`]).
+pub type Constructor = Arc<dyn Fn(&RunScope) -> Result<SharedWorkflow, FlowError> + Send + Sync>;
+
+/// A registered workflow.
+#[derive(Clone)]
+pub struct WorkflowDef {
+    /// Its name (what a run names).
+    pub name: String,
+    /// The definition hash runs are submitted with; a worker whose registered hash differs
+    /// refuses the run unless told otherwise.
+    pub definition_hash: String,
+    /// Its constructor.
+    pub constructor: Constructor,
+}
+
+impl fmt::Debug for WorkflowDef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkflowDef")
+            .field("name", &self.name)
+            .field("definition_hash", &self.definition_hash)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Workflows a worker can run, by name.
+#[derive(Clone, Debug, Default)]
+pub struct WorkflowRegistry {
+    defs: BTreeMap<String, WorkflowDef>,
+}
+
+/// The definition hash of a workflow described by `definition` (its version, its prompts,
+/// its shape: whatever changes what it does): sha256, hex.
+pub fn definition_hash(definition: &str) -> String {
+    crate::sha256_hex(definition.as_bytes())
+}
+
+impl WorkflowRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `name` (replacing an earlier registration) with the hash of `definition`.
+    pub fn register(
+        mut self,
+        name: impl Into<String>,
+        definition: &str,
+        constructor: impl Fn(&RunScope) -> Result<SharedWorkflow, FlowError> + Send + Sync + 'static,
+    ) -> Self {
+        let name = name.into();
+        self.defs.insert(
+            name.clone(),
+            WorkflowDef {
+                name,
+                definition_hash: definition_hash(definition),
+                constructor: Arc::new(constructor),
+            },
+        );
+        self
+    }
+
+    /// The workflow registered as `name`.
+    pub fn get(&self, name: &str) -> Option<&WorkflowDef> {
+        self.defs.get(name)
+    }
+
+    /// Registered names.
+    pub fn names(&self) -> Vec<&str> {
+        self.defs.keys().map(String::as_str).collect()
+    }
+}

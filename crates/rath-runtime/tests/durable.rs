@@ -1,0 +1,812 @@
+//! Durable runs end to end: fencing, definition hashes, worker processes killed at fixed
+//! points (SIGKILL through `RATH_RUNTIME_CRASH`), a worker stopped past its lease (SIGSTOP),
+//! and an approval decided from another process.
+//!
+//! The worker and operator processes are this test binary run again with `--ignored
+//! --exact child` and `RATH_RT_CHILD` saying what to do.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use rath_flow::{Agent, Sequence, SharedWorkflow, ToolContext, ToolError, ToolPolicy, typed_tool};
+use rath_persist::{SessionStore, Store};
+use rath_provider::{
+    Provider, ProviderError, ProviderManifest, ProviderRequest, ProviderResponse, ScriptedProvider,
+    ScriptedResponse,
+};
+use rath_runtime::{
+    EffectState, Outcome, Resolution, RunId, RunOptions, RunStatus, RunStore, Runtime,
+    RuntimeError, Worker, WorkerOptions, WorkflowRegistry, current_call,
+};
+use rath_session::{Role, Session, Stamper};
+use serde_json::json;
+
+/// A model that answers from the request alone (so a re-executed run gets the same reply
+/// whether it is served from the journal or asked again): two tool rounds, then text.
+#[derive(Debug)]
+struct RuleModel {
+    tool: &'static str,
+}
+
+#[async_trait]
+impl Provider for RuleModel {
+    fn name(&self) -> &str {
+        "rule"
+    }
+    async fn complete(&self, req: &ProviderRequest) -> Result<ProviderResponse, ProviderError> {
+        let agent = req.agent.clone().unwrap_or_default();
+        let mine = format!("{agent}_call_");
+        let rounds = req
+            .messages
+            .iter()
+            .filter(|m| {
+                m.role == Role::Tool
+                    && m.tool_call_id
+                        .as_deref()
+                        .is_some_and(|c| c.starts_with(&mine))
+            })
+            .count();
+        let n = req.messages.len() as u64;
+        let reply = if rounds < 2 {
+            let id = format!("{agent}_call_{rounds}");
+            ScriptedResponse::tool_calls(vec![(
+                id,
+                self.tool,
+                json!({"text": format!("{agent} {rounds}")}),
+            )])
+        } else {
+            ScriptedResponse::text(format!("{agent} done after {n} messages"))
+        };
+        ScriptedProvider::new(vec![reply.usage(10 * n, 3)])
+            .complete(req)
+            .await
+    }
+    fn manifest(&self) -> ProviderManifest {
+        ProviderManifest::new("rule")
+    }
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Args {
+    text: String,
+}
+
+/// The workflows every worker of these tests registers. `effects` is the file outside the
+/// store where the non-idempotent `record` tool appends the idempotency key it was handed.
+fn registry(effects: PathBuf) -> WorkflowRegistry {
+    let e1 = effects.clone();
+    WorkflowRegistry::new()
+        .register(
+            "team",
+            "team v1: planner(lookup x2) then writer(record x2)",
+            move |scope| {
+                let lookup = typed_tool(
+                    "lookup",
+                    "Look a text up.",
+                    |_cx: ToolContext, a: Args| async move {
+                        Ok::<_, ToolError>(json!({"len": a.text.len()}))
+                    },
+                );
+                let file = e1.clone();
+                let record = typed_tool(
+                    "record",
+                    "Record a text.",
+                    move |_cx: ToolContext, a: Args| {
+                        let file = file.clone();
+                        async move {
+                            let key = current_call()
+                                .map(|c| c.idempotency_key)
+                                .unwrap_or_default();
+                            let mut f = std::fs::OpenOptions::new()
+                                .create(true)
+                                .append(true)
+                                .open(&file)
+                                .map_err(|e| ToolError::exception(e.to_string()))?;
+                            writeln!(f, "{key}")
+                                .map_err(|e| ToolError::exception(e.to_string()))?;
+                            Ok::<_, ToolError>(json!({"recorded": a.text}))
+                        }
+                    },
+                );
+                let planner = Agent::new(
+                    "planner",
+                    "Plan.",
+                    scope.provider(RuleModel { tool: "lookup" }),
+                )
+                .with_tool(scope.idempotent_tool(lookup))?;
+                let writer = Agent::new(
+                    "writer",
+                    "Write.",
+                    scope.provider(RuleModel { tool: "record" }),
+                )
+                .with_tool(scope.tool(record))?;
+                Ok(Arc::new(Sequence::new("team").then(planner).then(writer)) as SharedWorkflow)
+            },
+        )
+        .register(
+            "gated",
+            "gated v1: writer(record, approval)",
+            move |scope| {
+                let file = effects.clone();
+                let record = typed_tool(
+                    "record",
+                    "Record a text.",
+                    move |_cx: ToolContext, a: Args| {
+                        let file = file.clone();
+                        async move {
+                            let key = current_call()
+                                .map(|c| c.idempotency_key)
+                                .unwrap_or_default();
+                            let mut f = std::fs::OpenOptions::new()
+                                .create(true)
+                                .append(true)
+                                .open(&file)
+                                .map_err(|e| ToolError::exception(e.to_string()))?;
+                            writeln!(f, "{key}")
+                                .map_err(|e| ToolError::exception(e.to_string()))?;
+                            Ok::<_, ToolError>(json!({"recorded": a.text}))
+                        }
+                    },
+                );
+                let writer = Agent::new(
+                    "writer",
+                    "Write.",
+                    scope.provider(RuleModel { tool: "record" }),
+                )
+                .with_tool(scope.tool(record))?
+                .with_policy(ToolPolicy::allow_all().require_approval("record"));
+                Ok(Arc::new(writer) as SharedWorkflow)
+            },
+        )
+}
+
+struct Env {
+    dir: tempfile::TempDir,
+    url: String,
+}
+
+impl Env {
+    fn sqlite() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("runs.db").display());
+        Env { dir, url }
+    }
+
+    /// A fresh PostgreSQL database for this test, or `None` (skipped; fails under RATH_CI).
+    async fn postgres(name: &str) -> Option<Env> {
+        let Ok(base) = std::env::var("RATH_TEST_POSTGRES_URL") else {
+            rath_testkit::skip(
+                "RATH_TEST_POSTGRES_URL is not set (see .ci/install.d/60-postgres.sh)",
+            );
+            return None;
+        };
+        let db = format!("rt_{name}_{}", std::process::id());
+        let pool = sqlx::PgPool::connect(&base)
+            .await
+            .expect("PostgreSQL at RATH_TEST_POSTGRES_URL");
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {db}"))
+            .execute(&pool)
+            .await
+            .unwrap();
+        sqlx::query(&format!("CREATE DATABASE {db}"))
+            .execute(&pool)
+            .await
+            .unwrap();
+        let cut = base.rfind('/').unwrap();
+        let url = format!("{}/{db}", &base[..cut]);
+        Some(Env {
+            dir: tempfile::tempdir().unwrap(),
+            url,
+        })
+    }
+
+    fn sessions(&self) -> PathBuf {
+        self.dir.path().join("sessions")
+    }
+    fn effects(&self) -> PathBuf {
+        self.dir.path().join("effects.txt")
+    }
+
+    async fn runtime(&self) -> Runtime {
+        let store: Arc<dyn SessionStore> = Arc::new(Store::at(self.sessions()));
+        Runtime::connect(&self.url, store, registry(self.effects()))
+            .await
+            .unwrap()
+    }
+
+    /// A worker process named `name` with extra environment (crash points).
+    fn worker(&self, name: &str, lease_ms: u64, env: &[(&str, &str)]) -> Child {
+        self.child("worker", name, lease_ms, env)
+    }
+
+    fn child(&self, what: &str, name: &str, lease_ms: u64, env: &[(&str, &str)]) -> Child {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "--exact",
+            "child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("RATH_RT_CHILD", what)
+        .env("RATH_RT_URL", &self.url)
+        .env("RATH_RT_SESSIONS", self.sessions())
+        .env("RATH_RT_EFFECTS", self.effects())
+        .env("RATH_RT_NAME", name)
+        .env("RATH_RT_LEASE_MS", lease_ms.to_string())
+        .env_remove("RATH_RUNTIME_CRASH")
+        .env_remove("RATH_RUNTIME_STOP")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.spawn().unwrap()
+    }
+
+    fn effect_lines(&self) -> Vec<String> {
+        std::fs::read_to_string(self.effects())
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// The child process entry point (run by the tests above, never on its own).
+#[test]
+#[ignore = "a worker/operator process the other tests start"]
+fn child() {
+    let Ok(what) = std::env::var("RATH_RT_CHILD") else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let var = |k: &str| std::env::var(k).unwrap();
+        let store: Arc<dyn SessionStore> = Arc::new(Store::at(var("RATH_RT_SESSIONS")));
+        let runtime = Runtime::connect(
+            &var("RATH_RT_URL"),
+            store,
+            registry(var("RATH_RT_EFFECTS").into()),
+        )
+        .await
+        .unwrap();
+        match what.as_str() {
+            "worker" => {
+                let lease = Duration::from_millis(var("RATH_RT_LEASE_MS").parse().unwrap());
+                let opts = WorkerOptions::named(var("RATH_RT_NAME"))
+                    .lease(lease)
+                    .poll(Duration::from_millis(20));
+                let shutdown = rath_flow::CancellationToken::new();
+                Worker::new(runtime, opts).run(shutdown).await.unwrap();
+            }
+            "approve" => {
+                let run = RunId(var("RATH_RT_RUN"));
+                runtime
+                    .approve(&run, &var("RATH_RT_CALL"), "reviewer@other-process")
+                    .await
+                    .unwrap();
+            }
+            other => panic!("unknown child role {other}"),
+        }
+    });
+}
+
+const SEED: u64 = 4242;
+
+async fn submit(rt: &Runtime, workflow: &str) -> RunId {
+    let input = Session::user_with("Plan and write it.", Stamper::seeded(SEED));
+    rt.submit(
+        &Stamper::seeded(SEED + 1),
+        workflow,
+        &input,
+        RunOptions::default(),
+    )
+    .await
+    .unwrap()
+}
+
+/// The same run done in-process without faults, in a store of its own: the reference.
+async fn uninterrupted(workflow: &str) -> (Env, Session) {
+    let env = Env::sqlite();
+    let rt = env.runtime().await;
+    let id = submit(&rt, workflow).await;
+    let w = Worker::new(rt.clone(), WorkerOptions::named("reference"));
+    assert_eq!(
+        w.run_once().await.unwrap().unwrap().1,
+        Outcome::Moved(RunStatus::Succeeded)
+    );
+    let out = rt.output(&id).await.unwrap().unwrap();
+    (env, out)
+}
+
+async fn wait_for(
+    rt: &Runtime,
+    id: &RunId,
+    want: RunStatus,
+    within: Duration,
+) -> rath_runtime::Run {
+    let start = Instant::now();
+    loop {
+        let run = rt.runs().get(id).await.unwrap();
+        if run.status == want {
+            return run;
+        }
+        assert!(
+            start.elapsed() < within,
+            "run is {} after {within:?}, wanted {want}: {:?}",
+            run.status,
+            run.detail
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn session_file(env: &Env, s: &Session) -> Vec<u8> {
+    std::fs::read(Store::at(env.sessions()).path_of(s.id())).unwrap()
+}
+
+/// The resumed session equals the reference: conversation chunks, tool results, usage
+/// (every chunk, in fact) and the stored file byte for byte.
+fn assert_same_session(reference: (&Env, &Session), got: (&Env, &Session)) {
+    let text = |s: &Session| serde_json::to_string(s).unwrap();
+    assert_eq!(text(got.1), text(reference.1));
+    assert_eq!(got.1.usage(), reference.1.usage());
+    assert_eq!(
+        session_file(got.0, got.1),
+        session_file(reference.0, reference.1)
+    );
+}
+
+fn kill(mut c: Child) {
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+fn has_no_duplicates(lines: &[String]) -> bool {
+    let mut seen = std::collections::BTreeSet::new();
+    lines.iter().all(|l| seen.insert(l.clone()))
+}
+
+async fn sigkill_at_step_resumes(env: Env) {
+    let (ref_env, reference) = uninterrupted("team").await;
+    let rt = env.runtime().await;
+    let id = submit(&rt, "team").await;
+    // The first worker SIGKILLs itself right after the third recorded model reply.
+    let mut first = env.worker("w1", 600, &[("RATH_RUNTIME_CRASH", "step:3")]);
+    let status = first.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9)
+    );
+    assert_eq!(rt.runs().journal(&id).await.unwrap().len(), 3);
+    let killed_at = Instant::now();
+    let second = env.worker("w2", 600, &[]);
+    let run = wait_for(&rt, &id, RunStatus::Succeeded, Duration::from_secs(30)).await;
+    kill(second);
+    assert!(killed_at.elapsed() < Duration::from_secs(15));
+    assert_eq!(run.attempts, 2);
+    let out = rt.output(&id).await.unwrap().unwrap();
+    assert_same_session((&ref_env, &reference), (&env, &out));
+    // Two record calls, each key once; the reference made the same two keys.
+    let keys = env.effect_lines();
+    assert_eq!(keys.len(), 2);
+    assert_eq!(keys, ref_env.effect_lines());
+    // Worker w2 took over with a newer token; the claims are in the run's events.
+    let claims: Vec<_> = rt
+        .runs()
+        .events(&id, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "claimed")
+        .map(|e| e.by)
+        .collect();
+    assert_eq!(claims, ["w1", "w2"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkill_at_a_fixed_step_resumes_byte_identical_on_sqlite() {
+    sigkill_at_step_resumes(Env::sqlite()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkill_at_a_fixed_step_resumes_byte_identical_on_postgres() {
+    if let Some(env) = Env::postgres("sigkill").await {
+        sigkill_at_step_resumes(env).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crash_between_model_reply_and_its_recording() {
+    let (ref_env, reference) = uninterrupted("team").await;
+    let env = Env::sqlite();
+    let rt = env.runtime().await;
+    let id = submit(&rt, "team").await;
+    // Reply 4 (the writer's first) arrived and was never recorded: asked again on resume.
+    let mut first = env.worker("w1", 600, &[("RATH_RUNTIME_CRASH", "model_reply:4")]);
+    first.wait().unwrap();
+    assert_eq!(rt.runs().journal(&id).await.unwrap().len(), 3);
+    let second = env.worker("w2", 600, &[]);
+    wait_for(&rt, &id, RunStatus::Succeeded, Duration::from_secs(30)).await;
+    kill(second);
+    let out = rt.output(&id).await.unwrap().unwrap();
+    assert_same_session((&ref_env, &reference), (&env, &out));
+    assert_eq!(
+        rt.runs().journal(&id).await.unwrap().len(),
+        reference_replies()
+    );
+}
+
+fn reference_replies() -> usize {
+    6 // planner: 2 tool rounds + text; writer: the same
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crash_between_tool_effect_and_its_recording() {
+    let (ref_env, reference) = uninterrupted("team").await;
+    // The idempotent lookup (effect 1): run again on resume, the run succeeds.
+    let env = Env::sqlite();
+    let rt = env.runtime().await;
+    let id = submit(&rt, "team").await;
+    env.worker("w1", 600, &[("RATH_RUNTIME_CRASH", "tool_effect:1")])
+        .wait()
+        .unwrap();
+    let effects = rt.runs().effects(&id).await.unwrap();
+    assert_eq!(effects.len(), 1);
+    assert_eq!(effects[0].state, EffectState::Dispatched);
+    let second = env.worker("w2", 600, &[]);
+    wait_for(&rt, &id, RunStatus::Succeeded, Duration::from_secs(30)).await;
+    kill(second);
+    assert_same_session(
+        (&ref_env, &reference),
+        (&env, &rt.output(&id).await.unwrap().unwrap()),
+    );
+
+    // The non-idempotent record (effect 3): ambiguous, the run goes to review with the call.
+    let env = Env::sqlite();
+    let rt = env.runtime().await;
+    let id = submit(&rt, "team").await;
+    env.worker("w1", 600, &[("RATH_RUNTIME_CRASH", "tool_effect:3")])
+        .wait()
+        .unwrap();
+    assert_eq!(env.effect_lines().len(), 1, "the effect happened once");
+    let second = env.worker("w2", 600, &[]);
+    let run = wait_for(&rt, &id, RunStatus::NeedsReview, Duration::from_secs(30)).await;
+    let detail = run.detail.unwrap();
+    assert!(
+        detail.contains("writer_call_0") && detail.contains("record"),
+        "{detail}"
+    );
+    let ambiguous: Vec<_> = rt
+        .runs()
+        .effects(&id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.state == EffectState::Ambiguous)
+        .collect();
+    assert_eq!(ambiguous.len(), 1);
+    assert_eq!(ambiguous[0].idempotency_key, env.effect_lines()[0]);
+    // A person says the effect happened and what it answered; the run finishes without
+    // repeating it, and equals the reference.
+    let answered = r#"{"recorded": "writer 0"}"#.to_owned();
+    rt.runs()
+        .resolve(&id, "writer_call_0", &Resolution::Answered(answered))
+        .await
+        .unwrap();
+    wait_for(&rt, &id, RunStatus::Succeeded, Duration::from_secs(30)).await;
+    kill(second);
+    let keys = env.effect_lines();
+    assert_eq!(keys.len(), 2);
+    assert!(has_no_duplicates(&keys));
+    assert_same_session(
+        (&ref_env, &reference),
+        (&env, &rt.output(&id).await.unwrap().unwrap()),
+    );
+}
+
+fn state_of(pid: u32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit(')')
+        .next()
+        .and_then(|s| s.trim().chars().next())
+        .unwrap_or('?')
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_paused_past_its_lease_cannot_write() {
+    let (ref_env, reference) = uninterrupted("team").await;
+    let env = Env::sqlite();
+    let rt = env.runtime().await;
+    let id = submit(&rt, "team").await;
+    // w1 stops itself (SIGSTOP) with reply 4 in hand, before recording it.
+    let first = env.worker("w1", 500, &[("RATH_RUNTIME_STOP", "model_reply:4")]);
+    let start = Instant::now();
+    while state_of(first.id()) != 'T' {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "w1 never stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let w1_token = rt.runs().lease(&id).await.unwrap().token;
+    let w1_rows = rt.runs().rows_with_token(&id, w1_token).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let second = env.worker("w2", 500, &[]);
+    wait_for(&rt, &id, RunStatus::Succeeded, Duration::from_secs(30)).await;
+    // w1 wakes past its lease: its recording is fenced, nothing of it lands.
+    let _ = Command::new("kill")
+        .args(["-CONT", &first.id().to_string()])
+        .status();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        rt.runs().rows_with_token(&id, w1_token).await.unwrap(),
+        w1_rows
+    );
+    assert_eq!(rt.runs().rows_above_lease().await.unwrap(), 0);
+    let run = rt.runs().get(&id).await.unwrap();
+    assert_eq!(run.status, RunStatus::Succeeded);
+    kill(first);
+    kill(second);
+    assert_same_session(
+        (&ref_env, &reference),
+        (&env, &rt.output(&id).await.unwrap().unwrap()),
+    );
+    assert!(has_no_duplicates(&env.effect_lines()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn approval_decided_from_another_process_finishes_on_another_worker() {
+    let env = Env::sqlite();
+    let rt = env.runtime().await;
+    let id = submit(&rt, "gated").await;
+    // An in-process worker runs the gated call up to its approval stop.
+    let w = Worker::new(rt.clone(), WorkerOptions::named("starter"));
+    assert_eq!(
+        w.run_once().await.unwrap().unwrap().1,
+        Outcome::Moved(RunStatus::Waiting)
+    );
+    let stopped = rt.output(&id).await.unwrap().unwrap();
+    let call = stopped.pending()[0].call.id.clone();
+    assert!(env.effect_lines().is_empty());
+    // Another process approves it, and a worker process that did not start the run takes
+    // it from there (the writer's second call stops again: approved the same way).
+    let finisher = env.worker("finisher", 1000, &[]);
+    let mut call = call;
+    let mut approved = Vec::new();
+    let run = loop {
+        let mut op = env.child(
+            "approve",
+            "op",
+            0,
+            &[("RATH_RT_RUN", id.as_str()), ("RATH_RT_CALL", &call)],
+        );
+        assert!(op.wait().unwrap().success());
+        approved.push(call.clone());
+        let run = rt
+            .wait(&id, Duration::from_secs(30), Duration::from_millis(20))
+            .await
+            .unwrap();
+        if run.status != RunStatus::Waiting {
+            break run;
+        }
+        call = rt.output(&id).await.unwrap().unwrap().pending()[0]
+            .call
+            .id
+            .clone();
+    };
+    assert_eq!(run.status, RunStatus::Succeeded, "{:?}", run.detail);
+    kill(finisher);
+    let claims: Vec<_> = rt
+        .runs()
+        .events(&id, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "claimed")
+        .map(|e| e.by)
+        .collect();
+    assert_eq!(claims.last().map(String::as_str), Some("finisher"));
+    assert!(claims.contains(&"starter".to_owned()));
+    assert_eq!(approved.len(), 2);
+    assert_eq!(run.segment, 2);
+    let out = rt.output(&id).await.unwrap().unwrap();
+    assert!(out.pending().is_empty());
+    for call in &approved {
+        assert!(rath_flow::decision_for(&out, call).is_some());
+    }
+    assert_eq!(env.effect_lines().len(), 2);
+    assert!(has_no_duplicates(&env.effect_lines()));
+}
+
+async fn fencing_refuses_stale_writes(env: Env) {
+    let rt = env.runtime().await;
+    let id = submit(&rt, "team").await;
+    let runs = rt.runs();
+    let (_, old) = runs
+        .claim("a", Duration::from_millis(50))
+        .await
+        .unwrap()
+        .unwrap();
+    runs.heartbeat(&old, Duration::from_millis(50))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let (_, new) = runs
+        .claim("b", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(new.token, old.token + 1);
+    let entry = rath_runtime::JournalEntry {
+        step: "0/x".into(),
+        seq: 0,
+        request_hash: "h".into(),
+        payload: "{}".into(),
+        token: old.token,
+    };
+    let refused = runs.record(&old, &entry).await;
+    assert!(
+        matches!(refused, Err(RuntimeError::Fenced { token, current, .. }) if token == old.token && current == new.token)
+    );
+    assert!(matches!(
+        runs.heartbeat(&old, Duration::from_secs(1)).await,
+        Err(RuntimeError::Fenced { .. })
+    ));
+    assert!(matches!(
+        runs.finish(&old, rath_runtime::Transition::to(RunStatus::Succeeded))
+            .await,
+        Err(RuntimeError::Fenced { .. })
+    ));
+    assert!(runs.journal(&id).await.unwrap().is_empty());
+    runs.record(&new, &entry).await.unwrap();
+    // A cancel fences the holder too.
+    runs.cancel(&id).await.unwrap();
+    assert!(matches!(
+        runs.record(&new, &entry).await,
+        Err(RuntimeError::Fenced { .. })
+    ));
+    assert_eq!(runs.get(&id).await.unwrap().status, RunStatus::Cancelled);
+    assert!(
+        runs.claim("c", Duration::from_secs(1))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(matches!(
+        runs.cancel(&id).await,
+        Err(RuntimeError::BadState { .. })
+    ));
+    assert_eq!(
+        runs.schema_version().await.unwrap(),
+        rath_runtime::SCHEMA_VERSION
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fencing_refuses_stale_writes_on_sqlite() {
+    fencing_refuses_stale_writes(Env::sqlite()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fencing_refuses_stale_writes_on_postgres() {
+    if let Some(env) = Env::postgres("fencing").await {
+        fencing_refuses_stale_writes(env).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_definition_is_refused_unless_accepted() {
+    let env = Env::sqlite();
+    let rt = env.runtime().await;
+    let id = submit(&rt, "team").await;
+    let store: Arc<dyn SessionStore> = Arc::new(Store::at(env.sessions()));
+    let changed = WorkflowRegistry::new().register("team", "team v2", |_| {
+        Ok(Arc::new(rath_flow::EmptyWorkflow) as SharedWorkflow)
+    });
+    let rt2 = Runtime::new(RunStore::connect(&env.url).await.unwrap(), store, changed);
+    let w = Worker::new(rt2.clone(), WorkerOptions::named("v2"));
+    assert_eq!(
+        w.run_once().await.unwrap().unwrap().1,
+        Outcome::Moved(RunStatus::Failed)
+    );
+    let run = rt.runs().get(&id).await.unwrap();
+    assert!(run.detail.unwrap().contains("changed since submission"));
+    // Told to accept it, a worker runs the new definition.
+    let id2 = rt
+        .submit(
+            &Stamper::seeded(9),
+            "team",
+            &Session::user_with("x", Stamper::seeded(8)),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    let w = Worker::new(
+        rt2,
+        WorkerOptions::named("v2").accept_changed_definitions(true),
+    );
+    assert_eq!(
+        w.run_once().await.unwrap().unwrap(),
+        (id2, Outcome::Moved(RunStatus::Succeeded))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_newer_schema_is_refused() {
+    let env = Env::sqlite();
+    let rt = env.runtime().await;
+    let path = env.dir.path().join("runs.db");
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO rt_schema (version, what, applied_ms) VALUES (99, 'future', 0)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    drop(rt);
+    let again = RunStore::connect(&env.url).await;
+    assert!(matches!(
+        again,
+        Err(RuntimeError::NewerSchema { found: 99, .. })
+    ));
+    assert!(matches!(
+        RunStore::connect("mysql://x").await,
+        Err(RuntimeError::BadUrl(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_process_pool_runs_many_and_replays_nothing_twice() {
+    let env = Env::sqlite();
+    let rt = env.runtime().await;
+    let mut ids = Vec::new();
+    for i in 0..8u64 {
+        let input = Session::user_with(format!("task {i}"), Stamper::seeded(100 + i));
+        ids.push(
+            rt.submit(
+                &Stamper::seeded(200 + i),
+                "team",
+                &input,
+                RunOptions::default().tag("batch"),
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    let shutdown = rath_flow::CancellationToken::new();
+    let pool = Worker::new(rt.clone(), WorkerOptions::named("pool").concurrency(4));
+    let handle = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { pool.run(shutdown).await }
+    });
+    for id in &ids {
+        let run = rt
+            .wait(id, Duration::from_secs(60), Duration::from_millis(20))
+            .await
+            .unwrap();
+        assert_eq!(run.status, RunStatus::Succeeded, "{:?}", run.detail);
+    }
+    shutdown.cancel();
+    handle.await.unwrap().unwrap();
+    let keys = env.effect_lines();
+    assert_eq!(keys.len(), 16);
+    assert!(has_no_duplicates(&keys));
+    assert_eq!(
+        rt.runs()
+            .list(Some(RunStatus::Succeeded))
+            .await
+            .unwrap()
+            .len(),
+        8
+    );
+    let _ = Path::new("");
+}
