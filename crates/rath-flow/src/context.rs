@@ -478,6 +478,28 @@ impl FlowContext {
         }
     }
 
+    /// A context for one branch of a fan-out that starts from `start`: `start` is recorded
+    /// here now (in the caller's order), and the branch records into a journal of its own
+    /// that [`FlowContext::join`] folds back, so the run's journal does not depend on which
+    /// branch happens to finish first. Everything else is shared with `self`.
+    pub(crate) fn branch(&self, start: &Session) -> FlowContext {
+        self.record(start);
+        let journal = LineageJournal::new();
+        journal.record(start);
+        self.clone().with_journal(journal)
+    }
+
+    /// Folds the journals of `branches` (made by [`FlowContext::branch`]) into this one, in
+    /// the order given. Observers already saw every session as its branch recorded it, so
+    /// nothing is reported twice.
+    pub(crate) fn join(&self, branches: &[FlowContext]) {
+        for b in branches {
+            for s in b.journal.sessions() {
+                self.journal.record(&s);
+            }
+        }
+    }
+
     /// Records a session in the journal and, when this version is new to it, reports it to
     /// the observer ([`FlowEvent::Session`]). [`FlowContext::forward`] does this for what
     /// workflows are given and return; call it for a session made outside any workflow.

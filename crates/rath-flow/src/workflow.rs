@@ -478,16 +478,27 @@ impl Parallel {
             return Err(fail_from(e.into(), &session, "Parallel.fan_out", at));
         }
         let parent = session.stamper().clone();
-        // `join_all` collects the calls before polling any, so every fork is recorded, in
-        // declared order, before a branch runs.
-        let runs = self.branches.iter().map(|b| {
-            let fork = session.fork().with_stamper(branch_stamper(&parent));
-            cx.forward(b.as_ref(), fork)
-        });
+        // Every fork is recorded, in declared order, before a branch runs; each branch
+        // records into its own journal, joined back in declared order.
+        let forks: Vec<(FlowContext, Session)> = self
+            .branches
+            .iter()
+            .map(|_| {
+                let fork = session.fork().with_stamper(branch_stamper(&parent));
+                (cx.branch(&fork), fork)
+            })
+            .collect();
+        let runs = self
+            .branches
+            .iter()
+            .zip(&forks)
+            .map(|(b, (bcx, fork))| bcx.forward(b.as_ref(), fork.clone()));
         // Every branch runs to its end (a failing one does not cut its siblings off
         // mid-call); the first failure in declared order is the result.
+        let results = futures::future::join_all(runs).await;
+        cx.join(&forks.into_iter().map(|(bcx, _)| bcx).collect::<Vec<_>>());
         let mut outs: Vec<Branch> = Vec::with_capacity(self.branches.len());
-        for r in futures::future::join_all(runs).await {
+        for r in results {
             let out = r?;
             outs.push(Branch {
                 tag: out.id().to_string(),
@@ -521,19 +532,22 @@ impl Parallel {
             return Err(fail_from(e, &stopped, "Parallel.resume", at()));
         }
         let parent = stopped.stamper().clone();
-        let runs = self
+        // Only the stopped branches run again; each records into its own journal.
+        let contexts: Vec<Option<FlowContext>> = fan
             .branches
             .iter()
-            .zip(fan.branches)
-            .map(|(b, (branch, stopped_here))| {
+            .map(|(b, stopped_here)| stopped_here.then(|| cx.branch(&b.out)))
+            .collect();
+        let runs = self.branches.iter().zip(fan.branches).zip(&contexts).map(
+            |((b, (branch, stopped_here)), bcx)| {
                 let parent = &parent;
                 async move {
-                    if !stopped_here {
+                    let Some(bcx) = bcx.as_ref().filter(|_| stopped_here) else {
                         return Ok(branch);
-                    }
+                    };
                     let stamper = branch.stamper.as_ref().and_then(Stamper::restore);
                     let stamper = stamper.unwrap_or_else(|| branch_stamper(parent));
-                    let out = cx
+                    let out = bcx
                         .forward(b.as_ref(), branch.out.with_stamper(stamper))
                         .await?;
                     Ok::<_, FlowError>(Branch {
@@ -542,9 +556,12 @@ impl Parallel {
                         tag: branch.tag,
                     })
                 }
-            });
+            },
+        );
+        let results = futures::future::join_all(runs).await;
+        cx.join(&contexts.into_iter().flatten().collect::<Vec<_>>());
         let mut outs: Vec<Branch> = Vec::with_capacity(self.branches.len());
-        for r in futures::future::join_all(runs).await {
+        for r in results {
             outs.push(r?);
         }
         self.merge(&fan.input_usage, &stopped, &outs)
