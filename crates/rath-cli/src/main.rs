@@ -127,7 +127,7 @@ enum ExportTarget {
     Otel {
         /// Session id (or a unique prefix or suffix of one); default every session.
         id: Option<String>,
-        /// The collector endpoint (overrides OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT).
+        /// The collector endpoint (overrides OTEL_EXPORTER_OTLP_TRACES_ENDPOINT and OTEL_EXPORTER_OTLP_ENDPOINT).
         #[arg(long, value_name = "URL")]
         endpoint: Option<String>,
         /// Print the spans as JSON instead of sending them.
