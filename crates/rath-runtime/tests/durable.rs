@@ -228,7 +228,6 @@ impl Env {
         cmd.args([
             "--exact",
             "child",
-            "--ignored",
             "--nocapture",
             "--test-threads=1",
         ])
@@ -259,7 +258,6 @@ impl Env {
 
 /// The child process entry point (run by the tests above, never on its own).
 #[test]
-#[ignore = "a worker/operator process the other tests start"]
 fn child() {
     let Ok(what) = std::env::var("RATH_RT_CHILD") else {
         return;

@@ -22,6 +22,8 @@
 //! [`skip`] prints one marker line that the `test_report` evidence packet counts as skipped;
 //! under `RATH_CI=1` it panics, so a broken install step turns CI red.
 
+#![warn(missing_docs)]
+
 /// True under CI (`RATH_CI` set and not empty or `0`; `.ci/run` sets `RATH_CI=1`), where a
 /// missing prerequisite fails the test instead of skipping it.
 pub fn in_ci() -> bool {
