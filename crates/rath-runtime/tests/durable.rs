@@ -75,6 +75,30 @@ struct Args {
     text: String,
 }
 
+/// The non-idempotent `record` tool: appends the idempotency key it was handed to `file`, a
+/// file outside the store, so a test can count how many times each effect happened.
+fn record_tool(file: PathBuf) -> impl rath_flow::Tool + 'static {
+    typed_tool(
+        "record",
+        "Record a text.",
+        move |_cx: ToolContext, a: Args| {
+            let file = file.clone();
+            async move {
+                let key = current_call()
+                    .map(|c| c.idempotency_key)
+                    .unwrap_or_default();
+                let mut f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&file)
+                    .map_err(|e| ToolError::exception(e.to_string()))?;
+                writeln!(f, "{key}").map_err(|e| ToolError::exception(e.to_string()))?;
+                Ok::<_, ToolError>(json!({"recorded": a.text}))
+            }
+        },
+    )
+}
+
 /// The workflows every worker of these tests registers. `effects` is the file outside the
 /// store where the non-idempotent `record` tool appends the idempotency key it was handed.
 fn registry(effects: PathBuf) -> WorkflowRegistry {
@@ -91,27 +115,7 @@ fn registry(effects: PathBuf) -> WorkflowRegistry {
                         Ok::<_, ToolError>(json!({"len": a.text.len()}))
                     },
                 );
-                let file = e1.clone();
-                let record = typed_tool(
-                    "record",
-                    "Record a text.",
-                    move |_cx: ToolContext, a: Args| {
-                        let file = file.clone();
-                        async move {
-                            let key = current_call()
-                                .map(|c| c.idempotency_key)
-                                .unwrap_or_default();
-                            let mut f = std::fs::OpenOptions::new()
-                                .create(true)
-                                .append(true)
-                                .open(&file)
-                                .map_err(|e| ToolError::exception(e.to_string()))?;
-                            writeln!(f, "{key}")
-                                .map_err(|e| ToolError::exception(e.to_string()))?;
-                            Ok::<_, ToolError>(json!({"recorded": a.text}))
-                        }
-                    },
-                );
+                let record = record_tool(e1.clone());
                 let planner = Agent::new(
                     "planner",
                     "Plan.",
@@ -131,27 +135,7 @@ fn registry(effects: PathBuf) -> WorkflowRegistry {
             "gated",
             "gated v1: writer(record, approval)",
             move |scope| {
-                let file = effects.clone();
-                let record = typed_tool(
-                    "record",
-                    "Record a text.",
-                    move |_cx: ToolContext, a: Args| {
-                        let file = file.clone();
-                        async move {
-                            let key = current_call()
-                                .map(|c| c.idempotency_key)
-                                .unwrap_or_default();
-                            let mut f = std::fs::OpenOptions::new()
-                                .create(true)
-                                .append(true)
-                                .open(&file)
-                                .map_err(|e| ToolError::exception(e.to_string()))?;
-                            writeln!(f, "{key}")
-                                .map_err(|e| ToolError::exception(e.to_string()))?;
-                            Ok::<_, ToolError>(json!({"recorded": a.text}))
-                        }
-                    },
-                );
+                let record = record_tool(effects.clone());
                 let writer = Agent::new(
                     "writer",
                     "Write.",
@@ -225,22 +209,17 @@ impl Env {
 
     fn child(&self, what: &str, name: &str, lease_ms: u64, env: &[(&str, &str)]) -> Child {
         let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args([
-            "--exact",
-            "child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("RATH_RT_CHILD", what)
-        .env("RATH_RT_URL", &self.url)
-        .env("RATH_RT_SESSIONS", self.sessions())
-        .env("RATH_RT_EFFECTS", self.effects())
-        .env("RATH_RT_NAME", name)
-        .env("RATH_RT_LEASE_MS", lease_ms.to_string())
-        .env_remove("RATH_RUNTIME_CRASH")
-        .env_remove("RATH_RUNTIME_STOP")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        cmd.args(["--exact", "child", "--nocapture", "--test-threads=1"])
+            .env("RATH_RT_CHILD", what)
+            .env("RATH_RT_URL", &self.url)
+            .env("RATH_RT_SESSIONS", self.sessions())
+            .env("RATH_RT_EFFECTS", self.effects())
+            .env("RATH_RT_NAME", name)
+            .env("RATH_RT_LEASE_MS", lease_ms.to_string())
+            .env_remove("RATH_RUNTIME_CRASH")
+            .env_remove("RATH_RUNTIME_STOP")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
         for (k, v) in env {
             cmd.env(k, v);
         }
