@@ -27,6 +27,10 @@ pub struct BenchArgs {
     /// Where to write the page (default `docs/benchmarks.md`; the SVG goes beside it).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Run only the durable-runtime workload (issue 20) against Python OpenRath 2.0's
+    /// LocalRuntime and write `docs/bench-runtime.md` (or `--out`).
+    #[arg(long)]
+    pub runtime: bool,
 }
 
 /// Scaling points (chunks per session, sessions per export).
@@ -431,6 +435,13 @@ fn svg_plot(series: &[PlotSeries<'_>]) -> String {
 /// Runs everything and writes the page.
 pub fn run(args: &BenchArgs) -> Result<()> {
     let root = xtask::workspace_root();
+    if args.runtime {
+        let out = args
+            .out
+            .clone()
+            .unwrap_or_else(|| root.join("docs/bench-runtime.md"));
+        return crate::bench_runtime::run(&out, if args.quick { 1 } else { 3 });
+    }
     let out = args
         .out
         .clone()

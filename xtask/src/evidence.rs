@@ -16,6 +16,7 @@
 //! (`evidence/ledger.toml`, `[[packet]]`); see `evidence/README.md`.
 
 mod crash;
+mod durable;
 mod flow;
 mod layout;
 mod lineage;
@@ -192,9 +193,10 @@ pub struct Packet {
     pub build: fn(&mut Ctx) -> Result<Report>,
 }
 
-/// Runs the crash child when the binary was started as one (see `crash_recovery`).
+/// Runs the crash child when the binary was started as one (see `crash_recovery` and
+/// `durable_resume`).
 pub fn crash_child_main() -> Option<std::process::ExitCode> {
-    crash::child_main()
+    crash::child_main().or_else(durable::child_main)
 }
 
 /// Every packet, in build order (`claim_ledger` last: it reads the others' manifests).
@@ -205,6 +207,7 @@ pub fn packets() -> Vec<Packet> {
         sandbox::isolated_sandbox(),
         memory::memory_local(),
         crash::crash_recovery(),
+        durable::durable_resume(),
         provider::replay(),
         provider::live_provider_manifest(),
         provider::live_provider_run(),

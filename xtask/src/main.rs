@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod bench_runtime;
 
 /// openrath project automation.
 #[derive(Parser, Debug)]
@@ -26,6 +27,9 @@ enum Command {
 
 fn main() -> ExitCode {
     if let Some(code) = xtask::evidence::crash_child_main() {
+        return code;
+    }
+    if let Some(code) = bench_runtime::child_main() {
         return code;
     }
     let cli = Cli::parse();

@@ -42,12 +42,16 @@
 //! - [`Worker`]: claim, heartbeat, run, persist, release; a pool of `concurrency` loops.
 //! - [`journal`]: [`JournaledProvider`], [`JournaledTool`], [`current_call`] (the
 //!   idempotency key a tool hands to the outside world) and the test crash points.
+//! - [`events`]: a run's events pushed to an [`EventSubscription`] (PostgreSQL
+//!   `LISTEN/NOTIFY`, an in-process hub), resumable after any event id.
 //! - [`Runtime`]: submit, wait, output, approve/reject a waiting run, over both stores.
 
 #![warn(missing_docs)]
 
 mod error;
+pub mod events;
 pub mod journal;
+mod live;
 mod model;
 mod registry;
 mod store;
@@ -61,6 +65,7 @@ use rath_session::{Session, SessionId, Stamper};
 use sha2::{Digest, Sha256};
 
 pub use error::RuntimeError;
+pub use events::EventSubscription;
 pub use journal::{
     CallInfo, JournaledProvider, JournaledTool, RunScope, current_call, idempotency_key,
 };

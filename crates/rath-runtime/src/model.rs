@@ -106,24 +106,90 @@ impl FromStr for RunStatus {
     }
 }
 
-/// How often a failed run is tried again.
+/// How often a failed run is tried again, and how long it waits in between.
+///
+/// A run whose workflow failed (a provider that gave up, a tool the workflow could not do
+/// without, ...) is queued again until `max_attempts` attempts failed; attempt `n` (1, 2,
+/// ...) after a failure waits `backoff * multiplier^(n-1)`, at most `max_backoff`, before a
+/// worker may claim it. Failures that another attempt cannot mend (an unknown workflow, a
+/// changed definition, a replay mismatch) fail the run at once. The retried attempt
+/// replays what the journal recorded, so only the failed part is done again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetryPolicy {
     /// Attempts in all (1: no retry).
     pub max_attempts: u32,
+    /// The wait before the first retry (ms).
+    #[serde(default)]
+    pub backoff_ms: u64,
+    /// Each further retry waits this many times longer (1: a constant wait).
+    #[serde(default = "one")]
+    pub multiplier: u32,
+    /// The longest wait (ms).
+    #[serde(default = "max_backoff")]
+    pub max_backoff_ms: u64,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn max_backoff() -> u64 {
+    60_000
 }
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self { max_attempts: 1 }
+        Self {
+            max_attempts: 1,
+            backoff_ms: 0,
+            multiplier: 1,
+            max_backoff_ms: max_backoff(),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// `max_attempts` attempts in all, no wait in between.
+    pub fn attempts(max_attempts: u32) -> Self {
+        Self {
+            max_attempts: max_attempts.max(1),
+            ..Self::default()
+        }
+    }
+
+    /// Waits `first` before the first retry, `multiplier` times longer before each further
+    /// one, at most `max`.
+    pub fn backoff(mut self, first: Duration, multiplier: u32, max: Duration) -> Self {
+        self.backoff_ms = u64::try_from(first.as_millis()).unwrap_or(u64::MAX);
+        self.multiplier = multiplier.max(1);
+        self.max_backoff_ms = u64::try_from(max.as_millis()).unwrap_or(u64::MAX);
+        self
+    }
+
+    /// True when a run that has failed `failures` times (this failure included) is tried
+    /// again.
+    pub fn retries_after(&self, failures: i64) -> bool {
+        failures < i64::from(self.max_attempts)
+    }
+
+    /// The wait before the attempt that follows failure number `failures` (1, 2, ...).
+    pub fn delay_after(&self, failures: i64) -> Duration {
+        let exp = u32::try_from(failures.saturating_sub(1)).unwrap_or(u32::MAX);
+        let factor = u64::from(self.multiplier).saturating_pow(exp);
+        Duration::from_millis(
+            self.backoff_ms
+                .saturating_mul(factor)
+                .min(self.max_backoff_ms),
+        )
     }
 }
 
 /// What a run is submitted with besides its workflow and input.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunOptions {
-    /// The run is `timed_out` when a worker finds it unfinished after this long from
-    /// submission.
+    /// The run is `timed_out` once this long from submission passed and it has not
+    /// finished: a queued or waiting run when a worker sweeps for overdue runs, a running
+    /// one when its worker's deadline timer stops it.
     #[serde(default, with = "opt_millis")]
     pub deadline: Option<Duration>,
     /// Retries of a failed workflow.
@@ -140,9 +206,14 @@ impl RunOptions {
         self.deadline = Some(d);
         self
     }
-    /// Sets the retry policy.
+    /// Sets the retry policy to `max_attempts` attempts in all, no wait in between.
     pub fn retry(mut self, max_attempts: u32) -> Self {
-        self.retry = RetryPolicy { max_attempts };
+        self.retry = RetryPolicy::attempts(max_attempts);
+        self
+    }
+    /// Sets the retry policy.
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
         self
     }
     /// Adds a tag.
@@ -197,6 +268,17 @@ pub struct Run {
     pub detail: Option<String>,
     /// Submission time (ms since the Unix epoch).
     pub submitted_ms: i64,
+    /// No worker claims the run before this time (a retry's backoff; 0: at once).
+    pub not_before_ms: i64,
+    /// When it times out (submission plus [`RunOptions::deadline`]), if it has a deadline.
+    pub deadline_ms: Option<i64>,
+}
+
+impl Run {
+    /// True when the run has a deadline and `now_ms` is past it.
+    pub fn overdue(&self, now_ms: i64) -> bool {
+        self.deadline_ms.is_some_and(|d| now_ms > d)
+    }
 }
 
 /// One entry of a run's event stream.
@@ -204,7 +286,8 @@ pub struct Run {
 pub struct RunEvent {
     /// The run.
     pub run: RunId,
-    /// Its position in the run's stream (1, 2, ...).
+    /// Its id: its position in the run's stream (1, 2, ...), increasing by one with every
+    /// event (what an SSE stream sends as `id:` and resumes from as `Last-Event-ID`).
     pub seq: i64,
     /// `status`, `claimed`, `step`, `session`, `fenced`, ...
     pub kind: String,
@@ -214,6 +297,17 @@ pub struct RunEvent {
     pub by: String,
     /// When (ms since the Unix epoch).
     pub at_ms: i64,
+}
+
+impl RunEvent {
+    /// The status a `status` event moved the run to (`None` for other kinds).
+    pub fn status(&self) -> Option<RunStatus> {
+        if self.kind != "status" {
+            return None;
+        }
+        let v: serde_json::Value = serde_json::from_str(&self.detail).ok()?;
+        v.get("status")?.as_str()?.parse().ok()
+    }
 }
 
 /// A worker's hold on a run.

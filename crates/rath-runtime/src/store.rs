@@ -10,6 +10,7 @@
 //! `FOR UPDATE SKIP LOCKED` on PostgreSQL, so workers never queue behind each other.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sqlx::Row;
@@ -20,18 +21,21 @@ use sqlx::sqlite::{
 
 use crate::RuntimeError;
 use crate::error::corrupt;
+use crate::events::EventSubscription;
 use crate::model::{Effect, EffectState, Lease, Run, RunEvent, RunId, RunOptions, RunStatus};
+use tokio::sync::{mpsc, oneshot};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The migrations, in order: `(version, what it adds, statements)`. The statements are the
 /// same text on SQLite and PostgreSQL.
-pub const MIGRATIONS: &[(i64, &str, &[&str])] = &[(
-    1,
-    "runs, leases, replay journal, effect ledger, run events",
-    &[
-        "CREATE TABLE IF NOT EXISTS rt_runs (
+pub const MIGRATIONS: &[(i64, &str, &[&str])] = &[
+    (
+        1,
+        "runs, leases, replay journal, effect ledger, run events",
+        &[
+            "CREATE TABLE IF NOT EXISTS rt_runs (
             id TEXT PRIMARY KEY,
             workflow TEXT NOT NULL,
             definition_hash TEXT NOT NULL,
@@ -46,13 +50,13 @@ pub const MIGRATIONS: &[(i64, &str, &[&str])] = &[(
             detail TEXT,
             submitted_ms BIGINT NOT NULL,
             updated_ms BIGINT NOT NULL)",
-        "CREATE INDEX IF NOT EXISTS rt_runs_status ON rt_runs (status, submitted_ms)",
-        "CREATE TABLE IF NOT EXISTS rt_leases (
+            "CREATE INDEX IF NOT EXISTS rt_runs_status ON rt_runs (status, submitted_ms)",
+            "CREATE TABLE IF NOT EXISTS rt_leases (
             run_id TEXT PRIMARY KEY,
             worker TEXT,
             token BIGINT NOT NULL,
             expires_ms BIGINT NOT NULL)",
-        "CREATE TABLE IF NOT EXISTS rt_journal (
+            "CREATE TABLE IF NOT EXISTS rt_journal (
             run_id TEXT NOT NULL,
             step TEXT NOT NULL,
             seq BIGINT NOT NULL,
@@ -60,7 +64,7 @@ pub const MIGRATIONS: &[(i64, &str, &[&str])] = &[(
             payload TEXT NOT NULL,
             token BIGINT NOT NULL,
             PRIMARY KEY (run_id, step, seq))",
-        "CREATE TABLE IF NOT EXISTS rt_effects (
+            "CREATE TABLE IF NOT EXISTS rt_effects (
             run_id TEXT NOT NULL,
             step TEXT NOT NULL,
             call_id TEXT NOT NULL,
@@ -71,7 +75,7 @@ pub const MIGRATIONS: &[(i64, &str, &[&str])] = &[(
             result TEXT,
             token BIGINT NOT NULL,
             PRIMARY KEY (run_id, step, call_id))",
-        "CREATE TABLE IF NOT EXISTS rt_events (
+            "CREATE TABLE IF NOT EXISTS rt_events (
             run_id TEXT NOT NULL,
             seq BIGINT NOT NULL,
             kind TEXT NOT NULL,
@@ -80,8 +84,18 @@ pub const MIGRATIONS: &[(i64, &str, &[&str])] = &[(
             token BIGINT NOT NULL,
             at_ms BIGINT NOT NULL,
             PRIMARY KEY (run_id, seq))",
-    ],
-)];
+        ],
+    ),
+    (
+        2,
+        "retry backoff (not_before_ms) and deadlines (deadline_ms) on runs",
+        &[
+            "ALTER TABLE rt_runs ADD COLUMN not_before_ms BIGINT NOT NULL DEFAULT 0",
+            "ALTER TABLE rt_runs ADD COLUMN deadline_ms BIGINT",
+            "CREATE INDEX IF NOT EXISTS rt_runs_deadline ON rt_runs (deadline_ms)",
+        ],
+    ),
+];
 
 #[derive(Clone, Debug)]
 enum Db {
@@ -109,6 +123,8 @@ pub struct JournalEntry {
 pub struct RunStore {
     db: Db,
     name: String,
+    hub: Arc<crate::events::Hub>,
+    group: mpsc::UnboundedSender<Job>,
 }
 
 impl From<sqlx::Error> for RuntimeError {
@@ -195,7 +211,7 @@ macro_rules! check_fence {
 
 // Appends an event row inside a transaction.
 macro_rules! push_event {
-    ($tx:ident, $run:expr, $kind:expr, $detail:expr, $by:expr, $token:expr) => {{
+    ($tx:ident, $pg:ident, $run:expr, $kind:expr, $detail:expr, $by:expr, $token:expr) => {{
         let next: i64 = sqlx::query("SELECT COALESCE(MAX(seq), 0) + 1 AS n FROM rt_events WHERE run_id = $1")
             .bind($run)
             .fetch_one(&mut *$tx)
@@ -211,16 +227,23 @@ macro_rules! push_event {
             .bind(now_ms())
             .execute(&mut *$tx)
             .await?;
+        if $pg {
+            sqlx::query("SELECT pg_notify('rt_events', $1)")
+                .bind($run)
+                .execute(&mut *$tx)
+                .await?;
+        }
     }};
 }
 
-const RUN_COLS: &str = "id, workflow, definition_hash, input_session, options, status, attempts, failures, resume_session, segment, output_session, detail, submitted_ms";
+const RUN_COLS: &str = "id, workflow, definition_hash, input_session, options, status, attempts, failures, resume_session, segment, output_session, detail, submitted_ms, not_before_ms, deadline_ms";
 
 fn run_from<R: Row>(r: &R) -> Result<Run, RuntimeError>
 where
     for<'a> &'a str: sqlx::ColumnIndex<R>,
     for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
     for<'a> Option<String>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> Option<i64>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
     for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
 {
     let options: String = r.try_get("options")?;
@@ -239,6 +262,8 @@ where
         output_session: r.try_get("output_session")?,
         detail: r.try_get("detail")?,
         submitted_ms: r.try_get("submitted_ms")?,
+        not_before_ms: r.try_get("not_before_ms")?,
+        deadline_ms: r.try_get("deadline_ms")?,
     })
 }
 
@@ -268,21 +293,29 @@ impl RunStore {
                 .max_connections(4)
                 .connect_with(opts)
                 .await?;
-            RunStore {
-                db: Db::Sqlite(pool),
-                name: format!("sqlite:{path}"),
-            }
+            RunStore::over(Db::Sqlite(pool), format!("sqlite:{path}"))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let pool = PgPoolOptions::new().max_connections(8).connect(url).await?;
-            RunStore {
-                db: Db::Pg(pool),
-                name: redact(url),
-            }
+            RunStore::over(Db::Pg(pool), redact(url))
         } else {
             return Err(RuntimeError::BadUrl(redact(url)));
         };
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// A store over `db` with its group committer running (on the current tokio runtime).
+    fn over(db: Db, name: String) -> RunStore {
+        let hub: Arc<crate::events::Hub> = Arc::default();
+        let (group, rx) = mpsc::unbounded_channel();
+        let committer = Committer { db: db.clone() };
+        tokio::spawn(committer.run(rx, hub.clone()));
+        RunStore {
+            db,
+            name,
+            hub,
+            group,
+        }
     }
 
     /// The store's name (its URL without a password).
@@ -354,14 +387,16 @@ impl RunStore {
     ) -> Result<RunId, RuntimeError> {
         let opts = serde_json::to_string(options).map_err(|e| corrupt("run options", e))?;
         let now = now_ms();
+        let deadline = options.deadline.map(|d| now.saturating_add(ms(d)));
         in_tx!(self, tx, pg, {
-            sqlx::query("INSERT INTO rt_runs (id, workflow, definition_hash, input_session, options, status, attempts, failures, resume_session, segment, output_session, detail, submitted_ms, updated_ms) VALUES ($1, $2, $3, $4, $5, 'queued', 0, 0, NULL, 0, NULL, NULL, $6, $6)")
+            sqlx::query("INSERT INTO rt_runs (id, workflow, definition_hash, input_session, options, status, attempts, failures, resume_session, segment, output_session, detail, submitted_ms, updated_ms, not_before_ms, deadline_ms) VALUES ($1, $2, $3, $4, $5, 'queued', 0, 0, NULL, 0, NULL, NULL, $6, $6, 0, $7)")
                 .bind(id.as_str())
                 .bind(workflow)
                 .bind(definition_hash)
                 .bind(input_session)
                 .bind(&opts)
                 .bind(now)
+                .bind(deadline)
                 .execute(&mut *tx)
                 .await?;
             sqlx::query(
@@ -372,6 +407,7 @@ impl RunStore {
             .await?;
             push_event!(
                 tx,
+                pg,
                 id.as_str(),
                 "status",
                 "{\"status\": \"queued\"}",
@@ -379,6 +415,7 @@ impl RunStore {
                 0i64
             );
         });
+        self.hub.notify(id.as_str());
         Ok(id)
     }
 
@@ -443,7 +480,7 @@ impl RunStore {
         let now = now_ms();
         let sql = format!(
             "SELECT r.id AS id FROM rt_runs r JOIN rt_leases l ON l.run_id = r.id \
-             WHERE r.status = 'queued' OR (r.status = 'running' AND l.expires_ms < $1) \
+             WHERE (r.status = 'queued' AND r.not_before_ms <= $1) OR (r.status = 'running' AND l.expires_ms < $1) \
              ORDER BY r.submitted_ms, r.id LIMIT 1{}",
             if self.is_postgres() {
                 " FOR UPDATE OF r, l SKIP LOCKED"
@@ -471,7 +508,7 @@ impl RunStore {
                         .await?;
                     let detail =
                         format!("{{\"worker\": {}, \"token\": {token}}}", json_str(worker));
-                    push_event!(tx, id.as_str(), "claimed", detail, worker, token);
+                    push_event!(tx, pg, id.as_str(), "claimed", detail, worker, token);
                     Some((id, token))
                 }
             }
@@ -479,6 +516,7 @@ impl RunStore {
         let Some((id, token)) = got else {
             return Ok(None);
         };
+        self.hub.notify(&id);
         let run = self.get(&RunId(id.clone())).await?;
         Ok(Some((
             run,
@@ -539,21 +577,9 @@ impl RunStore {
     }
 
     /// Records a reply under its key (fenced; committed before it is returned to the
-    /// workflow).
+    /// workflow). Writes of concurrent runs share one transaction (see [`RunStore`]).
     pub async fn record(&self, held: &Lease, entry: &JournalEntry) -> Result<(), RuntimeError> {
-        in_tx!(self, tx, pg, {
-            check_fence!(tx, pg, held);
-            sqlx::query("INSERT INTO rt_journal (run_id, step, seq, request_hash, payload, token) VALUES ($1, $2, $3, $4, $5, $6)")
-                .bind(held.run.as_str())
-                .bind(&entry.step)
-                .bind(entry.seq)
-                .bind(&entry.request_hash)
-                .bind(&entry.payload)
-                .bind(held.token)
-                .execute(&mut *tx)
-                .await?;
-        });
-        Ok(())
+        self.grouped(held, Op::Record(entry.clone())).await
     }
 
     /// Every effect-ledger row of the run.
@@ -581,25 +607,10 @@ impl RunStore {
         })
     }
 
-    /// Writes an effect-ledger row (insert or update by run, step and call id; fenced).
+    /// Writes an effect-ledger row (insert or update by run, step and call id; fenced),
+    /// committed before it returns. Writes of concurrent runs share one transaction.
     pub async fn put_effect(&self, held: &Lease, e: &Effect) -> Result<(), RuntimeError> {
-        in_tx!(self, tx, pg, {
-            check_fence!(tx, pg, held);
-            sqlx::query("INSERT INTO rt_effects (run_id, step, call_id, tool, idem_key, args, state, result, token) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-                         ON CONFLICT (run_id, step, call_id) DO UPDATE SET state = excluded.state, result = excluded.result, token = excluded.token")
-                .bind(held.run.as_str())
-                .bind(&e.step)
-                .bind(&e.call_id)
-                .bind(&e.tool)
-                .bind(&e.idempotency_key)
-                .bind(&e.args)
-                .bind(e.state.as_str())
-                .bind(&e.result)
-                .bind(held.token)
-                .execute(&mut *tx)
-                .await?;
-        });
-        Ok(())
+        self.grouped(held, Op::Effect(e.clone())).await
     }
 
     /// Moves the held run to `status` (fenced) and lets the lease go; `output`, `detail`,
@@ -610,7 +621,8 @@ impl RunStore {
         in_tx!(self, tx, pg, {
             check_fence!(tx, pg, held);
             sqlx::query("UPDATE rt_runs SET status = $2, output_session = COALESCE($3, output_session), detail = $4, \
-                         resume_session = COALESCE($5, resume_session), failures = failures + $6, updated_ms = $7 WHERE id = $1")
+                         resume_session = COALESCE($5, resume_session), failures = failures + $6, updated_ms = $7, \
+                         not_before_ms = $8 WHERE id = $1")
                 .bind(held.run.as_str())
                 .bind(to.status.as_str())
                 .bind(to.output)
@@ -618,6 +630,7 @@ impl RunStore {
                 .bind(to.resume)
                 .bind(i64::from(to.failed))
                 .bind(now)
+                .bind(to.not_before_ms.unwrap_or(0))
                 .execute(&mut *tx)
                 .await?;
             sqlx::query("UPDATE rt_leases SET worker = NULL, expires_ms = 0 WHERE run_id = $1")
@@ -627,6 +640,7 @@ impl RunStore {
             let detail = format!("{{\"status\": \"{}\"}}", to.status);
             push_event!(
                 tx,
+                pg,
                 held.run.as_str(),
                 "status",
                 detail,
@@ -634,23 +648,50 @@ impl RunStore {
                 held.token
             );
         });
+        self.hub.notify(held.run.as_str());
         Ok(())
     }
 
     /// Appends an event as the lease holder (fenced): steps and sessions for the stream.
+    /// Committed before it returns; writes of concurrent runs share one transaction.
     pub async fn event(&self, held: &Lease, kind: &str, detail: &str) -> Result<(), RuntimeError> {
-        in_tx!(self, tx, pg, {
-            check_fence!(tx, pg, held);
-            push_event!(
-                tx,
-                held.run.as_str(),
-                kind,
-                detail,
-                held.worker.as_str(),
-                held.token
-            );
-        });
-        Ok(())
+        let op = Op::Event {
+            kind: kind.to_owned(),
+            detail: detail.to_owned(),
+        };
+        self.grouped(held, op).await
+    }
+
+    /// Hands a fenced write to the group committer and waits for its commit; does it alone
+    /// when the committer is gone (its runtime shut down).
+    async fn grouped(&self, held: &Lease, op: Op) -> Result<(), RuntimeError> {
+        let (done, answer) = oneshot::channel();
+        let job = Job {
+            lease: held.clone(),
+            op,
+            done,
+        };
+        let job = match self.group.send(job) {
+            Ok(()) => match answer.await {
+                Ok(result) => return result,
+                Err(_) => None,
+            },
+            Err(mpsc::error::SendError(job)) => Some(job),
+        };
+        let Some(job) = job else {
+            return Err(RuntimeError::Db {
+                store: self.name.clone(),
+                message: "the group committer stopped before answering".into(),
+            });
+        };
+        let c = Committer {
+            db: self.db.clone(),
+        };
+        let result = c.apply(std::slice::from_ref(&job)).await?.remove(0);
+        if result.is_ok() && job.is_event() {
+            self.hub.notify(job.lease.run.as_str());
+        }
+        result
     }
 
     /// An operator's change of a run that no worker holds (or that is taken from its
@@ -702,9 +743,81 @@ impl RunStore {
                 change.to,
                 json_str(what)
             );
-            push_event!(tx, id.as_str(), "status", ev, "operator", token);
+            push_event!(tx, pg, id.as_str(), "status", ev, "operator", token);
         });
+        self.hub.notify(id.as_str());
         Ok(())
+    }
+
+    /// Moves every run past its deadline that no live worker is on (queued, waiting, or
+    /// running under an expired lease) to `timed_out`; their lease tokens move on, so a
+    /// worker that wakes up later is fenced. A run in review stays there (a person looks at
+    /// its ambiguous call first). Returns the runs moved, oldest first.
+    pub async fn expire_overdue(&self) -> Result<Vec<RunId>, RuntimeError> {
+        let now = now_ms();
+        let moved: Vec<String> = in_tx!(self, tx, pg, {
+            let sql = format!(
+                "SELECT r.id AS id FROM rt_runs r JOIN rt_leases l ON l.run_id = r.id \
+                 WHERE r.deadline_ms IS NOT NULL AND r.deadline_ms < $1 \
+                 AND (r.status IN ('queued', 'waiting') OR (r.status = 'running' AND l.expires_ms < $1)) \
+                 ORDER BY r.submitted_ms, r.id{}",
+                if pg {
+                    " FOR UPDATE OF r, l SKIP LOCKED"
+                } else {
+                    ""
+                }
+            );
+            let rows = sqlx::query(&sql).bind(now).fetch_all(&mut *tx).await?;
+            let mut moved = Vec::with_capacity(rows.len());
+            for r in rows {
+                let id: String = r.try_get("id")?;
+                sqlx::query("UPDATE rt_runs SET status = 'timed_out', detail = $2, updated_ms = $3 WHERE id = $1")
+                    .bind(&id)
+                    .bind("deadline passed")
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                let token: i64 = sqlx::query("UPDATE rt_leases SET worker = NULL, token = token + 1, expires_ms = 0 WHERE run_id = $1 RETURNING token")
+                    .bind(&id)
+                    .fetch_one(&mut *tx)
+                    .await?
+                    .try_get("token")?;
+                push_event!(
+                    tx,
+                    pg,
+                    id.as_str(),
+                    "status",
+                    "{\"status\": \"timed_out\", \"by\": \"deadline\"}",
+                    "sweeper",
+                    token
+                );
+                moved.push(id);
+            }
+            moved
+        });
+        for id in &moved {
+            self.hub.notify(id);
+        }
+        Ok(moved.into_iter().map(RunId).collect())
+    }
+
+    /// Follows the run's events after position `after` (0: from the first): see
+    /// [`EventSubscription`]. Pass the last id a client saw (an SSE `Last-Event-ID`) to
+    /// resume without a gap or a duplicate.
+    pub async fn subscribe(
+        &self,
+        run: &RunId,
+        after: i64,
+    ) -> Result<EventSubscription, RuntimeError> {
+        if let Db::Pg(pool) = &self.db {
+            self.hub.listen_postgres(pool).await?;
+        }
+        Ok(EventSubscription::new(
+            self.clone(),
+            run.clone(),
+            after,
+            self.hub.receiver(),
+        ))
     }
 
     /// Cancels a run that has not finished; its worker, if any, is fenced at once.
@@ -843,6 +956,42 @@ impl RunStore {
         })
     }
 
+    /// Rows and bytes of each `rt_*` table: `(table, rows, bytes)`, bytes being the summed
+    /// lengths of its text columns (what benchmarks report as writes per step).
+    pub async fn table_stats(&self) -> Result<Vec<(&'static str, i64, i64)>, RuntimeError> {
+        const TABLES: [(&str, &str); 5] = [
+            (
+                "rt_runs",
+                "LENGTH(id) + LENGTH(workflow) + LENGTH(definition_hash) + LENGTH(input_session) + LENGTH(options) + LENGTH(status) + COALESCE(LENGTH(resume_session), 0) + COALESCE(LENGTH(output_session), 0) + COALESCE(LENGTH(detail), 0)",
+            ),
+            ("rt_leases", "LENGTH(run_id) + COALESCE(LENGTH(worker), 0)"),
+            (
+                "rt_journal",
+                "LENGTH(run_id) + LENGTH(step) + LENGTH(request_hash) + LENGTH(payload)",
+            ),
+            (
+                "rt_effects",
+                "LENGTH(run_id) + LENGTH(step) + LENGTH(call_id) + LENGTH(tool) + LENGTH(idem_key) + LENGTH(args) + LENGTH(state) + COALESCE(LENGTH(result), 0)",
+            ),
+            (
+                "rt_events",
+                "LENGTH(run_id) + LENGTH(kind) + LENGTH(detail) + LENGTH(by_worker)",
+            ),
+        ];
+        let mut out = Vec::new();
+        for (table, bytes) in TABLES {
+            let sql = format!(
+                "SELECT COUNT(*) AS n, CAST(COALESCE(SUM({bytes}), 0) AS BIGINT) AS b FROM {table}"
+            );
+            let (n, b): (i64, i64) = on_pool!(self, p, {
+                let r = sqlx::query(&sql).fetch_one(p).await?;
+                (r.try_get("n")?, r.try_get("b")?)
+            });
+            out.push((table, n, b));
+        }
+        Ok(out)
+    }
+
     /// The run's lease as stored.
     pub async fn lease(&self, run: &RunId) -> Result<Lease, RuntimeError> {
         on_pool!(self, p, {
@@ -896,6 +1045,9 @@ pub struct Transition<'a> {
     pub resume: Option<&'a str>,
     /// True when this attempt failed (counts against the retry policy).
     pub failed: bool,
+    /// A run handed back for a retry: no worker claims it before this time (ms since the
+    /// Unix epoch).
+    pub not_before_ms: Option<i64>,
 }
 
 impl<'a> Transition<'a> {
@@ -907,6 +1059,7 @@ impl<'a> Transition<'a> {
             detail: None,
             resume: None,
             failed: false,
+            not_before_ms: None,
         }
     }
 }
@@ -923,5 +1076,148 @@ fn redact(url: &str) -> String {
             format!("{}{}@{}", &url[..a + 3], user, &url[b + 1..])
         }
         _ => url.to_owned(),
+    }
+}
+
+/// One fenced write of a worker, for the group committer.
+#[derive(Debug)]
+enum Op {
+    Record(JournalEntry),
+    Effect(Effect),
+    Event { kind: String, detail: String },
+}
+
+#[derive(Debug)]
+struct Job {
+    lease: Lease,
+    op: Op,
+    done: oneshot::Sender<Result<(), RuntimeError>>,
+}
+
+impl Job {
+    fn is_event(&self) -> bool {
+        matches!(self.op, Op::Event { .. })
+    }
+}
+
+/// Most writes one transaction takes.
+const GROUP_MAX: usize = 256;
+
+/// Group commit: the fenced writes of every run this process works on go through one task
+/// that takes all that are waiting and does them in one transaction, each checked against
+/// its own run's lease token (a fenced write is refused alone; the others commit). Every
+/// write is committed (`synchronous = FULL` on SQLite) before its caller goes on, so a
+/// recorded reply or effect is durable before the next side effect; only the commit's
+/// cost is shared. A write that fails the transaction (a constraint) makes the batch be
+/// done again one write per transaction, so it fails alone.
+struct Committer {
+    db: Db,
+}
+
+impl Committer {
+    async fn run(self, mut rx: mpsc::UnboundedReceiver<Job>, hub: Arc<crate::events::Hub>) {
+        while let Some(first) = rx.recv().await {
+            let mut jobs = vec![first];
+            while jobs.len() < GROUP_MAX {
+                match rx.try_recv() {
+                    Ok(j) => jobs.push(j),
+                    Err(_) => break,
+                }
+            }
+            // One lock order for every committer of every process: no deadlock on PostgreSQL.
+            jobs.sort_by(|a, b| a.lease.run.cmp(&b.lease.run));
+            let results = match self.apply(&jobs).await {
+                Ok(r) => r,
+                Err(_) => {
+                    let mut r = Vec::with_capacity(jobs.len());
+                    for j in &jobs {
+                        r.push(match self.apply(std::slice::from_ref(j)).await {
+                            Ok(mut one) => one.remove(0),
+                            Err(e) => Err(e),
+                        });
+                    }
+                    r
+                }
+            };
+            for (j, r) in jobs.into_iter().zip(results) {
+                if r.is_ok() && j.is_event() {
+                    hub.notify(j.lease.run.as_str());
+                }
+                let _ = j.done.send(r);
+            }
+        }
+    }
+
+    /// Does `jobs` in one transaction: one result per job (fenced or done); `Err` when the
+    /// transaction failed as a whole (nothing of it is stored).
+    async fn apply(&self, jobs: &[Job]) -> Result<Vec<Result<(), RuntimeError>>, RuntimeError> {
+        Ok(in_tx!(self, tx, pg, {
+            let mut out = Vec::with_capacity(jobs.len());
+            for j in jobs {
+                let held = &j.lease;
+                let sql = if pg {
+                    "SELECT token FROM rt_leases WHERE run_id = $1 FOR UPDATE"
+                } else {
+                    "SELECT token FROM rt_leases WHERE run_id = $1"
+                };
+                let current: i64 = match sqlx::query(sql)
+                    .bind(held.run.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await?
+                {
+                    Some(r) => r.try_get("token")?,
+                    None => -1,
+                };
+                if current != held.token {
+                    out.push(Err(RuntimeError::Fenced {
+                        run: held.run.to_string(),
+                        token: held.token,
+                        current,
+                    }));
+                    continue;
+                }
+                match &j.op {
+                    Op::Record(entry) => {
+                        sqlx::query("INSERT INTO rt_journal (run_id, step, seq, request_hash, payload, token) VALUES ($1, $2, $3, $4, $5, $6)")
+                            .bind(held.run.as_str())
+                            .bind(&entry.step)
+                            .bind(entry.seq)
+                            .bind(&entry.request_hash)
+                            .bind(&entry.payload)
+                            .bind(held.token)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    Op::Effect(e) => {
+                        sqlx::query("INSERT INTO rt_effects (run_id, step, call_id, tool, idem_key, args, state, result, token) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                                     ON CONFLICT (run_id, step, call_id) DO UPDATE SET state = excluded.state, result = excluded.result, token = excluded.token")
+                            .bind(held.run.as_str())
+                            .bind(&e.step)
+                            .bind(&e.call_id)
+                            .bind(&e.tool)
+                            .bind(&e.idempotency_key)
+                            .bind(&e.args)
+                            .bind(e.state.as_str())
+                            .bind(&e.result)
+                            .bind(held.token)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    Op::Event { kind, detail } => {
+                        push_event!(
+                            tx,
+                            pg,
+                            held.run.as_str(),
+                            kind.as_str(),
+                            detail.as_str(),
+                            held.worker.as_str(),
+                            held.token
+                        );
+                    }
+                }
+                out.push(Ok(()));
+            }
+            out
+        }))
     }
 }

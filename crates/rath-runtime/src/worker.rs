@@ -115,7 +115,7 @@ impl Worker {
     /// [`WorkerOptions::grace`] to finish and are handed back (`queued`) after it.
     pub async fn run(&self, shutdown: CancellationToken) -> Result<(), RuntimeError> {
         let mut set = tokio::task::JoinSet::new();
-        for _ in 0..self.opts.concurrency {
+        for n in 0..self.opts.concurrency {
             let me = self.clone();
             let shutdown = shutdown.clone();
             set.spawn(async move {
@@ -123,6 +123,9 @@ impl Worker {
                     match me.claim_and_run(&shutdown).await {
                         Ok(Some(_)) => {}
                         Ok(None) => {
+                            if n == 0 {
+                                me.sweep().await;
+                            }
                             tokio::select! {
                                 _ = tokio::time::sleep(me.opts.poll) => {}
                                 _ = shutdown.cancelled() => {}
@@ -147,9 +150,7 @@ impl Worker {
         shutdown: &CancellationToken,
     ) -> Result<Outcome, RuntimeError> {
         let runs = &self.rt.runs;
-        if let Some(d) = run.options.deadline
-            && now_ms() > run.submitted_ms + i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-        {
+        if run.overdue(now_ms()) {
             runs.finish(lease, Transition::to(RunStatus::TimedOut))
                 .await?;
             return Ok(Outcome::Moved(RunStatus::TimedOut));
@@ -175,7 +176,13 @@ impl Worker {
             .sessions
             .load(&rath_session::SessionId::new(from))
             .await?;
-        let stamper = Stamper::seeded(run.id.seed() ^ (run.segment as u64).wrapping_mul(0x9E37));
+        // A retry after a failure writes a session of its own (the failed attempt's stays
+        // stored as far as it got); a resume after a crash mints the same ids again.
+        let stamper = Stamper::seeded(
+            run.id.seed()
+                ^ (run.segment as u64).wrapping_mul(0x9E37)
+                ^ (run.failures as u64).wrapping_mul(0x85EB_CA6B_C2B2_AE35),
+        );
         let session = loaded.session.with_stamper(stamper);
 
         let cancel = CancellationToken::new();
@@ -189,12 +196,43 @@ impl Worker {
         let beat = self.heartbeat(lease.clone(), cancel.clone(), fenced.clone());
         let handed_back = Arc::new(AtomicBool::new(false));
         let grace = self.grace_watch(shutdown.clone(), cancel.clone(), handed_back.clone());
-        let cx = FlowContext::new().with_cancel(cancel.clone());
+        let timed_out = Arc::new(AtomicBool::new(false));
+        let timer = deadline_watch(&run, cancel.clone(), timed_out.clone());
+        // Sessions are written as they grow on transactional stores (SQL); a directory of
+        // files rewrites a session per write and a killed writer leaves a partial file, so
+        // there the session is written when the attempt ends.
+        let live = self
+            .rt
+            .sessions
+            .capabilities()
+            .atomic_batch
+            .then(|| crate::live::start(self.rt.sessions.clone(), runs.clone(), lease.clone()));
+        let mut cx = FlowContext::new().with_cancel(cancel.clone());
+        if let Some((sink, _)) = &live {
+            cx = cx.with_shared_sink(sink.clone());
+        }
         let out = workflow.forward(session, &cx).await;
+        timer.abort();
+        let live = match live {
+            Some((sink, task)) => {
+                sink.close();
+                task.await.unwrap_or_default()
+            }
+            None => crate::live::LiveReport::default(),
+        };
         beat.abort();
         grace.abort();
-        if fenced.load(Ordering::SeqCst) {
+        if fenced.load(Ordering::SeqCst) || live.fenced {
             return Ok(Outcome::Fenced);
+        }
+        if timed_out.load(Ordering::SeqCst) && out.is_err() {
+            self.persist_failed(lease, out.as_ref().err()).await?;
+            let to = Transition {
+                detail: Some("deadline passed while running"),
+                ..Transition::to(RunStatus::TimedOut)
+            };
+            runs.finish(lease, to).await?;
+            return Ok(Outcome::Moved(RunStatus::TimedOut));
         }
         if let Some(fatal) = scope.take_fatal() {
             return self.stop_on(lease, &run, fatal).await;
@@ -230,16 +268,21 @@ impl Worker {
         run: &Run,
         e: &FlowError,
     ) -> Result<Outcome, RuntimeError> {
+        self.persist_failed(lease, Some(e)).await?;
         let text = e.to_string();
-        let retry = run.failures + 1 < i64::from(run.options.retry.max_attempts);
+        let policy = run.options.retry;
+        let failures = run.failures + 1;
+        let retry = policy.retries_after(failures);
         let status = if retry {
             RunStatus::Queued
         } else {
             RunStatus::Failed
         };
+        let wait = i64::try_from(policy.delay_after(failures).as_millis()).unwrap_or(i64::MAX);
         let to = Transition {
             detail: Some(&text),
             failed: true,
+            not_before_ms: retry.then(|| now_ms().saturating_add(wait)),
             ..Transition::to(status)
         };
         self.rt.runs.finish(lease, to).await?;
@@ -280,6 +323,19 @@ impl Worker {
         }
     }
 
+    /// Stores the session a failed attempt reached, with its `run_failure` chunk: a retry
+    /// writes a session of its own, so this one is final.
+    async fn persist_failed(
+        &self,
+        lease: &Lease,
+        e: Option<&FlowError>,
+    ) -> Result<(), RuntimeError> {
+        match e.and_then(FlowError::partial_session) {
+            Some(s) => self.persist(lease, s).await,
+            None => Ok(()),
+        }
+    }
+
     /// Stores the session (append when a shorter version is stored), fenced where the
     /// session store checks fences, else after a lease check.
     async fn persist(&self, lease: &Lease, out: &Session) -> Result<(), RuntimeError> {
@@ -300,6 +356,18 @@ impl Worker {
         }
         sessions.write(batch).await?;
         Ok(())
+    }
+
+    /// Times out the overdue runs no live worker is on (see [`crate::RunStore::expire_overdue`]);
+    /// an idle worker loop does it between claims.
+    pub async fn sweep(&self) {
+        match self.rt.runs.expire_overdue().await {
+            Ok(moved) if !moved.is_empty() => {
+                tracing::info!(worker = %self.opts.name, runs = moved.len(), "timed out overdue runs");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "deadline sweep"),
+        }
     }
 
     fn heartbeat(
@@ -343,4 +411,23 @@ impl Worker {
             cancel.cancel();
         })
     }
+}
+
+/// Stops the run (through `cancel`) when its deadline passes while it runs.
+fn deadline_watch(
+    run: &Run,
+    cancel: CancellationToken,
+    timed_out: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
+    let left = run
+        .deadline_ms
+        .map(|d| Duration::from_millis(u64::try_from(d - now_ms()).unwrap_or(0)));
+    tokio::spawn(async move {
+        let Some(left) = left else {
+            return;
+        };
+        tokio::time::sleep(left).await;
+        timed_out.store(true, Ordering::SeqCst);
+        cancel.cancel();
+    })
 }

@@ -1,0 +1,187 @@
+//! The run's sessions written as they grow: a [`rath_flow::SessionSink`] whose writes go,
+//! in order and coalesced, to the session store as fenced appends. The worker uses it on
+//! session stores with transactional writes (the SQL stores: each append is one
+//! transaction that adds only the new chunks); on a directory of JSONL files (which
+//! rewrites a session per write and leaves a partial file when the writer is killed) the
+//! session is written when the attempt ends.
+//!
+//! The session loop tells its sink about every round (`begin`, `append`, `finish`); the
+//! sink cannot wait (its methods are synchronous), so it hands the grown session to a
+//! writer task. The task writes the newest version of each session it was handed as a
+//! [`Write::Append`] of what the store does not have yet, carrying the lease's fencing token
+//! ([`Fence`]) where the session store checks fences, after a lease check in the run store
+//! where it does not. A worker fenced out stops writing at its first refused write. The
+//! journal stays the durable record of each step (it commits before the workflow goes
+//! on); these writes make a run that failed, was cancelled or was killed visible in the
+//! session store as far as it got, and leave the final persist only the last rounds.
+//! A version closed with a `run_failure` chunk is not written here: the worker stores it
+//! once the attempt's end is known to be final for that session (a failure, retried or
+//! not, or a timeout), not when the run continues the same session on its next claim
+//! (review, takeover, hand-back). The first write of each session adds a `session` event (`{"session": id}`) to the run's
+//! stream.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rath_flow::{FlowError, SessionSink};
+use rath_persist::{Fence, PersistError, SessionStore, Write, WriteBatch};
+use rath_session::{ChunkKind, Session, SessionId, Stamper};
+use tokio::sync::mpsc;
+
+use crate::RuntimeError;
+use crate::model::Lease;
+use crate::store::RunStore;
+
+/// What the writer task did, for the worker and its tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LiveReport {
+    /// Appends stored.
+    pub writes: u64,
+    /// Sessions written, in the order they were first written.
+    pub sessions: Vec<String>,
+    /// The write was refused by a fence (the worker lost its lease).
+    pub fenced: bool,
+}
+
+/// The sink side: hands grown sessions to the writer task.
+#[derive(Debug)]
+pub(crate) struct LiveSink {
+    tx: mpsc::UnboundedSender<Option<Session>>,
+}
+
+impl LiveSink {
+    fn send(&self, s: &Session) -> Result<(), FlowError> {
+        // A session closed with a `run_failure` chunk is left to the worker: whether it is
+        // the session's last word depends on how the attempt ends (a run taken over, put in
+        // review or handed back continues the same session on its next claim).
+        if s.last().is_some_and(|c| c.kind() == ChunkKind::RunFailure) {
+            return Ok(());
+        }
+        // The writer ends after a fence (then the heartbeat or the next journal write stops
+        // the run) or once closed: a closed channel is no error.
+        let _ = self.tx.send(Some(s.clone()));
+        Ok(())
+    }
+
+    /// Tells the writer that nothing more comes: it writes what it was handed and ends.
+    pub(crate) fn close(&self) {
+        let _ = self.tx.send(None);
+    }
+}
+
+impl SessionSink for LiveSink {
+    fn begin(&self, session: &Session) -> Result<(), FlowError> {
+        self.send(session)
+    }
+    fn append(&self, session: &Session) -> Result<(), FlowError> {
+        self.send(session)
+    }
+    fn finish(&self, session: &Session) -> Result<(), FlowError> {
+        self.send(session)
+    }
+}
+
+/// Starts the writer for one claim: the sink for the workflow's context, and the task to
+/// await (after [`LiveSink::close`]) for what it wrote.
+pub(crate) fn start(
+    sessions: Arc<dyn SessionStore>,
+    runs: RunStore,
+    lease: Lease,
+) -> (Arc<LiveSink>, tokio::task::JoinHandle<LiveReport>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let writer = Writer {
+        sessions,
+        runs,
+        lease,
+        stored: HashMap::new(),
+        report: LiveReport::default(),
+    };
+    (Arc::new(LiveSink { tx }), tokio::spawn(writer.drain(rx)))
+}
+
+struct Writer {
+    sessions: Arc<dyn SessionStore>,
+    runs: RunStore,
+    lease: Lease,
+    /// Chunks known stored per session (`None`: the session is left alone).
+    stored: HashMap<SessionId, Option<usize>>,
+    report: LiveReport,
+}
+
+impl Writer {
+    async fn drain(mut self, mut rx: mpsc::UnboundedReceiver<Option<Session>>) -> LiveReport {
+        let mut open = true;
+        while open {
+            let Some(Some(first)) = rx.recv().await else {
+                break;
+            };
+            // Coalesce what queued up meanwhile: the newest version of each session, in
+            // the order the sessions first appeared.
+            let mut batch: Vec<Session> = vec![first];
+            while let Ok(next) = rx.try_recv() {
+                let Some(s) = next else {
+                    open = false;
+                    break;
+                };
+                match batch.iter_mut().find(|b| b.id() == s.id()) {
+                    Some(b) if s.len() >= b.len() => *b = s,
+                    Some(_) => {}
+                    None => batch.push(s),
+                }
+            }
+            for s in batch {
+                if let Err(e) = self.write(&s).await {
+                    if matches!(
+                        e,
+                        RuntimeError::Fenced { .. }
+                            | RuntimeError::Persist(PersistError::Fenced { .. })
+                    ) {
+                        self.report.fenced = true;
+                        return self.report;
+                    }
+                    tracing::warn!(run = %self.lease.run, session = %s.id(), error = %e,
+                        "live session write: the session is left to the final persist");
+                    self.stored.insert(s.id().clone(), None);
+                }
+            }
+        }
+        self.report
+    }
+
+    async fn write(&mut self, s: &Session) -> Result<(), RuntimeError> {
+        let known = match self.stored.get(s.id()) {
+            Some(None) => return Ok(()),
+            Some(Some(n)) => *n,
+            None => self.sessions.stored_len(s.id()).await?.unwrap_or(0),
+        };
+        if known >= s.len() {
+            self.stored.insert(s.id().clone(), Some(known));
+            return Ok(());
+        }
+        // The store reads a file's header and trailer times from the session's stamper: a
+        // write of our own must not draw from the run's (it mints the run's ids and times, and
+        // how many writes a claim makes depends on timing), so it gets a fixed one.
+        let copy = s
+            .clone()
+            .with_stamper(Stamper::seeded(self.lease.run.seed()));
+        let mut batch = WriteBatch::new().with(Write::Append {
+            session: &copy,
+            expected_len: known,
+        });
+        if self.sessions.capabilities().fencing {
+            let token = u64::try_from(self.lease.token).unwrap_or(0);
+            batch = batch.fenced(Fence::new(self.lease.run.as_str(), token));
+        } else {
+            self.runs.check(&self.lease).await?;
+        }
+        self.sessions.write(batch).await?;
+        if !self.stored.contains_key(s.id()) {
+            self.report.sessions.push(s.id().to_string());
+            let detail = serde_json::json!({"session": s.id().as_str()}).to_string();
+            self.runs.event(&self.lease, "session", &detail).await?;
+        }
+        self.stored.insert(s.id().clone(), Some(s.len()));
+        self.report.writes += 1;
+        Ok(())
+    }
+}

@@ -1,0 +1,503 @@
+//! Runtime internals: retry with backoff, deadlines (queued, claimed, running), the run's
+//! session written as it goes (and not by a fenced worker), and the pushed event stream
+//! under concurrent writers on SQLite and PostgreSQL.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use rath_flow::{Agent, SharedWorkflow, ToolContext, ToolError, typed_tool};
+use rath_persist::SessionStore;
+use rath_provider::{
+    Provider, ProviderError, ProviderManifest, ProviderRequest, ProviderResponse, ScriptedProvider,
+    ScriptedResponse,
+};
+use rath_runtime::{
+    Outcome, RetryPolicy, RunEvent, RunId, RunOptions, RunStatus, RunStore, Runtime, Worker,
+    WorkerOptions, WorkflowRegistry, now_ms,
+};
+use rath_session::{ChunkKind, Role, Session, SessionId, Stamper};
+use serde_json::json;
+use tokio::sync::{Notify, Semaphore};
+
+/// What the test tells the model to do, by the number of its call (1, 2, ... over every
+/// claim of every run).
+#[derive(Debug)]
+struct Control {
+    calls: AtomicU32,
+    /// Calls that fail (a provider error the workflow does not survive).
+    fail: Mutex<Vec<u32>>,
+    /// The call that hangs (until the run is cancelled).
+    hang: AtomicU32,
+    /// The call that waits for `gate` after telling `reached`.
+    held: AtomicU32,
+    reached: Notify,
+    gate: Semaphore,
+}
+
+impl Default for Control {
+    fn default() -> Self {
+        Self {
+            calls: AtomicU32::new(0),
+            fail: Mutex::new(Vec::new()),
+            hang: AtomicU32::new(0),
+            held: AtomicU32::new(0),
+            reached: Notify::new(),
+            gate: Semaphore::new(0),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct ControlModel {
+    ctl: Arc<Control>,
+}
+
+#[async_trait]
+impl Provider for ControlModel {
+    fn name(&self) -> &str {
+        "control"
+    }
+    async fn complete(&self, req: &ProviderRequest) -> Result<ProviderResponse, ProviderError> {
+        let n = self.ctl.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.ctl.fail.lock().unwrap().contains(&n) {
+            return Err(ProviderError::Connection(format!("call {n} refused")));
+        }
+        if self.ctl.hang.load(Ordering::SeqCst) == n {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        }
+        if self.ctl.held.load(Ordering::SeqCst) == n {
+            self.ctl.reached.notify_one();
+            self.ctl.gate.acquire().await.unwrap().forget();
+        }
+        let rounds = req.messages.iter().filter(|m| m.role == Role::Tool).count();
+        let reply = if rounds < 2 {
+            ScriptedResponse::tool_calls(vec![(format!("call_{rounds}"), "noop", json!({}))])
+        } else {
+            ScriptedResponse::text("done")
+        };
+        ScriptedProvider::new(vec![reply.usage(7, 2)])
+            .complete(req)
+            .await
+    }
+    fn manifest(&self) -> ProviderManifest {
+        ProviderManifest::new("control")
+    }
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct NoArgs {}
+
+fn registry(ctl: Arc<Control>) -> WorkflowRegistry {
+    WorkflowRegistry::new().register("flow", "flow v1: agent(noop x2)", move |scope| {
+        let noop = typed_tool(
+            "noop",
+            "Do nothing.",
+            |_cx: ToolContext, _a: NoArgs| async { Ok::<_, ToolError>(json!({})) },
+        );
+        let agent = Agent::new(
+            "a",
+            "Work.",
+            scope.provider(ControlModel { ctl: ctl.clone() }),
+        )
+        .with_tool(scope.idempotent_tool(noop))?;
+        Ok(Arc::new(agent) as SharedWorkflow)
+    })
+}
+
+struct Env {
+    _dir: tempfile::TempDir,
+    rt: Runtime,
+    ctl: Arc<Control>,
+    sessions: Arc<dyn SessionStore>,
+}
+
+async fn env() -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = Arc::new(Control::default());
+    // A SQL session store: the worker writes the run's sessions as they grow there.
+    let sessions: Arc<dyn SessionStore> = Arc::new(
+        rath_store_sql::SqliteStore::open(dir.path().join("sessions.db"))
+            .await
+            .unwrap(),
+    );
+    let url = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let rt = Runtime::connect(&url, sessions.clone(), registry(ctl.clone()))
+        .await
+        .unwrap();
+    Env {
+        _dir: dir,
+        rt,
+        ctl,
+        sessions,
+    }
+}
+
+impl Env {
+    async fn submit(&self, seed: u64, options: RunOptions) -> RunId {
+        let input = Session::user_with(format!("task {seed}"), Stamper::seeded(seed));
+        self.rt
+            .submit(&Stamper::seeded(seed + 1000), "flow", &input, options)
+            .await
+            .unwrap()
+    }
+
+    fn worker(&self) -> Worker {
+        Worker::new(self.rt.clone(), WorkerOptions::named("w1"))
+    }
+
+    /// Every stored session but the inputs.
+    async fn outputs(&self) -> Vec<Session> {
+        let mut out = Vec::new();
+        for s in self.sessions.list().await.unwrap() {
+            let loaded = self.sessions.load(&s.id).await.unwrap().session;
+            if loaded.len() > 1 {
+                out.push(loaded);
+            }
+        }
+        out
+    }
+}
+
+fn last_kind(s: &Session) -> ChunkKind {
+    s.chunks().last().unwrap().kind()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_run_is_retried_after_its_backoff() {
+    let env = env().await;
+    *env.ctl.fail.lock().unwrap() = vec![1, 2];
+    let policy =
+        RetryPolicy::attempts(3).backoff(Duration::from_millis(150), 2, Duration::from_secs(10));
+    let id = env
+        .submit(1, RunOptions::default().retry_policy(policy))
+        .await;
+    let w = env.worker();
+
+    let before = now_ms();
+    assert_eq!(
+        w.run_once().await.unwrap().unwrap().1,
+        Outcome::Moved(RunStatus::Queued)
+    );
+    let run = env.rt.runs().get(&id).await.unwrap();
+    assert_eq!((run.failures, run.attempts), (1, 1));
+    assert!(run.detail.unwrap().contains("call 1 refused"));
+    assert!(run.not_before_ms >= before + 150, "first backoff is 150 ms");
+    // Not claimable before its backoff passed.
+    assert!(w.run_once().await.unwrap().is_none());
+    tokio::time::sleep(Duration::from_millis(170)).await;
+
+    let second = now_ms();
+    assert_eq!(
+        w.run_once().await.unwrap().unwrap().1,
+        Outcome::Moved(RunStatus::Queued)
+    );
+    let run = env.rt.runs().get(&id).await.unwrap();
+    assert_eq!((run.failures, run.attempts), (2, 2));
+    assert!(
+        run.not_before_ms >= second + 300,
+        "the second backoff doubles"
+    );
+    assert!(run.not_before_ms <= now_ms() + 300);
+    assert!(w.run_once().await.unwrap().is_none());
+    tokio::time::sleep(Duration::from_millis(320)).await;
+
+    assert_eq!(
+        w.run_once().await.unwrap().unwrap().1,
+        Outcome::Moved(RunStatus::Succeeded)
+    );
+    let run = env.rt.runs().get(&id).await.unwrap();
+    assert_eq!(
+        (run.failures, run.attempts, run.status),
+        (2, 3, RunStatus::Succeeded)
+    );
+    let out = env.rt.output(&id).await.unwrap().unwrap();
+    assert_eq!(rath_flow::final_text(&out), Some("done"));
+    // Each failed attempt left its own session, ending in its failure; the output is a third.
+    let sessions = env.outputs().await;
+    let failed: Vec<_> = sessions
+        .iter()
+        .filter(|s| last_kind(s) == ChunkKind::RunFailure)
+        .collect();
+    assert_eq!(failed.len(), 2, "{sessions:?}");
+    assert!(failed.iter().all(|s| s.id() != out.id()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_whose_retries_are_spent_fails() {
+    let env = env().await;
+    *env.ctl.fail.lock().unwrap() = vec![1, 2];
+    let id = env.submit(2, RunOptions::default().retry(2)).await;
+    let w = env.worker();
+    assert_eq!(
+        w.run_once().await.unwrap().unwrap().1,
+        Outcome::Moved(RunStatus::Queued)
+    );
+    assert_eq!(
+        w.run_once().await.unwrap().unwrap().1,
+        Outcome::Moved(RunStatus::Failed)
+    );
+    let run = env.rt.runs().get(&id).await.unwrap();
+    assert_eq!(
+        (run.status, run.failures, run.attempts),
+        (RunStatus::Failed, 2, 2)
+    );
+    assert!(run.detail.unwrap().contains("call 2 refused"));
+    assert!(w.run_once().await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queued_run_past_its_deadline_times_out() {
+    let env = env().await;
+    let swept = env
+        .submit(3, RunOptions::default().deadline(Duration::from_millis(80)))
+        .await;
+    let claimed = env
+        .submit(4, RunOptions::default().deadline(Duration::from_millis(80)))
+        .await;
+    let in_time = env
+        .submit(5, RunOptions::default().deadline(Duration::from_secs(600)))
+        .await;
+    let mut events = env.rt.runs().subscribe(&swept, 0).await.unwrap();
+    assert_eq!(
+        events.next().await.unwrap().status(),
+        Some(RunStatus::Queued)
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let token = env.rt.runs().lease(&swept).await.unwrap().token;
+    // An idle worker's sweep times out the overdue runs nobody is on, oldest first.
+    assert_eq!(
+        env.rt.runs().expire_overdue().await.unwrap(),
+        vec![swept.clone(), claimed.clone()]
+    );
+    let ev = events
+        .next_within(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ev.status(), Some(RunStatus::TimedOut));
+    assert_eq!(env.rt.runs().lease(&swept).await.unwrap().token, token + 1);
+    assert_eq!(
+        env.rt.runs().get(&claimed).await.unwrap().status,
+        RunStatus::TimedOut
+    );
+    // A run claimed after its deadline (no sweep came first) times out at the claim.
+    let late = env
+        .submit(6, RunOptions::default().deadline(Duration::from_millis(1)))
+        .await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let w = env.worker();
+    assert_eq!(
+        w.run_once().await.unwrap().unwrap(),
+        (in_time.clone(), Outcome::Moved(RunStatus::Succeeded))
+    );
+    assert_eq!(
+        w.run_once().await.unwrap().unwrap(),
+        (late.clone(), Outcome::Moved(RunStatus::TimedOut))
+    );
+    assert!(env.rt.runs().expire_overdue().await.unwrap().is_empty());
+    assert_eq!(
+        env.rt.runs().get(&swept).await.unwrap().status,
+        RunStatus::TimedOut
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_running_run_past_its_deadline_times_out_with_its_session_kept() {
+    let env = env().await;
+    env.ctl.hang.store(2, Ordering::SeqCst);
+    let id = env
+        .submit(
+            7,
+            RunOptions::default().deadline(Duration::from_millis(400)),
+        )
+        .await;
+    let start = Instant::now();
+    let got = env.worker().run_once().await.unwrap().unwrap();
+    assert_eq!(got, (id.clone(), Outcome::Moved(RunStatus::TimedOut)));
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    let run = env.rt.runs().get(&id).await.unwrap();
+    assert_eq!(run.status, RunStatus::TimedOut);
+    // The session as far as it got: the first round's call and result are stored.
+    let sessions = env.outputs().await;
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    let kinds: Vec<ChunkKind> = sessions[0].chunks().iter().map(|c| c.kind()).collect();
+    assert!(kinds.contains(&ChunkKind::ToolResult), "{kinds:?}");
+    let events = env.rt.runs().events(&id, 0).await.unwrap();
+    assert!(events.iter().any(|e| e.kind == "session"), "{events:?}");
+    assert_eq!(events.last().unwrap().status(), Some(RunStatus::TimedOut));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_session_is_written_as_it_goes_and_never_by_a_fenced_worker() {
+    let env = env().await;
+    env.ctl.held.store(2, Ordering::SeqCst);
+    let id = env.submit(8, RunOptions::default()).await;
+    let w = env.worker();
+    let task = tokio::spawn(async move { w.run_once().await });
+    env.ctl.reached.notified().await;
+    // The second model call is held: round one is in the session store already.
+    let mut events = env.rt.runs().subscribe(&id, 0).await.unwrap();
+    let session = loop {
+        let ev = events
+            .next_within(Duration::from_secs(10))
+            .await
+            .unwrap()
+            .unwrap();
+        if ev.kind == "session" {
+            let v: serde_json::Value = serde_json::from_str(&ev.detail).unwrap();
+            break SessionId::new(v["session"].as_str().unwrap());
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let stored = loop {
+        let s = env.sessions.load(&session).await.unwrap().session;
+        if s.chunks().iter().any(|c| c.kind() == ChunkKind::ToolResult) || Instant::now() > deadline
+        {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(
+        stored
+            .chunks()
+            .iter()
+            .any(|c| c.kind() == ChunkKind::ToolResult)
+    );
+    let len = stored.len();
+    // An operator cancels: the worker is fenced; released, it finds it cannot write.
+    env.rt.runs().cancel(&id).await.unwrap();
+    env.ctl.gate.add_permits(1);
+    let (_, outcome) = task.await.unwrap().unwrap().unwrap();
+    assert_eq!(outcome, Outcome::Fenced);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(env.sessions.stored_len(&session).await.unwrap(), Some(len));
+    assert_eq!(
+        env.rt.runs().get(&id).await.unwrap().status,
+        RunStatus::Cancelled
+    );
+}
+
+// ------------------------------------------------------------------------ event stream
+
+const WRITERS: usize = 4;
+const PER_WRITER: usize = 40;
+
+/// Writers append events concurrently while subscribers, one from the start and one
+/// opened after a later id, follow them: each sees every event after its id exactly once,
+/// in id order, pushed (the fallback read is set far beyond the test's bound).
+async fn events_from_concurrent_writers(writer: RunStore, reader: RunStore) {
+    let id = writer
+        .submit(
+            RunId(format!("run_events_{}", std::process::id())),
+            "flow",
+            "h",
+            "in",
+            &RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    let (_, lease) = writer
+        .claim("w", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    let total = 2 + WRITERS * PER_WRITER; // queued, claimed, then the writers'
+    let from_start = reader
+        .subscribe(&id, 0)
+        .await
+        .unwrap()
+        .fallback(Duration::from_secs(120));
+    let follow = |mut sub: rath_runtime::EventSubscription, after: usize| {
+        tokio::spawn(async move {
+            let mut got: Vec<RunEvent> = Vec::new();
+            while got.len() < total - after {
+                let ev = sub.next_within(Duration::from_secs(20)).await.unwrap();
+                got.push(ev.expect("an event within 20 s: the stream is pushed"));
+            }
+            got
+        })
+    };
+    let a = follow(from_start, 0);
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let (store, lease) = (writer.clone(), lease.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..PER_WRITER {
+                store
+                    .event(&lease, "step", &format!("{{\"w\": {w}, \"i\": {i}}}"))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    // A late subscriber resumes after whatever id the table holds now (a Last-Event-ID).
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let seen = reader.events(&id, 0).await.unwrap().len();
+    let late = reader
+        .subscribe(&id, seen as i64)
+        .await
+        .unwrap()
+        .fallback(Duration::from_secs(120));
+    let b = follow(late, seen);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+    let seqs = |v: &[RunEvent]| v.iter().map(|e| e.seq).collect::<Vec<_>>();
+    assert_eq!(seqs(&a), (1..=total as i64).collect::<Vec<_>>());
+    assert_eq!(
+        seqs(&b),
+        ((seen as i64 + 1)..=total as i64).collect::<Vec<_>>()
+    );
+    assert_eq!(a, writer.events(&id, 0).await.unwrap());
+    // Each writer's own events arrive in the order it wrote them.
+    for w in 0..WRITERS {
+        let mine: Vec<i64> = a
+            .iter()
+            .filter_map(|e| {
+                let v: serde_json::Value = serde_json::from_str(&e.detail).ok()?;
+                (v["w"] == json!(w)).then(|| v["i"].as_i64().unwrap())
+            })
+            .collect();
+        assert_eq!(mine, (0..PER_WRITER as i64).collect::<Vec<_>>());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_event_stream_is_pushed_without_gaps_or_duplicates_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let store = RunStore::connect(&url).await.unwrap();
+    events_from_concurrent_writers(store.clone(), store).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_event_stream_is_pushed_without_gaps_or_duplicates_on_postgres() {
+    let Ok(base) = std::env::var("RATH_TEST_POSTGRES_URL") else {
+        rath_testkit::skip("RATH_TEST_POSTGRES_URL is not set (see .ci/install.d/60-postgres.sh)");
+        return;
+    };
+    let db = format!("h4_rt_events_{}", std::process::id());
+    let admin = sqlx::PgPool::connect(&base)
+        .await
+        .expect("PostgreSQL at RATH_TEST_POSTGRES_URL");
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {db}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    sqlx::query(&format!("CREATE DATABASE {db}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let url = format!("{}/{db}", &base[..base.rfind('/').unwrap()]);
+    // Two stores, two pools, two hubs: what reaches the reader comes through LISTEN/NOTIFY.
+    let writer = RunStore::connect(&url).await.unwrap();
+    let reader = RunStore::connect(&url).await.unwrap();
+    events_from_concurrent_writers(writer, reader).await;
+}

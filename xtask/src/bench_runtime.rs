@@ -1,0 +1,554 @@
+//! `cargo xtask bench --runtime`: durable-run throughput against Python OpenRath 2.0's
+//! `LocalRuntime` in one sitting (issue 20), the time from a worker's SIGKILL to its run
+//! progressing on another worker, and store writes per step. Writes `docs/bench-runtime.md`.
+//!
+//! Workload (both sides): R runs of K steps drained by 2 workers. Ours: a step is one model
+//! call of a scripted model whose reply asks a no-op tool (the last step answers in text),
+//! under the journal and the effect ledger: the reply is committed before the tool runs and
+//! the tool's answer before the next model call (group commit batches what concurrent runs
+//! write, it never skips a commit). The output sessions go to the SQL session store of the
+//! same kind (SQLite file or PostgreSQL database). Theirs: `../shared/peers/
+//! openrath_runtime_bench.py` (K `@step` methods, a checkpoint per step, 2 worker processes).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use async_trait::async_trait;
+use rath_flow::{Agent, CancellationToken, SharedWorkflow, ToolContext, ToolError, typed_tool};
+use rath_persist::SessionStore;
+use rath_provider::{
+    Provider, ProviderError, ProviderManifest, ProviderRequest, ProviderResponse, ScriptedProvider,
+    ScriptedResponse,
+};
+use rath_runtime::{
+    RunId, RunOptions, RunStatus, Runtime, Worker, WorkerOptions, WorkflowRegistry,
+};
+use rath_session::{Role, Session, Stamper};
+use serde_json::{Value, json};
+
+/// Set when the xtask binary runs as the worker the kill measurement SIGKILLs
+/// (`<run store url> <session store url>`).
+pub const CHILD_ENV: &str = "RATH_BENCH_RUNTIME_CHILD";
+
+const RUNS: usize = 200;
+const STEPS: usize = 5;
+const WORKERS: usize = 2;
+const LEASE: Duration = Duration::from_secs(1);
+
+/// A model that asks the no-op tool until `steps - 1` results are in, then answers.
+#[derive(Debug)]
+struct StepsModel {
+    steps: usize,
+}
+
+#[async_trait]
+impl Provider for StepsModel {
+    fn name(&self) -> &str {
+        "steps"
+    }
+    async fn complete(&self, req: &ProviderRequest) -> Result<ProviderResponse, ProviderError> {
+        let done = req.messages.iter().filter(|m| m.role == Role::Tool).count();
+        let reply = if done + 1 < self.steps {
+            ScriptedResponse::tool_calls(vec![(format!("c{done}"), "noop", json!({"i": done}))])
+        } else {
+            ScriptedResponse::text("done")
+        };
+        ScriptedProvider::new(vec![reply.usage(5, 1)])
+            .complete(req)
+            .await
+    }
+    fn manifest(&self) -> ProviderManifest {
+        ProviderManifest::new("steps")
+    }
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct NoopArgs {
+    #[allow(dead_code)]
+    i: u64,
+}
+
+/// `steps_<K>` workflows for the K this bench uses; `tool_ms` makes the no-op tool sleep
+/// (the kill measurement needs a run that lasts).
+fn registry(tool_ms: u64) -> WorkflowRegistry {
+    let mut reg = WorkflowRegistry::new();
+    for k in [STEPS, 10, 11, 500, 501, 400] {
+        reg = reg.register(
+            &format!("steps_{k}"),
+            &format!("steps v1: {k} model calls, a no-op tool between them"),
+            move |scope| {
+                let noop = typed_tool(
+                    "noop",
+                    "Do nothing.",
+                    move |_cx: ToolContext, _a: NoopArgs| async move {
+                        if tool_ms > 0 {
+                            tokio::time::sleep(Duration::from_millis(tool_ms)).await;
+                        }
+                        Ok::<_, ToolError>(json!({}))
+                    },
+                );
+                let agent = Agent::new("a", "Step.", scope.provider(StepsModel { steps: k }))
+                    .with_tool(scope.tool(noop))?;
+                Ok(Arc::new(agent) as SharedWorkflow)
+            },
+        );
+    }
+    reg
+}
+
+/// Where one measurement lives: a run store and a session store of one kind.
+#[derive(Clone, Debug)]
+struct Target {
+    label: &'static str,
+    runs: String,
+    sessions: String,
+}
+
+async fn fresh_target(kind: &str, dir: &Path, tag: &str) -> Result<Option<Target>> {
+    if kind == "sqlite" {
+        let f = dir.join(format!("{tag}.db"));
+        return Ok(Some(Target {
+            label: "sqlite",
+            runs: format!("sqlite:{}", f.display()),
+            sessions: format!(
+                "sqlite://{}",
+                dir.join(format!("{tag}-sessions.db")).display()
+            ),
+        }));
+    }
+    let Ok(base) = std::env::var("RATH_TEST_POSTGRES_URL") else {
+        return Ok(None);
+    };
+    let db = format!("rath_bench_{tag}");
+    let admin = sqlx::PgPool::connect(&base).await?;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
+        .execute(&admin)
+        .await?;
+    sqlx::query(&format!("CREATE DATABASE {db}"))
+        .execute(&admin)
+        .await?;
+    admin.close().await;
+    let cut = base
+        .rfind('/')
+        .context("a database in RATH_TEST_POSTGRES_URL")?;
+    let url = format!("{}/{db}", &base[..cut]);
+    Ok(Some(Target {
+        label: "postgres",
+        runs: url.clone(),
+        sessions: url,
+    }))
+}
+
+async fn runtime(t: &Target, tool_ms: u64) -> Result<Runtime> {
+    let sessions: Arc<dyn SessionStore> = Arc::from(rath_store_sql::open_store(&t.sessions).await?);
+    Ok(Runtime::connect(&t.runs, sessions, registry(tool_ms)).await?)
+}
+
+async fn submit_many(rt: &Runtime, workflow: &str, n: usize, seed: u64) -> Result<Vec<RunId>> {
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n as u64 {
+        let input = Session::user_with(format!("task {i}"), Stamper::seeded(seed + 2 * i));
+        ids.push(
+            rt.submit(
+                &Stamper::seeded(seed + 2 * i + 1),
+                workflow,
+                &input,
+                RunOptions::default(),
+            )
+            .await?,
+        );
+    }
+    Ok(ids)
+}
+
+/// Drains `ids` with `WORKERS` in-process workers of `concurrency` loops each; seconds.
+async fn drain(rt: &Runtime, ids: &[RunId], concurrency: usize) -> Result<f64> {
+    let stop = CancellationToken::new();
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    for w in 0..WORKERS {
+        let opts = WorkerOptions::named(format!("bench-{w}"))
+            .concurrency(concurrency)
+            .lease(LEASE * 10)
+            .poll(Duration::from_millis(5));
+        let worker = Worker::new(rt.clone(), opts);
+        let stop = stop.clone();
+        handles.push(tokio::spawn(async move { worker.run(stop).await }));
+    }
+    for id in ids.iter().rev() {
+        let run = rt
+            .wait(id, Duration::from_secs(600), Duration::from_millis(5))
+            .await?;
+        if run.status != RunStatus::Succeeded {
+            bail!("run {id} ended {}: {:?}", run.status, run.detail);
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    stop.cancel();
+    for h in handles {
+        h.await??;
+    }
+    Ok(secs)
+}
+
+/// One throughput figure of ours.
+#[derive(Debug)]
+struct Throughput {
+    store: &'static str,
+    concurrency: usize,
+    steps_per_s: f64,
+    drain_s: f64,
+}
+
+async fn throughput(
+    kind: &str,
+    dir: &Path,
+    concurrency: usize,
+    rep: usize,
+) -> Result<Option<Throughput>> {
+    let tag = format!("tp_{kind}_{concurrency}_{rep}");
+    let Some(t) = fresh_target(kind, dir, &tag).await? else {
+        return Ok(None);
+    };
+    let rt = runtime(&t, 0).await?;
+    let ids = submit_many(&rt, &format!("steps_{STEPS}"), RUNS, 1000).await?;
+    let secs = drain(&rt, &ids, concurrency).await?;
+    Ok(Some(Throughput {
+        store: t.label,
+        concurrency,
+        steps_per_s: (RUNS * STEPS) as f64 / secs,
+        drain_s: secs,
+    }))
+}
+
+/// Rows and logical bytes in the run store's tables and the session store after one run of
+/// `k` steps (on SQLite).
+async fn writes_after(dir: &Path, k: usize) -> Result<(i64, i64, u64, u64)> {
+    let t = fresh_target("sqlite", dir, &format!("writes_{k}"))
+        .await?
+        .context("sqlite")?;
+    let rt = runtime(&t, 0).await?;
+    let ids = submit_many(&rt, &format!("steps_{k}"), 1, 77).await?;
+    drain(&rt, &ids, 1).await?;
+    let (mut rows, mut bytes) = (0, 0);
+    for (_, r, b) in rt.runs().table_stats().await? {
+        rows += r;
+        bytes += b;
+    }
+    let path = t.sessions.trim_start_matches("sqlite://");
+    let store = rath_store_sql::SqliteStore::open(path).await?;
+    let (mut srows, mut sbytes) = (0, 0);
+    for s in store.table_stats().await? {
+        srows += s.rows;
+        sbytes += s.bytes;
+    }
+    Ok((rows, bytes, srows, sbytes))
+}
+
+/// When started as the child: one worker (lease 1 s) until killed.
+pub fn child_main() -> Option<std::process::ExitCode> {
+    let spec = std::env::var(CHILD_ENV).ok()?;
+    let (runs, sessions) = spec.split_once(' ')?;
+    let t = Target {
+        label: "child",
+        runs: runs.to_owned(),
+        sessions: sessions.to_owned(),
+    };
+    let go = || -> Result<()> {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+            .block_on(async {
+                let rt = runtime(&t, 5).await?;
+                let w = Worker::new(
+                    rt,
+                    WorkerOptions::named("doomed")
+                        .lease(LEASE)
+                        .poll(Duration::from_millis(10)),
+                );
+                w.run(CancellationToken::new()).await?;
+                Ok(())
+            })
+    };
+    Some(match go() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench child: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    })
+}
+
+/// SIGKILLs a worker process mid-run; seconds until the run has a journal row written by
+/// the worker that took it over.
+async fn kill_to_progress(kind: &str, dir: &Path) -> Result<Option<f64>> {
+    let Some(t) = fresh_target(kind, dir, &format!("kill_{kind}")).await? else {
+        return Ok(None);
+    };
+    let rt = runtime(&t, 5).await?;
+    let id = submit_many(&rt, "steps_400", 1, 5).await?.remove(0);
+    let mut child = Command::new(std::env::current_exe()?)
+        .env(CHILD_ENV, format!("{} {}", t.runs, t.sessions))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("spawn the worker to kill")?;
+    let until = Instant::now() + Duration::from_secs(30);
+    while rt.runs().journal(&id).await?.len() < 20 {
+        if Instant::now() > until {
+            let _ = child.kill();
+            bail!("the child worker made no progress");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    child.kill()?;
+    let killed = Instant::now();
+    child.wait()?;
+    let token = rt.runs().lease(&id).await?.token;
+    let stop = CancellationToken::new();
+    let w = Worker::new(
+        rt.clone(),
+        WorkerOptions::named("survivor")
+            .lease(LEASE)
+            .poll(Duration::from_millis(10)),
+    );
+    let h = tokio::spawn({
+        let stop = stop.clone();
+        async move { w.run(stop).await }
+    });
+    let secs = loop {
+        if rt
+            .runs()
+            .journal(&id)
+            .await?
+            .iter()
+            .any(|j| j.token > token)
+        {
+            break killed.elapsed().as_secs_f64();
+        }
+        if killed.elapsed() > Duration::from_secs(30) {
+            bail!("no progress on the survivor within 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    stop.cancel();
+    rt.runs().cancel(&id).await.ok();
+    h.await??;
+    Ok(Some(secs))
+}
+
+/// The Python peer's JSON (`None` with the reason when it cannot run here).
+fn python_peer(dsn: Option<&str>) -> Result<Value> {
+    let py = std::env::var_os("RATH_OPENRATH_PYTHON")
+        .map(PathBuf::from)
+        .context("RATH_OPENRATH_PYTHON is not set (a venv with openrath[postgres]==2.0.0; see .ci/install.d/30-persist-python.sh)")?;
+    let script = xtask::shared_dir().join("peers/openrath_runtime_bench.py");
+    let mut cmd = Command::new(&py);
+    cmd.arg(&script)
+        .args(["--runs", &RUNS.to_string(), "--steps", &STEPS.to_string()])
+        .args([
+            "--workers",
+            &WORKERS.to_string(),
+            "--schema",
+            "h4_openrath_bench",
+        ]);
+    if let Some(dsn) = dsn {
+        cmd.args(["--dsn", dsn]);
+    }
+    let out = cmd
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running openrath_runtime_bench.py")?;
+    if !out.status.success() {
+        bail!(
+            "openrath_runtime_bench.py failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+/// Runs the runtime workload and writes the page (beside `out`).
+pub fn run(out: &Path, repeats: usize) -> Result<()> {
+    let tmp = tempfile::Builder::new()
+        .prefix("rath-bench-runtime")
+        .tempdir()?;
+    let dir = tmp.path().to_path_buf();
+    let dsn = std::env::var("RATH_TEST_POSTGRES_URL").ok();
+    // Python first, then ours, in one sitting.
+    let peer = python_peer(dsn.as_deref());
+    if let Err(e) = &peer {
+        eprintln!("xtask bench --runtime: Python peer not measured: {e:#}");
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let mut ours = Vec::new();
+    for kind in ["sqlite", "postgres"] {
+        for concurrency in [1, 16] {
+            let mut reps = Vec::new();
+            for rep in 0..repeats {
+                if let Some(t) = rt.block_on(throughput(kind, &dir, concurrency, rep))? {
+                    eprintln!(
+                        "xtask bench --runtime: {} c={} {:.0} steps/s",
+                        t.store, t.concurrency, t.steps_per_s
+                    );
+                    reps.push(t);
+                }
+            }
+            if !reps.is_empty() {
+                let med = median(reps.iter().map(|t| t.steps_per_s).collect());
+                let drain = median(reps.iter().map(|t| t.drain_s).collect());
+                ours.push((kind, concurrency, med, drain, reps.len()));
+            }
+        }
+    }
+    let kills: Vec<(&str, Option<f64>)> = ["sqlite", "postgres"]
+        .into_iter()
+        .map(|k| Ok((k, rt.block_on(kill_to_progress(k, &dir))??)))
+        .collect::<Result<_>>()?;
+    let mut writes = Vec::new();
+    for k in [10usize, 11, 500, 501] {
+        writes.push((k, rt.block_on(writes_after(&dir, k))??));
+    }
+    let page = render(&peer, &ours, &kills, &writes, repeats);
+    if let Some(d) = out.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    std::fs::write(out, page).with_context(|| format!("writing {}", out.display()))?;
+    eprintln!("xtask bench --runtime: wrote {}", out.display());
+    Ok(())
+}
+
+fn peer_rate(peer: &Result<Value>, store: &str) -> Option<f64> {
+    peer.as_ref().ok()?["results"]
+        .as_array()?
+        .iter()
+        .find(|r| r["store"] == store)?["steps_per_s"]
+        .as_f64()
+}
+
+type Writes = (usize, (i64, i64, u64, u64));
+
+fn render(
+    peer: &Result<Value>,
+    ours: &[(&str, usize, f64, f64, usize)],
+    kills: &[(&str, Option<f64>)],
+    writes: &[Writes],
+    repeats: usize,
+) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# Durable runtime benchmarks (issue 20)\n");
+    let _ = writeln!(
+        md,
+        "Generated by `cargo xtask bench --runtime` (medians of {repeats} drains on our side, one \
+         run of the peer script), both sides in one sitting on {} cores. Workload: {RUNS} runs × \
+         {STEPS} steps, {WORKERS} workers. Ours: a step is a scripted model call whose reply asks \
+         a no-op tool (the last answers in text), journaled and ledgered: each reply is committed \
+         before its tool runs and each tool answer before the next model call; output sessions \
+         go to the SQL session store of the same kind. Peer: Python OpenRath 2.0 `LocalRuntime`, \
+         K `@step` methods with a checkpoint per step, {WORKERS} worker processes \
+         (`../shared/peers/openrath_runtime_bench.py`).\n",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    );
+    let _ = writeln!(md, "## Steps per second\n");
+    let _ = writeln!(
+        md,
+        "| store | runs in flight per worker | ours steps/s | drain s | peer steps/s | ratio |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|");
+    for (kind, c, rate, drain, _) in ours {
+        let p = peer_rate(peer, kind);
+        let ratio = p
+            .map(|p| format!("{:.1}×", rate / p))
+            .unwrap_or_else(|| "—".into());
+        let ps = p
+            .map(|p| format!("{p:.0}"))
+            .unwrap_or_else(|| "not measured".into());
+        let _ = writeln!(
+            md,
+            "| {kind} | {c} | {rate:.0} | {drain:.2} | {ps} | {ratio} |"
+        );
+    }
+    if let Err(e) = peer {
+        let _ = writeln!(md, "\nPeer not measured here: {e}");
+    }
+    let _ = writeln!(
+        md,
+        "\n## SIGKILL to progress on another worker (lease {} s)\n",
+        LEASE.as_secs()
+    );
+    let _ = writeln!(
+        md,
+        "| store | seconds | goal (lease + 1 s) |\n|---|---|---|"
+    );
+    for (kind, s) in kills {
+        match s {
+            Some(s) => {
+                let _ = writeln!(
+                    md,
+                    "| {kind} | {s:.2} | {} |",
+                    if *s <= LEASE.as_secs_f64() + 1.0 {
+                        "met"
+                    } else {
+                        "missed"
+                    }
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    md,
+                    "| {kind} | not measured (RATH_TEST_POSTGRES_URL unset) | |"
+                );
+            }
+        }
+    }
+    let _ = writeln!(md, "\n## Store writes per step (SQLite)\n");
+    let _ = writeln!(
+        md,
+        "Totals after one run of K steps, and the step K+1 alone (a run of K+1 minus a run of K): \
+         run store rows and bytes (`rt_*` tables: journal, ledger, events, runs, leases; bytes are \
+         the text columns' lengths), session store rows and bytes (rath-store-sql's table stats).\n"
+    );
+    let _ = writeln!(
+        md,
+        "| steps | run-store rows | run-store bytes | session rows | session bytes |\n|---|---|---|---|---|"
+    );
+    for (k, (r, b, sr, sb)) in writes {
+        let _ = writeln!(md, "| {k} | {r} | {b} | {sr} | {sb} |");
+    }
+    for pair in writes.chunks(2) {
+        if let [(k, a), (_, b)] = pair {
+            let _ = writeln!(
+                md,
+                "| step {} alone | {} | {} | {} | {} |",
+                k + 1,
+                b.0 - a.0,
+                b.1 - a.1,
+                b.2 as i64 - a.2 as i64,
+                b.3 as i64 - a.3 as i64
+            );
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\nReproduce: `cargo xtask bench --runtime` (RATH_OPENRATH_PYTHON: a venv with `openrath[postgres]==2.0.0`; RATH_TEST_POSTGRES_URL for PostgreSQL)."
+    );
+    md
+}
