@@ -119,7 +119,7 @@ pub(crate) fn serve(store: &str, args: &ServeArgs) -> Result<Output, Failure> {
             stop.cancel();
         });
         server.serve(listener).await?;
-        Ok(Output::ok(String::new()))
+        Ok::<Output, Failure>(Output::ok(String::new()))
     })
 }
 
@@ -150,7 +150,7 @@ pub(crate) fn keys(cmd: &KeysCommand, as_json: bool) -> Result<Output, Failure> 
             } => {
                 let db = ServerDb::connect(runs).await?;
                 let k = db.create_key(tenant, *admin, label).await?;
-                Ok(Output::ok(if as_json {
+                Ok::<Output, Failure>(Output::ok(if as_json {
                     json(&k)?
                 } else {
                     format!(
@@ -165,7 +165,7 @@ pub(crate) fn keys(cmd: &KeysCommand, as_json: bool) -> Result<Output, Failure> 
             KeysCommand::List { runs } => {
                 let keys = ServerDb::connect(runs).await?.list_keys().await?;
                 if as_json {
-                    return Ok(Output::ok(json(&keys)?));
+                    return Ok::<Output, Failure>(Output::ok(json(&keys)?));
                 }
                 let mut text = String::new();
                 for k in keys {
@@ -174,7 +174,11 @@ pub(crate) fn keys(cmd: &KeysCommand, as_json: bool) -> Result<Output, Failure> 
                         k.id,
                         k.tenant,
                         if k.admin { "admin" } else { "tenant" },
-                        if k.revoked_ms.is_some() { "revoked" } else { "live" },
+                        if k.revoked_ms.is_some() {
+                            "revoked"
+                        } else {
+                            "live"
+                        },
                         k.label
                     ));
                 }

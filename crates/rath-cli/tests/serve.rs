@@ -25,7 +25,9 @@ fn keys_mint_list_revoke_and_a_served_api_stops_on_sigterm() {
     let runs = format!("sqlite:{}", dir.path().join("runs.db").display());
     let store = format!("sqlite:{}", dir.path().join("sessions.db").display());
 
-    let (code, out, err) = rath(&["keys", "create", "--runs", &runs, "--tenant", "acme", "--label", "ci"]);
+    let (code, out, err) = rath(&[
+        "keys", "create", "--runs", &runs, "--tenant", "acme", "--label", "ci",
+    ]);
     assert_eq!(code, 0, "{err}");
     let secret = out.lines().next().unwrap().to_owned();
     assert!(secret.starts_with("rath_"), "{out}");
@@ -39,7 +41,15 @@ fn keys_mint_list_revoke_and_a_served_api_stops_on_sigterm() {
     assert!(err.contains("no key key_nope"), "{err}");
 
     let mut child = Command::new(env!("CARGO_BIN_EXE_rath"))
-        .args(["--store", &store, "serve", "--runs", &runs, "--bind", "127.0.0.1:0"])
+        .args([
+            "--store",
+            &store,
+            "serve",
+            "--runs",
+            &runs,
+            "--bind",
+            "127.0.0.1:0",
+        ])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -58,7 +68,11 @@ fn keys_mint_list_revoke_and_a_served_api_stops_on_sigterm() {
         .unwrap();
     rt.block_on(async {
         let http = reqwest::Client::new();
-        let ready = http.get(format!("http://{addr}/health/ready")).send().await.unwrap();
+        let ready = http
+            .get(format!("http://{addr}/health/ready"))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(ready.status(), 200);
         let page = http
             .get(format!("http://{addr}/v1/sessions"))
@@ -67,7 +81,11 @@ fn keys_mint_list_revoke_and_a_served_api_stops_on_sigterm() {
             .await
             .unwrap();
         assert_eq!(page.status(), 200);
-        let none = http.get(format!("http://{addr}/v1/sessions")).send().await.unwrap();
+        let none = http
+            .get(format!("http://{addr}/v1/sessions"))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(none.status(), 401);
     });
     let (code, _, _) = rath(&["keys", "revoke", "--runs", &runs, &id]);
@@ -89,7 +107,10 @@ fn keys_mint_list_revoke_and_a_served_api_stops_on_sigterm() {
         if let Some(s) = child.try_wait().unwrap() {
             break s;
         }
-        assert!(start.elapsed() < Duration::from_secs(20), "rath serve did not stop");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "rath serve did not stop"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "{status:?}");

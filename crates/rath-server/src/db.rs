@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
+use sqlx::Row;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
-use sqlx::Row;
 use utoipa::ToSchema;
 
 use crate::ServerError;
@@ -160,12 +160,14 @@ impl ServerDb {
                 for stmt in *stmts {
                     sqlx::query(stmt).execute(&mut *tx).await?;
                 }
-                sqlx::query("INSERT INTO sv_schema (version, what, applied_ms) VALUES ($1, $2, $3)")
-                    .bind(version)
-                    .bind(what)
-                    .bind(now_ms())
-                    .execute(&mut *tx)
-                    .await?;
+                sqlx::query(
+                    "INSERT INTO sv_schema (version, what, applied_ms) VALUES ($1, $2, $3)",
+                )
+                .bind(version)
+                .bind(what)
+                .bind(now_ms())
+                .execute(&mut *tx)
+                .await?;
             }
             tx.commit().await?;
         });
@@ -268,13 +270,7 @@ impl ServerDb {
         self.own("sv_runs", "run_id", tenant, id).await
     }
 
-    async fn own(
-        &self,
-        table: &str,
-        col: &str,
-        tenant: &str,
-        id: &str,
-    ) -> Result<(), ServerError> {
+    async fn own(&self, table: &str, col: &str, tenant: &str, id: &str) -> Result<(), ServerError> {
         let insert = format!(
             "INSERT INTO {table} ({col}, tenant, created_ms) VALUES ($1, $2, $3) ON CONFLICT ({col}) DO NOTHING"
         );

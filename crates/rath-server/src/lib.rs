@@ -258,7 +258,11 @@ impl Server {
             Arc::from(rath_store_sql::open_store(store_url).await?);
         let runs = RunStore::connect(runs_url).await?;
         let db = ServerDb::connect(runs_url).await?;
-        Ok(Self::new(Runtime::new(runs, sessions, registry), db, config))
+        Ok(Self::new(
+            Runtime::new(runs, sessions, registry),
+            db,
+            config,
+        ))
     }
 
     /// The server's tables (keys, tenant ownership).

@@ -60,7 +60,9 @@ impl Metrics {
 
     /// The request metrics in text exposition.
     fn render_requests(&self, out: &mut String) {
-        out.push_str("# HELP rath_http_requests_total HTTP requests by method, route and status.\n");
+        out.push_str(
+            "# HELP rath_http_requests_total HTTP requests by method, route and status.\n",
+        );
         out.push_str("# TYPE rath_http_requests_total counter\n");
         let r = self.requests.lock().unwrap_or_else(|p| p.into_inner());
         for ((m, route, s), n) in r.iter() {
@@ -108,7 +110,11 @@ fn escape(v: &str) -> String {
 }
 
 /// The middleware that times and counts every request.
-pub(crate) async fn track(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+pub(crate) async fn track(
+    State(state): State<Arc<AppState>>,
+    req: Request,
+    next: Next,
+) -> Response {
     let start = Instant::now();
     let method = req.method().as_str().to_owned();
     let route = req

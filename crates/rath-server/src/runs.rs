@@ -304,7 +304,9 @@ pub(crate) async fn wait(
 ) -> Result<axum::Json<RunResult>, ServerError> {
     owned_run(&state, &who.tenant, &id).await?;
     let max = state.config.wait_max;
-    let timeout = q.timeout_ms.map_or(max, |ms| Duration::from_millis(ms).min(max));
+    let timeout = q
+        .timeout_ms
+        .map_or(max, |ms| Duration::from_millis(ms).min(max));
     let rid = RunId(id);
     let waited = tokio::select! {
         r = state.runtime.wait(&rid, timeout, state.config.poll) => Some(r?),
@@ -494,7 +496,12 @@ impl Tail {
     /// is written with its event, so events read after a final status are all of them).
     async fn poll(&mut self) -> Result<(), ServerError> {
         let run = self.state.runtime.runs().get(&self.run).await?;
-        let events = self.state.runtime.runs().events(&self.run, self.after).await?;
+        let events = self
+            .state
+            .runtime
+            .runs()
+            .events(&self.run, self.after)
+            .await?;
         self.buf.extend(events);
         self.done = run.status.is_final();
         Ok(())

@@ -233,12 +233,10 @@ pub(crate) async fn load_owned(
 fn matches(q: &SessionQuery, s: &SessionSummary) -> bool {
     q.kind.as_deref().is_none_or(|k| s.kind.as_str() == k)
         && q.operator.as_deref().is_none_or(|o| s.operator == o)
-        && q
-            .status
+        && q.status
             .as_deref()
             .is_none_or(|st| status_of(s.closed, s.failure.is_some()) == st)
-        && q
-            .parent
+        && q.parent
             .as_deref()
             .is_none_or(|p| s.parents.iter().any(|x| x.as_str() == p))
 }
@@ -456,7 +454,10 @@ pub(crate) async fn lineage(
         }
     };
     if !state.db.owns_session(&who.tenant, &id).await? {
-        return Err(ServerError::NotFound { what: "session", id });
+        return Err(ServerError::NotFound {
+            what: "session",
+            id,
+        });
     }
     let all: Vec<LineageRow> = summaries(&state, &who.tenant)
         .await?
@@ -500,7 +501,10 @@ pub(crate) async fn detach(
     ApiPath(id): ApiPath<String>,
 ) -> Result<(StatusCode, axum::Json<SessionDetail>), ServerError> {
     let l = load_owned(&state, &who.tenant, &id).await?;
-    let d = l.session.with_stamper(state.config.stamper.clone()).detach();
+    let d = l
+        .session
+        .with_stamper(state.config.stamper.clone())
+        .detach();
     store_new(&state, &who, &d).await
 }
 
@@ -554,19 +558,17 @@ pub(crate) async fn export(
     ApiPath(id): ApiPath<String>,
 ) -> Result<impl IntoResponse, ServerError> {
     let loaded = load_owned(&state, &who.tenant, &id).await?;
-    let bytes = tokio::task::spawn_blocking(move || export_bytes(&loaded))
-        .await
-        .map_err(|e| ServerError::Db(format!("export task: {e}")))??;
+    let bytes = export_bytes(&loaded).await?;
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], bytes))
 }
 
 /// Writes the session through the JSONL store into a scratch directory and reads the file
-/// back: the one writer of the format, so the bytes are the store's own.
-fn export_bytes(loaded: &LoadedSession) -> Result<Vec<u8>, ServerError> {
+/// back: the one writer of the format, so the bytes are the store's own. (The JSONL store
+/// does its small file I/O inline.)
+async fn export_bytes(loaded: &LoadedSession) -> Result<Vec<u8>, ServerError> {
     let dir = tempfile::tempdir()?;
     let store = rath_persist::Store::at(dir.path());
-    let rt = tokio::runtime::Builder::new_current_thread().build()?;
-    rt.block_on(rath_persist::SessionStore::restore(&store, loaded))?;
+    rath_persist::SessionStore::restore(&store, loaded).await?;
     let mut files = std::fs::read_dir(dir.path())?
         .filter_map(Result::ok)
         .map(|e| e.path())

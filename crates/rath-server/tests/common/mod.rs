@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rath_flow::{Agent, CancellationToken, SharedWorkflow, ToolContext, ToolError, ToolPolicy, typed_tool};
+use rath_flow::{
+    Agent, CancellationToken, SharedWorkflow, ToolContext, ToolError, ToolPolicy, typed_tool,
+};
 use rath_provider::{
     Provider, ProviderError, ProviderManifest, ProviderRequest, ProviderResponse, ScriptedProvider,
     ScriptedResponse,
@@ -51,7 +53,8 @@ struct Args {
 pub fn registry() -> WorkflowRegistry {
     WorkflowRegistry::new()
         .register("echo", "echo v1", |scope| {
-            let model = scope.provider(ScriptedProvider::new(vec![ScriptedResponse::text("hello")]));
+            let model =
+                scope.provider(ScriptedProvider::new(vec![ScriptedResponse::text("hello")]));
             Ok(Arc::new(Agent::new("greeter", "Greet.", model)) as SharedWorkflow)
         })
         .register("gated", "gated v1: record needs approval", |scope| {
@@ -198,7 +201,10 @@ impl Harness {
                 .unwrap()
                 .unwrap();
         }
-        ([self.admin.clone(), self.a.clone(), self.b.clone()], self.stores.clone())
+        (
+            [self.admin.clone(), self.a.clone(), self.b.clone()],
+            self.stores.clone(),
+        )
     }
 
     /// A request with `key` (`None`: no key) and an optional JSON body.
@@ -282,7 +288,11 @@ pub fn parse_sse(body: &str) -> Vec<(i64, String, Value)> {
             }
         }
         if let Some(id) = id {
-            out.push((id, event, serde_json::from_str(&data).unwrap_or(Value::String(data))));
+            out.push((
+                id,
+                event,
+                serde_json::from_str(&data).unwrap_or(Value::String(data)),
+            ));
         }
     }
     out
