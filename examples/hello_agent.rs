@@ -112,7 +112,7 @@ async fn main() -> anyhow::Result<()> {
     for (agent, u) in out.agent_usage() {
         println!("  {agent}: {}", usage(Some(*u)));
     }
-    println!("Store: {} (session {})", store, out.id());
+    println!("Store: {store} (session {})", out.id());
     Ok(())
 }
 

@@ -163,7 +163,7 @@ async fn main() -> anyhow::Result<()> {
     } else {
         "offline, scripted models".to_owned()
     };
-    println!("research_synthesis ({mode}), store {}", store);
+    println!("research_synthesis ({mode}), store {store}");
     let workspace = home.join("workspaces/research_synthesis");
     std::fs::create_dir_all(&workspace)?;
     let workspace = workspace.canonicalize()?;

@@ -158,7 +158,7 @@ impl FlowError {
     /// let root = Session::user_with("hi", Stamper::counter());
     /// let err = FlowError::Cancelled { session: Box::new(root.fork()) };
     /// let kept = err.keep_in_store(&store, [&root]).await?;
-    /// assert_eq!((kept.saved, store.list().await?.len()), (2, 2));
+    /// assert_eq!((kept.saved, SessionStore::list(&store).await?.len()), (2, 2));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
