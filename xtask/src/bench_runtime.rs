@@ -78,7 +78,7 @@ fn registry(tool_ms: u64) -> WorkflowRegistry {
     let mut reg = WorkflowRegistry::new();
     for k in [STEPS, 10, 11, 500, 501, 400] {
         reg = reg.register(
-            &format!("steps_{k}"),
+            format!("steps_{k}"),
             &format!("steps v1: {k} model calls, a no-op tool between them"),
             move |scope| {
                 let noop = typed_tool(
@@ -419,11 +419,11 @@ pub fn run(out: &Path, repeats: usize) -> Result<()> {
     }
     let kills: Vec<(&str, Option<f64>)> = ["sqlite", "postgres"]
         .into_iter()
-        .map(|k| Ok((k, rt.block_on(kill_to_progress(k, &dir))??)))
+        .map(|k| Ok((k, rt.block_on(kill_to_progress(k, &dir))?)))
         .collect::<Result<_>>()?;
     let mut writes = Vec::new();
     for k in [10usize, 11, 500, 501] {
-        writes.push((k, rt.block_on(writes_after(&dir, k))??));
+        writes.push((k, rt.block_on(writes_after(&dir, k))?));
     }
     let page = render(&peer, &ours, &kills, &writes, repeats);
     if let Some(d) = out.parent() {
