@@ -185,7 +185,9 @@ fn build_store_sharing(ctx: &mut Ctx) -> Result<Report> {
     write_artifacts(ctx, &jsonl, &sqlite, records)?;
     r.note(
         "Bytes are logical (see what this packet does not prove); the SQLite file itself is not \
-         kept, as its page layout is SQLite's and may change with its version.",
+         kept, as its page layout is SQLite's and may change with its version. The sessions' \
+         headers hold the run's sandbox path (redacted in artifacts), so the byte counts \
+         reproduce for a temp root of the same length (as in CI, whose system temp directory is the same).",
     );
     Ok(r)
 }
