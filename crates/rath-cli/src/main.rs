@@ -17,6 +17,7 @@ use rath_inspect::view::{ViewOptions, write_store_page};
 use rath_inspect::{FileWarning, InspectError, Page, StoreView};
 
 mod export;
+mod runs;
 
 /// Inspect, compare, replay and view openrath session stores.
 #[derive(Debug, Parser)]
@@ -27,6 +28,10 @@ struct Cli {
     /// else the JSONL directory under $OPENRATH_HOME, else ./.openrath, else ~/.openrath.
     #[arg(long, global = true, value_name = "URL")]
     store: Option<String>,
+    /// The run store of `rath worker` and `rath runs`: `sqlite:FILE` or
+    /// `postgres://USER@HOST/DB`. Default: $RATH_RUNS, else `sqlite:<OPENRATH_HOME>/runs.db`.
+    #[arg(long, global = true, value_name = "URL")]
+    runs: Option<String>,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -97,6 +102,13 @@ enum Command {
         #[command(subcommand)]
         target: ExportTarget,
     },
+    /// Run a worker: claim runs of the bundled workflows from the run store (`--runs`), run
+    /// them with leases and fencing, store their sessions in `--store`; on SIGTERM or ctrl-c
+    /// hand in-flight runs back and exit 0.
+    Worker(runs::WorkerArgs),
+    /// Submit, list, show, cancel, resolve, approve and reject durable runs.
+    #[command(subcommand)]
+    Runs(runs::RunsCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -310,6 +322,14 @@ fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
     if let Command::Store(cmd) = &cli.command {
         return store_command(cli, cmd);
     }
+    if let Command::Worker(args) = &cli.command {
+        let url = runs::runs_url(cli.runs.as_deref());
+        return runs::worker(&url, &store_url(cli), args, cli.json);
+    }
+    if let Command::Runs(cmd) = &cli.command {
+        let url = runs::runs_url(cli.runs.as_deref());
+        return runs::runs(&url, &store_url(cli), cmd, cli.json);
+    }
     let store = open_store(cli)?;
     match &cli.command {
         Command::Sessions => {
@@ -391,7 +411,9 @@ fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
             transcript_chunks,
         } => view(cli, &store, out, *transcript_chunks),
         Command::Provider => provider(cli),
-        Command::Store(_) => unreachable!("handled above"),
+        Command::Store(_) | Command::Worker(_) | Command::Runs(_) => {
+            unreachable!("handled above")
+        }
         Command::Export {
             target:
                 ExportTarget::Otel {
