@@ -171,7 +171,12 @@ async fn runtime(runs: &str, store: &str, bundled: &BundledOptions) -> Result<Ru
 }
 
 /// `rath worker`: runs until SIGTERM or ctrl-c, logging through `tracing` on stderr.
-pub(crate) fn worker(runs: &str, store: &str, a: &WorkerArgs, as_json: bool) -> Result<Output, Failure> {
+pub(crate) fn worker(
+    runs: &str,
+    store: &str,
+    a: &WorkerArgs,
+    as_json: bool,
+) -> Result<Output, Failure> {
     init_logs();
     let name = a
         .name
@@ -217,7 +222,12 @@ fn init_logs() {
 }
 
 /// `rath runs ...`.
-pub(crate) fn runs(runs: &str, store: &str, cmd: &RunsCommand, as_json: bool) -> Result<Output, Failure> {
+pub(crate) fn runs(
+    runs: &str,
+    store: &str,
+    cmd: &RunsCommand,
+    as_json: bool,
+) -> Result<Output, Failure> {
     block_on(async {
         let rt = runtime(runs, store, &BundledOptions::default()).await?;
         runs_async(&rt, cmd, as_json).await
@@ -483,12 +493,24 @@ fn render(s: &Shown) -> String {
     let r = &s.run;
     let mut out = format!("run {}\n", r.id);
     let line = |out: &mut String, k: &str, v: &str| out.push_str(&format!("  {k:<11} {v}\n"));
-    line(&mut out, "workflow", &format!("{} (definition {})", r.workflow, short(&r.definition_hash)));
+    line(
+        &mut out,
+        "workflow",
+        &format!("{} (definition {})", r.workflow, short(&r.definition_hash)),
+    );
     line(&mut out, "status", r.status.as_str());
-    line(&mut out, "attempts", &format!("{} (failed {})", r.attempts, r.failures));
+    line(
+        &mut out,
+        "attempts",
+        &format!("{} (failed {})", r.attempts, r.failures),
+    );
     line(&mut out, "segment", &r.segment.to_string());
     line(&mut out, "input", &r.input_session);
-    line(&mut out, "output", r.output_session.as_deref().unwrap_or("-"));
+    line(
+        &mut out,
+        "output",
+        r.output_session.as_deref().unwrap_or("-"),
+    );
     if !r.options.tags.is_empty() {
         line(&mut out, "tags", &r.options.tags.join(", "));
     }
@@ -498,7 +520,15 @@ fn render(s: &Shown) -> String {
     line(
         &mut out,
         "lease",
-        &format!("{} (token {})", if s.lease.worker.is_empty() { "-" } else { &s.lease.worker }, s.lease.token),
+        &format!(
+            "{} (token {})",
+            if s.lease.worker.is_empty() {
+                "-"
+            } else {
+                &s.lease.worker
+            },
+            s.lease.token
+        ),
     );
     if let Some(d) = &r.detail {
         line(&mut out, "detail", d);
@@ -512,7 +542,14 @@ fn render(s: &Shown) -> String {
     for p in &s.pending {
         out.push_str(&format!(
             "PENDING {} {} {} ({}): rath runs approve {} {} | rath runs reject {} {}\n",
-            p.call.id, p.call.function.name, p.call.function.arguments, p.reason, r.id, p.call.id, r.id, p.call.id
+            p.call.id,
+            p.call.function.name,
+            p.call.function.arguments,
+            p.reason,
+            r.id,
+            p.call.id,
+            r.id,
+            p.call.id
         ));
     }
     out.push_str(&format!("ledger ({} entries):\n", s.ledger.len()));
@@ -526,7 +563,10 @@ fn render(s: &Shown) -> String {
             short(&e.idempotency_key)
         ));
     }
-    out.push_str(&format!("journal: {} recorded model replies\n", s.journal_entries));
+    out.push_str(&format!(
+        "journal: {} recorded model replies\n",
+        s.journal_entries
+    ));
     out.push_str(&format!("events ({}):\n", s.events.len()));
     for e in &s.events {
         out.push_str(&format!(

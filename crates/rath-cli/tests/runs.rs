@@ -231,7 +231,10 @@ fn an_ambiguous_call_is_shown_and_resolved_from_the_command_line() {
     // The effect did happen (its key is in the file): settle it with the tool's answer.
     let (code, _, err) = rig.rath(&["runs", "resolve", &id, &call]);
     assert_eq!(code, 2);
-    assert!(err.starts_with("rath: resolve needs exactly one of"), "{err}");
+    assert!(
+        err.starts_with("rath: resolve needs exactly one of"),
+        "{err}"
+    );
     let answer = r#"{"recorded":"writer 0"}"#;
     let out = rig.ok(&["runs", "resolve", &id, &call, "--succeeded", answer]);
     assert!(out.contains("queued"), "{out}");
@@ -266,17 +269,30 @@ fn waiting_runs_are_approved_and_rejected_from_the_command_line() {
     assert_eq!(shown["pending"].as_array().unwrap().len(), 1, "{shown}");
     let text = rig.ok(&["runs", "show", &yes]);
     assert!(text.contains("PENDING writer_call_0 record"), "{text}");
-    assert!(rig.effect_lines().is_empty(), "nothing recorded before approval");
+    assert!(
+        rig.effect_lines().is_empty(),
+        "nothing recorded before approval"
+    );
     signal(&w, libc::SIGTERM);
     assert!(w.wait().unwrap().success());
 
     rig.ok(&["runs", "approve", &yes, "--by", "reviewer"]);
-    rig.ok(&["runs", "reject", &no, "writer_call_0", "--reason", "not today"]);
+    rig.ok(&[
+        "runs",
+        "reject",
+        &no,
+        "writer_call_0",
+        "--reason",
+        "not today",
+    ]);
     let mut w2 = rig.worker("worker-b", &[], &[]);
     // The approved run records, then stops on its second gated call; approve that too.
     rig.wait_for(&yes, "waiting", Duration::from_secs(20));
     let shown = rig.json(&["runs", "show", &yes]);
-    let second = shown["pending"][0]["call"]["id"].as_str().unwrap().to_owned();
+    let second = shown["pending"][0]["call"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert_eq!(second, "writer_call_1");
     rig.ok(&["runs", "approve", &yes]);
     let done = rig.wait_for(&yes, "succeeded", Duration::from_secs(20));
@@ -302,9 +318,18 @@ fn bad_input_is_one_typed_line_with_exit_code_2() {
     let cases: &[(&[&str], &str)] = &[
         (&["runs", "show", "run_nosuch"], "rath: no run run_nosuch"),
         (&["runs", "approve", &id], "is queued: no pending call"),
-        (&["runs", "submit", "nosuch", "--input", "x"], "workflow \"nosuch\" is not registered"),
-        (&["runs", "list", "--status", "asleep"], "unknown status \"asleep\""),
-        (&["runs", "resolve", &id, "c1", "--rerun"], "is queued: resolve"),
+        (
+            &["runs", "submit", "nosuch", "--input", "x"],
+            "workflow \"nosuch\" is not registered",
+        ),
+        (
+            &["runs", "list", "--status", "asleep"],
+            "unknown status \"asleep\"",
+        ),
+        (
+            &["runs", "resolve", &id, "c1", "--rerun"],
+            "is queued: resolve",
+        ),
     ];
     for (args, want) in cases {
         let (code, stdout, stderr) = rig.rath(args);
@@ -313,7 +338,14 @@ fn bad_input_is_one_typed_line_with_exit_code_2() {
         assert!(stderr.contains(want), "{args:?}: {stderr}");
     }
     let out = Command::new(env!("CARGO_BIN_EXE_rath"))
-        .args(["--runs", "mysql://x", "--store", &rig.store(), "runs", "list"])
+        .args([
+            "--runs",
+            "mysql://x",
+            "--store",
+            &rig.store(),
+            "runs",
+            "list",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));

@@ -29,9 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rath_flow::{
-    Agent, RawTool, Sequence, SharedWorkflow, ToolError, ToolOutput, ToolPolicy,
-};
+use rath_flow::{Agent, RawTool, Sequence, SharedWorkflow, ToolError, ToolOutput, ToolPolicy};
 use rath_provider::{
     Provider, ProviderError, ProviderManifest, ProviderRequest, ProviderResponse, ScriptedProvider,
     ScriptedResponse,
@@ -42,7 +40,8 @@ use serde_json::{Value, json};
 use crate::registry::WorkflowRegistry;
 
 /// The definition of `team` (its hash is what runs are submitted with).
-pub const TEAM_DEFINITION: &str = "team v1: planner(lookup x2, idempotent) then writer(record x2, not idempotent); rule model";
+pub const TEAM_DEFINITION: &str =
+    "team v1: planner(lookup x2, idempotent) then writer(record x2, not idempotent); rule model";
 /// The definition of `gated`.
 pub const GATED_DEFINITION: &str = "gated v1: writer(record x2, approval required); rule model";
 
@@ -116,22 +115,27 @@ fn lookup_tool() -> RawTool {
 /// `record`: appends the idempotency key of the call to `effects` (the side effect), then
 /// answers `{"recorded": text}`.
 fn record_tool(effects: Option<PathBuf>) -> RawTool {
-    RawTool::new("record", "Record a text.", text_schema(), move |_cx, args| {
-        let effects = effects.clone();
-        Box::pin(async move {
-            let text = text_arg(&args)?;
-            if let Some(file) = effects {
-                let key = crate::current_call()
-                    .map(|c| c.idempotency_key)
-                    .unwrap_or_default();
-                let line = format!("{key}\n");
-                tokio::task::spawn_blocking(move || append_line(&file, &line))
-                    .await
-                    .map_err(|e| ToolError::exception(e.to_string()))??;
-            }
-            Ok(ToolOutput::json(&json!({"recorded": text})))
-        })
-    })
+    RawTool::new(
+        "record",
+        "Record a text.",
+        text_schema(),
+        move |_cx, args| {
+            let effects = effects.clone();
+            Box::pin(async move {
+                let text = text_arg(&args)?;
+                if let Some(file) = effects {
+                    let key = crate::current_call()
+                        .map(|c| c.idempotency_key)
+                        .unwrap_or_default();
+                    let line = format!("{key}\n");
+                    tokio::task::spawn_blocking(move || append_line(&file, &line))
+                        .await
+                        .map_err(|e| ToolError::exception(e.to_string()))??;
+                }
+                Ok(ToolOutput::json(&json!({"recorded": text})))
+            })
+        },
+    )
 }
 
 fn append_line(file: &std::path::Path, line: &str) -> Result<(), ToolError> {

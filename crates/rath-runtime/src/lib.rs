@@ -72,10 +72,10 @@ pub use model::{
     Effect, EffectState, Lease, RetryPolicy, Run, RunEvent, RunId, RunOptions, RunStatus,
 };
 pub use registry::{Constructor, WorkflowDef, WorkflowRegistry, definition_hash};
+pub use serve::{ServeReport, serve_worker};
 pub use store::{
     JournalEntry, MIGRATIONS, Resolution, RunStore, SCHEMA_VERSION, Transition, now_ms,
 };
-pub use serve::{ServeReport, serve_worker};
 pub use worker::{Outcome, Worker, WorkerOptions};
 
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {

@@ -182,7 +182,11 @@ struct Counts {
     elapsed: Duration,
 }
 
-async fn chaos(mut rig: Rig, n_workers: usize, seed: u64) -> (Rig, Counts, Vec<Fenced>, Vec<RunId>) {
+async fn chaos(
+    mut rig: Rig,
+    n_workers: usize,
+    seed: u64,
+) -> (Rig, Counts, Vec<Fenced>, Vec<RunId>) {
     let rt = connect(&rig.runs, &rig.sessions, Some(rig.effects()), THINK).await;
     rig.workers = (0..n_workers).map(|_| None).collect();
     rig.names = vec![String::new(); n_workers];
@@ -318,5 +322,230 @@ impl Stopped {
         }
         rig.signal(self.slot, libc::SIGCONT);
         out
+    }
+}
+
+/// The same 200 runs done in-process without faults: each output session, serialized.
+async fn reference() -> HashMap<RunId, Vec<u8>> {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let sessions = format!("sqlite://{}", dir.path().join("sessions.db").display());
+    let rt = connect(&runs, &sessions, None, Duration::ZERO).await;
+    let stamper = submitter();
+    let mut ids = Vec::new();
+    for i in 0..RUNS {
+        ids.push(
+            rt.submit(&stamper, "team", &input(i), RunOptions::default())
+                .await
+                .unwrap(),
+        );
+    }
+    let shutdown = rath_flow::CancellationToken::new();
+    let pool = tokio::spawn({
+        let w = Worker::new(rt.clone(), WorkerOptions::named("reference").concurrency(4));
+        let shutdown = shutdown.clone();
+        async move { w.run(shutdown).await }
+    });
+    while !settled(&rt).await {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    shutdown.cancel();
+    pool.await.unwrap().unwrap();
+    let mut out = HashMap::new();
+    for id in ids {
+        let run = rt.runs().get(&id).await.unwrap();
+        assert_eq!(run.status, RunStatus::Succeeded, "reference run {id}");
+        assert_eq!(run.attempts, 1);
+        let s = rt.output(&id).await.unwrap().unwrap();
+        out.insert(id, serde_json::to_vec(&s).unwrap());
+    }
+    out
+}
+
+/// What one store ended with, checked against the acceptance.
+async fn verify(
+    rig: &Rig,
+    counts: &Counts,
+    fenced: &[Fenced],
+    ids: &[RunId],
+    reference: &HashMap<RunId, Vec<u8>>,
+) {
+    let label = rig.label;
+    let rt = connect(&rig.runs, &rig.sessions, None, Duration::ZERO).await;
+    let runs = rt.runs().list(None).await.unwrap();
+    assert_eq!(runs.len(), RUNS, "{label}: runs stored");
+    assert_eq!(
+        runs.iter().map(|r| &r.id).collect::<HashSet<_>>(),
+        ids.iter().collect::<HashSet<_>>()
+    );
+    let lines = std::fs::read_to_string(rig.effects()).unwrap_or_default();
+    let mut in_file: HashMap<&str, usize> = HashMap::new();
+    for l in lines.lines() {
+        *in_file.entry(l).or_default() += 1;
+    }
+    let dups: Vec<_> = in_file.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(dups.is_empty(), "{label}: keys recorded twice: {dups:?}");
+
+    let mut review = Vec::new();
+    let mut known_keys = HashSet::new();
+    let (mut succeeded, mut resumed, mut ambiguous) = (0, 0, 0);
+    for run in &runs {
+        let effects = rt.runs().effects(&run.id).await.unwrap();
+        let amb: Vec<_> = effects
+            .iter()
+            .filter(|e| e.state == EffectState::Ambiguous)
+            .collect();
+        ambiguous += amb.len();
+        for e in effects.iter().filter(|e| e.tool == "record") {
+            known_keys.insert(e.idempotency_key.clone());
+        }
+        match run.status {
+            RunStatus::Succeeded => {
+                succeeded += 1;
+                if run.attempts > 1 {
+                    resumed += 1;
+                }
+                assert!(amb.is_empty(), "{label}: {} succeeded with {amb:?}", run.id);
+                for e in effects.iter().filter(|e| e.tool == "record") {
+                    assert_eq!(e.state, EffectState::Succeeded, "{label}: {e:?}");
+                    let n = in_file.get(e.idempotency_key.as_str()).copied();
+                    assert_eq!(n, Some(1), "{label}: effect of {} {}", run.id, e.call_id);
+                }
+                let out = rt.output(&run.id).await.unwrap().unwrap();
+                let bytes = serde_json::to_vec(&out).unwrap();
+                assert!(
+                    reference.get(&run.id) == Some(&bytes),
+                    "{label}: {} (attempts {}) differs from its uninterrupted run",
+                    run.id,
+                    run.attempts
+                );
+            }
+            RunStatus::NeedsReview => {
+                assert_eq!(amb.len(), 1, "{label}: {} in review: {effects:?}", run.id);
+                let call = amb[0];
+                let detail = run.detail.clone().unwrap_or_default();
+                assert!(detail.contains(&call.call_id), "{label}: detail {detail}");
+                let happened = in_file.contains_key(call.idempotency_key.as_str());
+                review.push(format!(
+                    "{} {} {} (attempts {}, effect {})",
+                    run.id,
+                    call.tool,
+                    call.call_id,
+                    run.attempts,
+                    if happened {
+                        "happened"
+                    } else {
+                        "did not happen"
+                    }
+                ));
+            }
+            other => panic!("{label}: run {} ended {other}: {:?}", run.id, run.detail),
+        }
+    }
+    let strangers: Vec<_> = in_file
+        .keys()
+        .filter(|k| !known_keys.contains(**k))
+        .collect();
+    assert!(
+        strangers.is_empty(),
+        "{label}: keys no ledger knows: {strangers:?}"
+    );
+    assert_eq!(
+        ambiguous,
+        review.len(),
+        "{label}: ambiguous calls outside review"
+    );
+    assert_eq!(rt.runs().rows_above_lease().await.unwrap(), 0, "{label}");
+    for f in fenced {
+        let now = rt.runs().rows_with_token(&f.run, f.token).await.unwrap();
+        assert_eq!(
+            now, f.rows,
+            "{label}: the stopped worker wrote for {} after its lease passed on",
+            f.run
+        );
+    }
+    eprintln!(
+        "chaos {label}: {RUNS} runs in {:.1} s: {succeeded} succeeded ({resumed} resumed on another \
+         worker), {} needs_review, {ambiguous} ambiguous calls; {} SIGKILLs, {} SIGSTOPs \
+         ({} runs fenced from the stopped worker)",
+        counts.elapsed.as_secs_f64(),
+        review.len(),
+        counts.kills,
+        counts.stops,
+        counts.fenced_runs
+    );
+    for r in &review {
+        eprintln!("chaos {label}: needs_review {r}");
+    }
+}
+
+fn sqlite_rig() -> Rig {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let sessions = format!("sqlite://{}", dir.path().join("sessions.db").display());
+    Rig {
+        label: "sqlite",
+        dir,
+        runs,
+        sessions,
+        workers: Vec::new(),
+        names: Vec::new(),
+        spawned: 0,
+    }
+}
+
+/// A fresh PostgreSQL database holding both stores, or `None` (skipped; fails under RATH_CI).
+async fn postgres_rig() -> Option<Rig> {
+    let Ok(base) = std::env::var("RATH_TEST_POSTGRES_URL") else {
+        rath_testkit::skip("RATH_TEST_POSTGRES_URL is not set (see .ci/install.d/60-postgres.sh)");
+        return None;
+    };
+    let db = format!("rt_chaos_{}", std::process::id());
+    let pool = sqlx::PgPool::connect(&base)
+        .await
+        .expect("PostgreSQL at RATH_TEST_POSTGRES_URL");
+    for sql in [
+        format!("DROP DATABASE IF EXISTS {db}"),
+        format!("CREATE DATABASE {db}"),
+    ] {
+        sqlx::query(&sql).execute(&pool).await.unwrap();
+    }
+    let cut = base.rfind('/').unwrap();
+    let url = format!("{}/{db}", &base[..cut]);
+    Some(Rig {
+        label: "postgres",
+        dir: tempfile::tempdir().unwrap(),
+        runs: url.clone(),
+        sessions: url,
+        workers: Vec::new(),
+        names: Vec::new(),
+        spawned: 0,
+    })
+}
+
+fn seed() -> u64 {
+    std::env::var("RATH_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rath_runtime::now_ms() as u64)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chaos_on_postgres_with_4_workers_and_sqlite_with_2() {
+    let seed = seed();
+    eprintln!("chaos: seed {seed} (RATH_CHAOS_SEED={seed} repeats the killer's choices)");
+    let pg = postgres_rig().await;
+    let reference = tokio::spawn(reference());
+    let pg_half = async {
+        match pg {
+            Some(rig) => Some(chaos(rig, 4, seed).await),
+            None => None,
+        }
+    };
+    let sqlite_half = chaos(sqlite_rig(), 2, seed.rotate_left(17));
+    let (pg_out, sqlite_out) = tokio::join!(pg_half, sqlite_half);
+    let reference = reference.await.unwrap();
+    for (rig, counts, fenced, ids) in pg_out.iter().chain(std::iter::once(&sqlite_out)) {
+        verify(rig, counts, fenced, ids, &reference).await;
     }
 }
