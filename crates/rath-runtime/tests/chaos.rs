@@ -196,56 +196,47 @@ async fn chaos(
     let mut rng = Rng(seed | 1);
     let mut counts = Counts::default();
     let mut fenced = Vec::new();
-    let mut ids = Vec::new();
-    let stamper = submitter();
     let start = Instant::now();
-    let pace = SUBMIT_FOR / RUNS as u32;
+    // The submitter, the killer and each stop's end are separate tasks: a stopped worker may
+    // hold SQLite's write lock, and only the stop's end lets it go on.
+    let submissions = tokio::spawn(submit_all(rt.clone(), start));
     let mut next_kill = start + Duration::from_millis(300 + rng.below(401));
     let mut next_stop = start + FIRST_STOP;
-    let mut stopped: Option<Stopped> = None;
+    let mut stopped: Option<(usize, tokio::task::JoinHandle<Vec<Fenced>>)> = None;
     loop {
         let now = Instant::now();
-        let mut due = (start + pace * ids.len() as u32).min(next_kill);
-        due = match &stopped {
-            Some(st) => due.min(st.until),
-            None => due.min(next_stop),
-        };
+        let due = next_kill
+            .min(next_stop)
+            .min(now + Duration::from_millis(100));
         if due > now {
             tokio::time::sleep(due - now).await;
         }
         let now = Instant::now();
-        if ids.len() < RUNS && now >= start + pace * ids.len() as u32 {
-            let id = rt
-                .submit(&stamper, "team", &input(ids.len()), RunOptions::default())
-                .await
-                .unwrap();
-            ids.push(id);
-        }
         if now >= next_kill {
             // Any worker but a stopped one (it is let go on when its stop ends).
             let slot = rng.below(n_workers as u64) as usize;
-            if stopped.as_ref().is_none_or(|st| st.slot != slot) {
+            if stopped.as_ref().is_none_or(|(st, _)| *st != slot) {
                 rig.kill(slot);
                 rig.spawn(slot);
                 counts.kills += 1;
             }
             next_kill = Instant::now() + Duration::from_millis(300 + rng.below(401));
         }
-        if stopped.as_ref().is_some_and(|st| now >= st.until) {
-            let st = stopped.take().unwrap();
-            fenced.extend(st.release(&rig, &rt).await);
+        if stopped.as_ref().is_some_and(|(_, end)| end.is_finished()) {
+            let (_, end) = stopped.take().unwrap();
+            fenced.extend(end.await.unwrap());
         } else if stopped.is_none() && now >= next_stop {
             match stop_one(&rig, &rt, n_workers, &mut rng).await {
-                Some(st) => {
+                Some((slot, st)) => {
                     counts.stops += 1;
-                    stopped = Some(st);
+                    stopped = Some((slot, tokio::spawn(st.release(rt.clone()))));
                     next_stop += STOP_EVERY;
                 }
                 // No worker holds a run this instant: try again shortly.
                 None => next_stop = now + Duration::from_millis(50),
             }
         }
-        if ids.len() == RUNS && stopped.is_none() && settled(&rt).await {
+        if submissions.is_finished() && stopped.is_none() && settled(&rt).await {
             break;
         }
         assert!(
@@ -256,12 +247,29 @@ async fn chaos(
             status_counts(&rt).await
         );
     }
+    let ids = submissions.await.unwrap();
     counts.fenced_runs = fenced.len();
     counts.elapsed = start.elapsed();
     for slot in 0..n_workers {
         rig.kill(slot);
     }
     (rig, counts, fenced, ids)
+}
+
+/// Submits the runs at a steady pace over [`SUBMIT_FOR`] from `start`.
+async fn submit_all(rt: Runtime, start: Instant) -> Vec<RunId> {
+    let stamper = submitter();
+    let pace = SUBMIT_FOR / RUNS as u32;
+    let mut ids = Vec::new();
+    for i in 0..RUNS {
+        tokio::time::sleep_until((start + pace * i as u32).into()).await;
+        let id = rt
+            .submit(&stamper, "team", &input(i), RunOptions::default())
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    ids
 }
 
 async fn settled(rt: &Runtime) -> bool {
@@ -283,13 +291,13 @@ async fn status_counts(rt: &Runtime) -> BTreeMap<String, usize> {
 
 /// A worker stopped (SIGSTOP) with the runs it held and their tokens, until `until`.
 struct Stopped {
-    slot: usize,
+    pid: i32,
     until: Instant,
     held: Vec<(RunId, i64)>,
 }
 
 /// SIGSTOPs a random worker that holds a run, for twice the lease; `None` when none does.
-async fn stop_one(rig: &Rig, rt: &Runtime, n: usize, rng: &mut Rng) -> Option<Stopped> {
+async fn stop_one(rig: &Rig, rt: &Runtime, n: usize, rng: &mut Rng) -> Option<(usize, Stopped)> {
     let slot = rng.below(n as u64) as usize;
     let mut held = Vec::new();
     for r in rt.runs().list(Some(RunStatus::Running)).await.unwrap() {
@@ -301,18 +309,23 @@ async fn stop_one(rig: &Rig, rt: &Runtime, n: usize, rng: &mut Rng) -> Option<St
     if held.is_empty() {
         return None;
     }
+    let pid = rig.workers[slot].as_ref()?.id() as i32;
     rig.signal(slot, libc::SIGSTOP);
-    Some(Stopped {
+    Some((
         slot,
-        until: Instant::now() + LEASE * 2,
-        held,
-    })
+        Stopped {
+            pid,
+            until: Instant::now() + LEASE * 2,
+            held,
+        },
+    ))
 }
 
 impl Stopped {
     /// The runs whose lease passed to another worker during the stop, with the rows the
     /// stopped worker had written for them by then; then SIGCONT.
-    async fn release(self, rig: &Rig, rt: &Runtime) -> Vec<Fenced> {
+    async fn release(self, rt: Runtime) -> Vec<Fenced> {
+        tokio::time::sleep_until(self.until.into()).await;
         let mut out = Vec::new();
         for (run, token) in self.held {
             if rt.runs().lease(&run).await.unwrap().token > token {
@@ -320,7 +333,10 @@ impl Stopped {
                 out.push(Fenced { run, token, rows });
             }
         }
-        rig.signal(self.slot, libc::SIGCONT);
+        // SAFETY: kill(2) on our stopped child (the killer leaves it alone until this ends).
+        unsafe {
+            libc::kill(self.pid, libc::SIGCONT);
+        }
         out
     }
 }
