@@ -34,9 +34,26 @@ pub struct ServeReport {
     pub signal: String,
 }
 
-/// Runs a worker over `rt` with `opts` until SIGTERM or SIGINT (see the
-/// [module docs](self)): the library entry point behind `rath worker`, for a binary that
-/// registers its own workflows.
+/// Runs a worker over `rt` with `opts` until SIGTERM or SIGINT: the library entry point
+/// behind `rath worker`, for a binary that registers its own workflows.
+///
+/// On the first signal the worker stops claiming; runs in flight get
+/// [`WorkerOptions::grace`] to finish, then are handed back: tool calls already dispatched
+/// finish and are recorded, and the run goes back to `queued` at once for another worker's
+/// next poll (no lease left to expire). A second signal ends the grace at once.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use rath_runtime::{Runtime, WorkerOptions, WorkflowRegistry, serve_worker};
+///
+/// # async fn main_() -> Result<(), rath_runtime::RuntimeError> {
+/// let registry = WorkflowRegistry::new(); // .register("mine", "mine v1", |scope| ...)
+/// let sessions = Arc::new(rath_persist::Store::at("sessions"));
+/// let rt = Runtime::connect("sqlite:runs.db", sessions, registry).await?;
+/// serve_worker(rt, WorkerOptions::named("w1").concurrency(4)).await?;
+/// # Ok(())
+/// # }
+/// ```
 pub async fn serve_worker(rt: Runtime, opts: WorkerOptions) -> Result<ServeReport, RuntimeError> {
     let shutdown = CancellationToken::new();
     let hurry = CancellationToken::new();
