@@ -119,13 +119,14 @@ fn team(live: bool) -> anyhow::Result<Selector> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let live = openrath::select::live_requested();
-    let store = Store::at(openrath::persist::openrath_home().join("sessions"));
+    // `--store URL` or $OPENRATH_STORE, else the JSONL directory $OPENRATH_HOME/sessions.
+    let store = openrath::run_store::RunStore::from_args().await?;
     let mode = if live {
         openrath::select::describe()
     } else {
         "offline, function decider, scripted agents".to_owned()
     };
-    println!("dynamic_selector ({mode}), store {}", store.dir().display());
+    println!("dynamic_selector ({mode}), store {store}");
 
     // Every session the run makes is recorded (and saved at the end, or when it fails); each
     // new route decision is printed as it is made.
@@ -149,13 +150,13 @@ async fn main() -> anyhow::Result<()> {
         Ok(out) => out,
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.
-            let kept = e.keep_in(&store, &recorder.sessions())?;
+            let kept = store.keep_failed(&e, &recorder.sessions()).await?;
             eprintln!("dynamic_selector: {kept}");
             std::process::exit(1);
         }
     };
-    let saved = recorder.save_to(&store)?;
-    println!("  saved {saved} sessions to {}", store.dir().display());
+    let saved = store.save_all(&recorder.sessions()).await?;
+    println!("  saved {saved} sessions to {store}");
 
     println!("\nRoute decisions (route_decision chunks of the final session):");
     let decisions: Vec<_> = out
@@ -180,7 +181,7 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "Summary: {} decisions, {saved} sessions saved to {}",
         decisions.len(),
-        store.dir().display()
+        store
     );
     Ok(())
 }

@@ -30,6 +30,10 @@
 //! Sessions go to the store the OPENRATH_HOME rules resolve ($OPENRATH_HOME, else ./.openrath,
 //! else ~/.openrath); the lineage export (`lineage/`), a report and an HTML view (`reports/`)
 //! go next to it. Then try `cargo run -p rath-cli -- sessions` or `-- view`.
+//! `--store URL` (or `$OPENRATH_STORE`) puts the sessions in another store instead
+//! (`sqlite://FILE`, `postgres://USER@HOST/DB`; see `openrath::run_store`), e.g.
+//! `cargo run --example engineering_team -- --store sqlite://team.sqlite`, then
+//! `cargo run -p rath-cli -- --store sqlite://team.sqlite sessions`.
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -39,12 +43,13 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context as _;
 
 use openrath::flow::{Candidate, Decision, FlowEvent};
+use openrath::inspect::lineage_tree;
 use openrath::inspect::view::{ViewOptions, render_store};
-use openrath::inspect::{StoreView, lineage_tree};
 use openrath::otel::{OtlpConfig, OtlpExporter, TraceId, Traced};
 use openrath::persist::{LineageRow, SessionRecorder, export_jsonl_string};
 use openrath::prelude::*;
 use openrath::provider::{RecordingProvider, ReplayProvider};
+use openrath::run_store::{RunStore, program_args};
 use openrath::select::{ProviderKind, live_provider};
 
 /// The seeded repository: `(path, buggy content)`.
@@ -89,7 +94,7 @@ struct Models {
 impl Models {
     fn from_args() -> anyhow::Result<Self> {
         let (mut record, mut replay) = (None, None);
-        let mut args = std::env::args().skip(1);
+        let mut args = program_args().into_iter();
         while let Some(arg) = args.next() {
             match arg.as_str() {
                 "--cassette" => {
@@ -102,7 +107,8 @@ impl Models {
                 }
                 "--deterministic" => {}
                 other => anyhow::bail!(
-                    "unknown argument {other:?} (expected --deterministic, --cassette FILE, --replay FILE)"
+                    "unknown argument {other:?} (expected --deterministic, --store URL, --cassette FILE, \
+                     --replay FILE)"
                 ),
             }
         }
@@ -360,8 +366,12 @@ fn progress_line(ev: &FlowEvent<'_>) -> Option<String> {
 async fn main() -> anyhow::Result<()> {
     let models = Models::from_args()?;
     let home = openrath::persist::openrath_home();
+    let store = RunStore::from_args().await?;
     let mode = models.mode();
-    println!("engineering_team ({mode}), store under {}", display(&home));
+    match store.url() {
+        None => println!("engineering_team ({mode}), store under {}", display(&home)),
+        Some(_) => println!("engineering_team ({mode}), store {store}"),
+    }
     let workspace = home.join("workspaces/engineering_team");
     seed_workspace(&workspace)?;
     let workspace = workspace.canonicalize()?;
@@ -393,7 +403,6 @@ async fn main() -> anyhow::Result<()> {
 
     let spec = SandboxSpec::working_dir(workspace.to_string_lossy().into_owned());
     let root = Session::user_with(TASK, Stamper::from_env()).to_with("local", spec);
-    let store = Store::at(home.join("sessions"));
     // With OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) set, the run is traced: GenAI
     // spans over OTLP to that collector (Phoenix, Jaeger, an OpenTelemetry Collector, ...).
     let exporter = match OtlpConfig::from_env_if_set()? {
@@ -416,7 +425,7 @@ async fn main() -> anyhow::Result<()> {
         Ok(out) => out,
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.
-            let kept = e.keep_in(&store, &recorder.sessions())?;
+            let kept = store.keep_failed(&e, &recorder.sessions()).await?;
             eprintln!("engineering_team: {kept}");
             std::process::exit(1);
         }
@@ -424,17 +433,21 @@ async fn main() -> anyhow::Result<()> {
 
     // Never replaces another run's file: an id already stored with other content is an error.
     let sessions = recorder.sessions();
-    store.save_all(&sessions)?;
+    store.save_all(&sessions).await?;
     let rows: Vec<LineageRow> = sessions.iter().map(LineageRow::from_session).collect();
     write(
         &home.join("lineage/engineering_team.jsonl"),
         &export_jsonl_string(&rows),
     )?;
     let (qa_exit_code, qa_passed) = qa_verdict(&out);
-    let summary = summary(&out, &rows, qa_exit_code, &home, &workspace);
+    let stored_in = match store.url() {
+        None => display(&home.join("sessions")),
+        Some(_) => store.to_string(),
+    };
+    let summary = summary(&out, &rows, qa_exit_code, &home, &stored_in, &workspace);
     write(&home.join("reports/engineering_team.md"), &summary)?;
     let options = ViewOptions::default().title("engineering_team sessions");
-    let page = render_store(&StoreView::open(&home)?, options)?;
+    let page = render_store(&store.view(&home)?, options)?;
     write(&home.join("reports/engineering_team.html"), &page)?;
 
     println!();
@@ -493,6 +506,7 @@ fn summary(
     rows: &[LineageRow],
     qa: Option<i64>,
     home: &Path,
+    store: &str,
     workspace: &Path,
 ) -> String {
     let mut o = String::new();
@@ -523,7 +537,7 @@ fn summary(
     }
     let _ = writeln!(o, "- (sum): {}", usage(Some(total)));
     let _ = writeln!(o, "\n## Where things are\n");
-    let _ = writeln!(o, "- store: {}", display(&home.join("sessions")));
+    let _ = writeln!(o, "- store: {store}");
     let _ = writeln!(
         o,
         "- lineage export: {}",

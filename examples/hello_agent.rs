@@ -29,13 +29,14 @@ struct WordCountArgs {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let live = openrath::select::live_requested();
-    let store = Store::at(openrath::persist::openrath_home().join("sessions"));
+    // `--store URL` or $OPENRATH_STORE, else the JSONL directory $OPENRATH_HOME/sessions.
+    let store = openrath::run_store::RunStore::from_args().await?;
     let mode = if live {
         openrath::select::describe()
     } else {
         "offline, scripted model".to_owned()
     };
-    println!("hello_agent ({mode}), store {}", store.dir().display());
+    println!("hello_agent ({mode}), store {store}");
 
     let word_count = typed_tool(
         "word_count",
@@ -83,14 +84,14 @@ async fn main() -> anyhow::Result<()> {
         Ok(out) => out,
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.
-            let kept = e.keep_in(&store, [&user, &agent])?;
+            let kept = store.keep_failed(&e, [&user, &agent]).await?;
             eprintln!("hello_agent: {kept}");
             std::process::exit(1);
         }
     };
     println!("  session loop finished");
-    let saved = store.save_all([&user, &agent, &out])?;
-    println!("  saved {saved} sessions to {}", store.dir().display());
+    let saved = store.save_all([&user, &agent, &out]).await?;
+    println!("  saved {saved} sessions to {store}");
 
     println!("\nTranscript:");
     for c in out.conversation() {
@@ -111,7 +112,7 @@ async fn main() -> anyhow::Result<()> {
     for (agent, u) in out.agent_usage() {
         println!("  {agent}: {}", usage(Some(*u)));
     }
-    println!("Store: {} (session {})", store.dir().display(), out.id());
+    println!("Store: {store} (session {})", out.id());
     Ok(())
 }
 

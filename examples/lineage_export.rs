@@ -18,13 +18,14 @@ use openrath::prelude::*;
 async fn main() -> anyhow::Result<()> {
     let live = openrath::select::live_requested();
     let home = openrath::persist::openrath_home();
-    let store = Store::at(home.join("sessions"));
+    // `--store URL` or $OPENRATH_STORE, else the JSONL directory under `home`.
+    let store = openrath::run_store::RunStore::from_args().await?;
     let mode = if live {
         openrath::select::describe()
     } else {
         "offline, scripted model".to_owned()
     };
-    println!("lineage_export ({mode}), store {}", store.dir().display());
+    println!("lineage_export ({mode}), store {store}");
 
     // Every session built is recorded in the journal and kept for the store.
     let journal = LineageJournal::new();
@@ -80,13 +81,13 @@ async fn main() -> anyhow::Result<()> {
         }
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.
-            let kept = e.keep_in(&store, &all)?;
+            let kept = store.keep_failed(&e, &all).await?;
             eprintln!("lineage_export: {kept}");
             std::process::exit(1);
         }
     }
-    let saved = store.save_all(&all)?;
-    println!("  saved {saved} sessions to {}", store.dir().display());
+    let saved = store.save_all(&all).await?;
+    println!("  saved {saved} sessions to {store}");
 
     let rows = journal.rows();
     let dir = home.join("lineage");

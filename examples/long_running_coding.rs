@@ -14,7 +14,9 @@
 //! the script is positioned after the last assistant chunk of the loaded session.
 //!
 //! Options: `--store DIR` (an OpenRath home or a sessions directory; default: the
-//! OPENRATH_HOME rules), `--resume`, `--cassette FILE` (record the model calls for
+//! OPENRATH_HOME rules) or `--store URL` (also `$OPENRATH_STORE`: `sqlite://FILE`,
+//! `postgres://...`, see `openrath::run_store`; the workspace then goes under the
+//! OPENRATH_HOME rules' home), `--resume`, `--cassette FILE` (record the model calls for
 //! `rath replay`), `--deterministic` (counter ids instead of unique UUIDv7 ids; also
 //! `OPENRATH_DETERMINISTIC=1`). `RATH_STEP_DELAY_MS` waits before every model call.
 
@@ -24,10 +26,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use openrath::flow::{FlowEvent, StoreSink};
-use openrath::persist::PersistError;
+use openrath::flow::FlowEvent;
+use openrath::persist::{PersistError, SessionStore};
 use openrath::prelude::*;
 use openrath::provider::RecordingProvider;
+use openrath::run_store::{RunStore, program_args};
 
 /// The task given to the agent.
 const TASK: &str = "Create the `shapes` Python package: one module per shape (square, \
@@ -106,7 +109,8 @@ fn script() -> Vec<ScriptedResponse> {
 /// What the command line asked for.
 struct Options {
     home: PathBuf,
-    store_dir: PathBuf,
+    /// The store: a sessions directory, or a URL (`--store` or `$OPENRATH_STORE`).
+    store: String,
     resume: bool,
     cassette: Option<PathBuf>,
     deterministic: bool,
@@ -117,7 +121,7 @@ impl Options {
     fn parse() -> anyhow::Result<Self> {
         let home = openrath::persist::openrath_home();
         let mut o = Options {
-            store_dir: home.join("sessions"),
+            store: home.join("sessions").display().to_string(),
             home,
             resume: false,
             cassette: None,
@@ -127,29 +131,32 @@ impl Options {
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .map_or(Duration::ZERO, Duration::from_millis),
         };
-        let mut args = std::env::args().skip(1);
+        match openrath::store::requested_store() {
+            Some(url) if url.contains("://") => o.store = url,
+            Some(dir) => {
+                // A home holding `sessions/`, or a sessions directory.
+                let dir = PathBuf::from(dir);
+                if dir.join("sessions").is_dir() || dir.file_name() != Some("sessions".as_ref()) {
+                    o.store = dir.join("sessions").display().to_string();
+                    o.home = dir;
+                } else {
+                    o.home = dir.parent().map_or_else(|| dir.clone(), Path::to_path_buf);
+                    o.store = dir.display().to_string();
+                }
+            }
+            None => {}
+        }
+        let mut args = program_args().into_iter();
         while let Some(arg) = args.next() {
             match arg.as_str() {
                 "--resume" => o.resume = true,
                 "--deterministic" => o.deterministic = true,
-                "--store" => {
-                    // A home holding `sessions/`, or a sessions directory.
-                    let dir = PathBuf::from(args.next().context("--store needs a directory")?);
-                    if dir.join("sessions").is_dir() || dir.file_name() != Some("sessions".as_ref())
-                    {
-                        o.store_dir = dir.join("sessions");
-                        o.home = dir;
-                    } else {
-                        o.home = dir.parent().map_or_else(|| dir.clone(), Path::to_path_buf);
-                        o.store_dir = dir;
-                    }
-                }
                 "--cassette" => {
                     o.cassette = Some(args.next().context("--cassette needs a file")?.into());
                 }
                 other => bail!(
-                    "unknown argument {other:?} (expected --store DIR, --resume, --cassette FILE, \
-                     --deterministic)"
+                    "unknown argument {other:?} (expected --store DIR|URL, --resume, --cassette \
+                     FILE, --deterministic)"
                 ),
             }
         }
@@ -160,14 +167,16 @@ impl Options {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let o = Options::parse()?;
+    let runs = RunStore::open(Some(o.store.as_str())).await?;
     println!(
-        "long_running_coding ({}), store {}",
+        "long_running_coding ({}), store {runs}",
         if o.resume { "resume" } else { "fresh run" },
-        o.store_dir.display()
     );
     let workspace = o.home.join("workspaces/long_running_coding");
-    let store = Store::at(&o.store_dir);
-    std::fs::create_dir_all(&o.store_dir)?;
+    if let Some(jsonl) = runs.jsonl() {
+        std::fs::create_dir_all(jsonl.dir())?;
+    }
+    let store = runs.store();
 
     // Progress lines, and the optional delay before each model call.
     let delay = o.step_delay;
@@ -180,13 +189,10 @@ async fn main() -> anyhow::Result<()> {
     });
 
     let loaded = if o.resume {
-        let Some(id) = latest_partial(&store)? else {
-            bail!(
-                "{}: no partial long_running_coding session to resume",
-                o.store_dir.display()
-            );
+        let Some(id) = latest_partial(store).await? else {
+            bail!("{runs}: no partial long_running_coding session to resume");
         };
-        Some(store.load(&id)?.session)
+        Some(store.load(&id).await?.session)
     } else {
         if workspace.exists() {
             std::fs::remove_dir_all(&workspace)?;
@@ -208,7 +214,7 @@ async fn main() -> anyhow::Result<()> {
         .with_agent_name("coder")
         .with_options(LoopOptions::default().max_tool_rounds(32));
     // Every new chunk goes to the store as it is made.
-    let cx = cx.with_sink(StoreSink::new(store.clone()));
+    let cx = cx.with_sink(runs.sink());
 
     let resumed_from = loaded.as_ref().map(|s| s.id().clone());
     let run = match loaded {
@@ -222,7 +228,7 @@ async fn main() -> anyhow::Result<()> {
             };
             let stopped = with_evidence_usage(&stopped).with_stamper(stamper);
             let agent = Session::system_with(SYSTEM, stopped.stamper().clone());
-            store.save(&agent)?;
+            store.save(&agent).await?;
             println!("resuming {} after {skipped} model turn(s)", stopped.id());
             looper.resume(&stopped, &agent, &cx).await
         }
@@ -232,8 +238,8 @@ async fn main() -> anyhow::Result<()> {
             let spec = SandboxSpec::working_dir(ws.to_string_lossy().into_owned());
             let user = Session::user_with(TASK, stamper.clone()).to_with("local", spec);
             let agent = Session::system_with(SYSTEM, stamper);
-            store.save(&user)?;
-            store.save(&agent)?;
+            store.save(&user).await?;
+            store.save(&agent).await?;
             looper.run(&user, &agent, &cx).await
         }
     };
@@ -241,7 +247,7 @@ async fn main() -> anyhow::Result<()> {
         Ok(out) => out,
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.
-            let kept = e.keep_in(&store, std::iter::empty())?;
+            let kept = runs.keep_failed(&e, std::iter::empty()).await?;
             eprintln!("long_running_coding: {kept}");
             std::process::exit(1);
         }
@@ -278,18 +284,29 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The latest crashed (partial, no trailer) loop session in `store` that no other session
-/// continues.
-fn latest_partial(store: &Store) -> Result<Option<SessionId>, PersistError> {
-    let list = store.list()?;
+/// The latest crashed loop session in `store` that no other session continues: in a JSONL
+/// directory a partial file (no trailer); in a store that writes each step in a transaction
+/// (SQLite, PostgreSQL: every stored session is whole) one whose check has not passed.
+async fn latest_partial(store: &dyn SessionStore) -> Result<Option<SessionId>, PersistError> {
+    let list = store.list().await?;
     let continued: std::collections::HashSet<&SessionId> =
         list.iter().flat_map(|s| s.parents.iter()).collect();
-    Ok(list
-        .iter()
-        .filter(|s| !s.closed && !continued.contains(&s.id))
-        .filter(|s| s.operator == "run_session_loop" || s.operator == "resume_session_loop")
-        .map(|s| s.id.clone())
-        .next_back())
+    let partial_files = store.name().starts_with("jsonl:");
+    for s in list.iter().rev() {
+        let looped = s.operator == "run_session_loop" || s.operator == "resume_session_loop";
+        if !looped || continued.contains(&s.id) {
+            continue;
+        }
+        let unfinished = if partial_files {
+            !s.closed
+        } else {
+            check_exit(&store.load(&s.id).await?.session) != Some(0)
+        };
+        if unfinished {
+            return Ok(Some(s.id.clone()));
+        }
+    }
+    Ok(None)
 }
 
 /// `s` with its usage totals rebuilt from its `model_call` evidence when it has none (a

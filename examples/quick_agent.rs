@@ -1,6 +1,6 @@
 //! The README's quick example: an agent with a typed tool on a scripted model, its session
-//! saved to the store. `cargo run --example quick_agent`; a test checks the README shows
-//! this file's code and runs it.
+//! saved to the store. `cargo run --example quick_agent` (add `-- --store sqlite://FILE` for
+//! another store); a test checks the README shows this file's code and runs it.
 
 use openrath::prelude::*;
 use serde::Deserialize;
@@ -27,8 +27,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let answer = agent.run(question).await?;
     println!("{}", answer.final_text().unwrap_or("-"));
 
-    let store = Store::at(openrath::persist::openrath_home().join("sessions"));
-    store.save(&answer)?;
-    println!("saved {} to {}", answer.id(), store.dir().display());
+    // `--store URL` or $OPENRATH_STORE, else the JSONL directory $OPENRATH_HOME/sessions.
+    let store = openrath::run_store::RunStore::from_args().await?;
+    store.save_all([&answer]).await?;
+    println!("saved {} to {store}", answer.id());
     Ok(())
 }

@@ -2,10 +2,13 @@
 //!
 //! `cargo run --release --example quickstart` (unique UUIDv7 ids), or with `--deterministic`
 //! (or `OPENRATH_DETERMINISTIC=1`) counter ids and a stepping clock: the same output every run.
+//! Nothing is stored unless a store is named: `--store URL` (or `$OPENRATH_STORE`;
+//! `sqlite://FILE`, `postgres://...`, a directory) saves the six sessions there.
 
 use openrath::prelude::*;
 
-fn main() -> anyhow::Result<()> {
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
     // Unique ids by default; `--deterministic` selects counter ids and a stepping clock.
     let stamper = Stamper::from_env();
     let agent = Session::system_with("You are a careful assistant.", stamper.clone());
@@ -45,6 +48,11 @@ fn main() -> anyhow::Result<()> {
             .map(|b| format!(" from {b}"))
             .unwrap_or_default();
         println!("  [{}{tag}] {}", chunk.kind(), chunk.text().unwrap_or(""));
+    }
+    if openrath::store::requested_store().is_some() {
+        let store = openrath::run_store::RunStore::from_args().await?;
+        let saved = store.save_all(all).await?;
+        println!("\nsaved {saved} sessions to {store}");
     }
     Ok(())
 }

@@ -156,16 +156,14 @@ fn pipeline(live: bool) -> anyhow::Result<Sequence> {
 async fn main() -> anyhow::Result<()> {
     let live = openrath::select::live_requested();
     let home = openrath::persist::openrath_home();
-    let store = Store::at(home.join("sessions"));
+    // `--store URL` or $OPENRATH_STORE, else the JSONL directory under `home`.
+    let store = openrath::run_store::RunStore::from_args().await?;
     let mode = if live {
         openrath::select::describe()
     } else {
         "offline, scripted models".to_owned()
     };
-    println!(
-        "research_synthesis ({mode}), store {}",
-        store.dir().display()
-    );
+    println!("research_synthesis ({mode}), store {store}");
     let workspace = home.join("workspaces/research_synthesis");
     std::fs::create_dir_all(&workspace)?;
     let workspace = workspace.canonicalize()?;
@@ -207,14 +205,14 @@ async fn main() -> anyhow::Result<()> {
         Ok(out) => out,
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.
-            let kept = e.keep_in(&store, &recorder.sessions())?;
+            let kept = store.keep_failed(&e, &recorder.sessions()).await?;
             eprintln!("research_synthesis: {kept}");
             std::process::exit(1);
         }
     };
     let sessions = recorder.sessions();
-    let saved = store.save_all(&sessions)?;
-    println!("  saved {saved} sessions to {}", store.dir().display());
+    let saved = store.save_all(&sessions).await?;
+    println!("  saved {saved} sessions to {store}");
 
     let all_chunks = || sessions.iter().flat_map(|s| s.chunks().iter());
     println!("\nRoute decisions:");
@@ -262,7 +260,7 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "Summary: answer {:?}; {saved} sessions saved to {}",
         out.final_text().unwrap_or("-"),
-        store.dir().display()
+        store
     );
     Ok(())
 }

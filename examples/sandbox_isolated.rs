@@ -69,13 +69,14 @@ fn script() -> Vec<ScriptedResponse> {
 async fn main() -> anyhow::Result<()> {
     let live = openrath::select::live_requested();
     let home = openrath::persist::openrath_home();
-    let store = Store::at(home.join("sessions"));
+    // `--store URL` or $OPENRATH_STORE, else the JSONL directory under `home`.
+    let store = openrath::run_store::RunStore::from_args().await?;
     let mode = if live {
         openrath::select::describe()
     } else {
         "offline, scripted model".to_owned()
     };
-    println!("sandbox_isolated ({mode}), store {}", store.dir().display());
+    println!("sandbox_isolated ({mode}), store {store}");
 
     let backend = IsolatedBackend::new();
     if let Some(reason) = backend.availability().reason() {
@@ -137,14 +138,14 @@ async fn main() -> anyhow::Result<()> {
         Ok(out) => out,
         Err(e) => {
             // Keep what the failed run made; `rath show <id>` says why it failed.
-            let kept = e.keep_in(&store, &recorder.sessions())?;
+            let kept = store.keep_failed(&e, &recorder.sessions()).await?;
             eprintln!("sandbox_isolated: {kept}");
             std::process::exit(1);
         }
     };
     recorder.record(&out);
-    let saved = recorder.save_to(&store)?;
-    println!("  saved {saved} sessions to {}", store.dir().display());
+    let saved = store.save_all(&recorder.sessions()).await?;
+    println!("  saved {saved} sessions to {store}");
 
     let evidence: Vec<_> = out
         .chunks()
@@ -195,6 +196,6 @@ async fn main() -> anyhow::Result<()> {
         workspace.display(),
         read_back.as_deref().unwrap_or("-").trim()
     );
-    println!("  store:     {}", store.dir().display());
+    println!("  store:     {store}");
     Ok(())
 }

@@ -70,6 +70,7 @@ pub use rath_runtime as runtime;
 pub use rath_session as session;
 pub use rath_store_sql as store;
 
+pub mod run_store;
 pub mod select;
 
 /// The JSON Schema crate typed tools derive their argument schemas with (see [`JsonSchema`]).

@@ -154,3 +154,102 @@ fn engineering_team_offline_passes_real_tests_in_the_sandbox() {
         std::fs::read_to_string(tmp.path().join("reports/engineering_team.html")).expect("view");
     assert_eq!(page.matches("<g class=\"node").count(), sessions);
 }
+
+/// Runs the flagship offline with `OPENRATH_HOME=home`, `args` and `env`; returns its stdout.
+fn run_team(home: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> String {
+    let out = std::process::Command::new(common::example_binary("engineering_team"))
+        .args(args)
+        .envs(env.iter().copied())
+        .env("OPENRATH_HOME", home)
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENRATH_DETERMINISTIC")
+        .current_dir(home)
+        .output()
+        .expect("run engineering_team");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The run went to the store `url` and nowhere else: every session of the lineage export
+/// is there and loads, the selector's final session holds QA's passing run, the HTML view
+/// (read back from that store) draws each session, and no JSONL directory was written.
+async fn check_team_stored_in(url: &str, home: &std::path::Path, stdout: &str) {
+    assert!(
+        stdout.contains("QA test run inside the sandbox: PASSED (exit 0)"),
+        "{stdout}"
+    );
+    let store = openrath::store::open_store(url)
+        .await
+        .expect("open the store");
+    assert!(
+        stdout.contains(&format!("- store: {}", store.name())),
+        "{stdout}"
+    );
+    let listed = store.list().await.expect("list");
+    let lineage = std::fs::read_to_string(home.join("lineage/engineering_team.jsonl"))
+        .expect("lineage export");
+    assert_eq!(listed.len(), lineage.lines().count(), "{}", store.name());
+    let mut best: Option<Session> = None;
+    for s in &listed {
+        let loaded = store.load(&s.id).await.expect("load").session;
+        if loaded.lineage().operator.starts_with("Selector")
+            && best.as_ref().is_none_or(|b| loaded.len() > b.len())
+        {
+            best = Some(loaded);
+        }
+    }
+    assert_eq!(qa_exit(&best.expect("the selector's session")), Some(0));
+    let page = std::fs::read_to_string(home.join("reports/engineering_team.html")).expect("view");
+    assert_eq!(page.matches("<g class=\"node").count(), listed.len());
+    assert!(
+        !home.join("sessions").exists(),
+        "the JSONL directory was written too"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn engineering_team_with_store_sqlite_stores_its_run_there() {
+    if !python_available() {
+        rath_testkit::skip("python3 is not installed (QA runs python3 -m unittest)");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", tmp.path().join("team.sqlite").display());
+    let stdout = run_team(tmp.path(), &["--store", &url], &[]);
+    check_team_stored_in(&url, tmp.path(), &stdout).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn engineering_team_with_openrath_store_postgres_stores_its_run_there() {
+    if !python_available() {
+        rath_testkit::skip("python3 is not installed (QA runs python3 -m unittest)");
+        return;
+    }
+    let Some(base) = std::env::var("RATH_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+    else {
+        rath_testkit::skip(
+            "RATH_TEST_POSTGRES_URL is not set to a PostgreSQL database \
+             (see .ci/install.d/60-postgres.sh)",
+        );
+        return;
+    };
+    let schema = format!("rath_test_team_{}", std::process::id());
+    let url = format!("{base}?schema={schema}");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // Through the environment this time: $OPENRATH_STORE names the store.
+    let stdout = run_team(tmp.path(), &[], &[("OPENRATH_STORE", &url)]);
+    check_team_stored_in(&url, tmp.path(), &stdout).await;
+    let pool = sqlx::PgPool::connect(&base).await.expect("connect");
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&pool)
+        .await
+        .expect("drop the schema");
+    pool.close().await;
+}

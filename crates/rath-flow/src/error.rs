@@ -143,6 +143,52 @@ impl FlowError {
         })
     }
 
+    /// [`FlowError::keep_in`] for any [`rath_persist::SessionStore`] (SQLite, PostgreSQL, or a
+    /// JSONL directory through the trait): the same sessions saved, one transaction each; the
+    /// [`KeptFailure`] names the store where `keep_in` names the directory.
+    ///
+    /// ```
+    /// use rath_flow::FlowError;
+    /// use rath_persist::{SessionStore, Store};
+    /// use rath_session::{Session, Stamper};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let dir = tempfile::tempdir()?;
+    /// let store = Store::at(dir.path());
+    /// let root = Session::user_with("hi", Stamper::counter());
+    /// let err = FlowError::Cancelled { session: Box::new(root.fork()) };
+    /// let kept = err.keep_in_store(&store, [&root]).await?;
+    /// assert_eq!((kept.saved, SessionStore::list(&store).await?.len()), (2, 2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn keep_in_store<'a>(
+        &'a self,
+        store: &dyn rath_persist::SessionStore,
+        kept: impl IntoIterator<Item = &'a Session>,
+    ) -> Result<KeptFailure, PersistError> {
+        let kept: Vec<&Session> = kept.into_iter().collect();
+        let partial = self
+            .partial_session()
+            .filter(|p| kept.iter().all(|k| k.id() != p.id()));
+        let mut saved = 0;
+        for s in kept.iter().copied().chain(partial) {
+            store.save(s).await?;
+            saved += 1;
+        }
+        Ok(KeptFailure {
+            error: self
+                .to_string()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" "),
+            saved,
+            dir: std::path::PathBuf::from(store.name()),
+            session: self.partial_session().map(|s| s.id().to_string()),
+        })
+    }
+
     /// Like [`FlowError::partial_session`], by value.
     pub fn into_partial_session(self) -> Option<Session> {
         match self {
@@ -336,7 +382,7 @@ pub struct KeptFailure {
     pub error: String,
     /// How many sessions were saved.
     pub saved: usize,
-    /// The store's directory.
+    /// The store's directory ([`FlowError::keep_in_store`]: the store's name).
     pub dir: std::path::PathBuf,
     /// The failed session's id, if the run left one.
     pub session: Option<String>,

@@ -1,6 +1,8 @@
 //! Bad input and faults: a corrupt or truncated SQLite file, a newer schema, a PostgreSQL
-//! that refuses connections or restarts: typed errors naming the store, nothing partial
-//! visible, and the next write after PostgreSQL returns works in the same process.
+//! that refuses connections, restarts or runs out of space: typed errors naming the store,
+//! nothing partial visible, and the next write after PostgreSQL returns works in the same
+//! process. The restart and the full disk happen on a private cluster
+//! (`.ci/install.d/62-postgres-faults.sh`), one test at a time, never on the shared one.
 
 mod common;
 
@@ -201,16 +203,12 @@ async fn a_refused_postgres_connection_is_a_typed_error_naming_the_store() {
 
 #[tokio::test]
 async fn postgres_restart_mid_write_then_the_next_write_works() {
-    let Some(url) = common::postgres_url() else {
+    // The private fault cluster: restarting it disturbs no other test.
+    let Some(cluster) = common::fault_cluster() else {
         return;
     };
-    if std::env::var("RATH_TEST_PG_RESTART").as_deref() != Ok("1") {
-        // Restarting the shared cluster disturbs other tests: only on request.
-        eprintln!(
-            "RATH-SKIP: postgres_restart_mid_write_then_the_next_write_works: set RATH_TEST_PG_RESTART=1 to restart the cluster"
-        );
-        return;
-    }
+    let _turn = common::FAULT_CLUSTER.lock().await;
+    let url = cluster.url.clone();
     let schema = common::fresh_schema("restart");
     let store = PgStore::connect_in(&url, Some(&schema))
         .await
@@ -227,11 +225,9 @@ async fn postgres_restart_mid_write_then_the_next_write_works() {
         tokio::spawn(async move { store.save(&big).await })
     };
     tokio::time::sleep(std::time::Duration::from_millis(150)).await;
-    let restart = std::process::Command::new("pg_ctlcluster")
-        .args(["15", "main", "restart"])
-        .status()
-        .expect("pg_ctlcluster");
-    assert!(restart.success());
+    tokio::task::spawn_blocking(move || cluster.restart())
+        .await
+        .expect("restart");
     let outcome = writer.await.expect("writer task");
     // The big save either committed whole before the restart or failed with a typed error.
     let after = Session::user_with("after", Stamper::seeded(3));
@@ -266,8 +262,184 @@ async fn postgres_restart_mid_write_then_the_next_write_works() {
         }
         Err(e) => panic!("unexpected error from the interrupted save: {e}"),
     }
+    assert_eq!(
+        store.load(before.id()).await.expect("before").session.len(),
+        1
+    );
     store.close().await;
     common::Schema { url, name: schema }.drop_now().await;
+}
+
+/// `n` chunks of ~1.5 kB that share nothing (each its own text): they do not compress
+/// away, and they stay below PostgreSQL's TOAST threshold, so they fill heap pages.
+fn incompressible(base: &Session, n: usize) -> Session {
+    let mut s = base.fork();
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for i in 0..n {
+        let mut text = format!("{i} ");
+        while text.len() < 1500 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            text.push_str(&format!("{x:016x}"));
+        }
+        s = s.push(Chunk::assistant_text(text));
+    }
+    s
+}
+
+/// Each chunk's text, to compare a loaded session with the one saved.
+fn texts(s: &Session) -> Vec<Option<String>> {
+    s.chunks()
+        .iter()
+        .map(|c| c.text().map(str::to_owned))
+        .collect()
+}
+
+/// Inserts `bytes`-sized uncompressed rows into `filler` until PostgreSQL reports the disk
+/// full (SQLSTATE 53100); returns how many went in.
+async fn fill(pool: &sqlx::PgPool, table: &str, bytes: usize) -> usize {
+    let sql = format!("INSERT INTO {table} SELECT decode(repeat('ab', {bytes}), 'hex')");
+    for n in 0..10_000 {
+        match sqlx::query(&sql).execute(pool).await {
+            Ok(_) => {}
+            Err(e) => {
+                let code = e
+                    .as_database_error()
+                    .and_then(|d| d.code())
+                    .map(|c| c.into_owned());
+                assert_eq!(code.as_deref(), Some("53100"), "filling {table}: {e}");
+                return n;
+            }
+        }
+    }
+    panic!("{table} never filled the tablespace");
+}
+
+#[tokio::test]
+async fn postgres_out_of_space_is_a_typed_error_then_the_next_write_works() {
+    let Some(cluster) = common::fault_cluster() else {
+        return;
+    };
+    let _turn = common::FAULT_CLUSTER.lock().await;
+    let schema = common::fresh_schema("full");
+    let ts = &cluster.small_tablespace;
+    // The store's tables go to the small tablespace: the driver's `options[...]` sets
+    // `default_tablespace` on every connection of the store's pool.
+    let url = format!("{}?options[default_tablespace]={ts}", cluster.url);
+    let raw = sqlx::PgPool::connect(&cluster.url).await.expect("raw");
+    // What a run that died half way left (its filler would keep the tablespace full): the
+    // cluster is the fault tests' own, and only this test makes these schemas.
+    let stale: Vec<String> = sqlx::query_scalar(
+        "SELECT nspname::TEXT FROM pg_namespace WHERE nspname LIKE 'rath\\_test\\_full\\_%'",
+    )
+    .fetch_all(&raw)
+    .await
+    .expect("stale schemas");
+    for name in stale {
+        sqlx::query(&format!("DROP SCHEMA {name} CASCADE"))
+            .execute(&raw)
+            .await
+            .expect("drop a stale schema");
+    }
+    let store = PgStore::connect_in(&url, Some(&schema))
+        .await
+        .expect("connect");
+    let placed: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT tablename::TEXT, tablespace::TEXT FROM pg_tables WHERE schemaname = $1",
+    )
+    .bind(&schema)
+    .fetch_all(&raw)
+    .await
+    .expect("pg_tables");
+    assert!(placed.len() >= 4, "{placed:?}");
+    assert!(
+        placed
+            .iter()
+            .all(|(_, t)| t.as_deref() == Some(ts.as_str())),
+        "{placed:?}"
+    );
+
+    let before = Session::user_with("before", Stamper::counter()).push(Chunk::assistant_text("ok"));
+    store.save(&before).await.expect("save before");
+    // Fill the tablespace: megabyte rows, then 8 kB rows into what is left.
+    let filler = format!("{schema}.filler");
+    sqlx::query(&format!("CREATE TABLE {filler} (b BYTEA) TABLESPACE {ts}"))
+        .execute(&raw)
+        .await
+        .expect("filler");
+    sqlx::query(&format!(
+        "ALTER TABLE {filler} ALTER COLUMN b SET STORAGE EXTERNAL"
+    ))
+    .execute(&raw)
+    .await
+    .expect("no compression");
+    let big_rows = fill(&raw, &filler, 1 << 20).await;
+    let small_rows = fill(&raw, &filler, 8 << 10).await;
+    assert!(big_rows > 5, "the tablespace took only {big_rows} MB");
+
+    // A session of ~3 MB does not fit: a typed error naming the store, nothing visible.
+    let big = incompressible(&before, 2000);
+    let name = store.name();
+    match store.save(&big).await {
+        Err(e @ PersistError::Backend { .. }) => {
+            assert_eq!(e.store(), Some(name.as_str()));
+            let text = e.to_string();
+            assert!(
+                text.contains(&schema) && text.contains("No space left"),
+                "{text}"
+            );
+            let code = std::error::Error::source(&e)
+                .and_then(|s| s.downcast_ref::<sqlx::Error>())
+                .and_then(|s| s.as_database_error())
+                .and_then(|d| d.code())
+                .map(|c| c.into_owned());
+            assert_eq!(code.as_deref(), Some("53100"), "{text}");
+        }
+        other => panic!("a full tablespace must fail the save: {other:?}"),
+    }
+    assert!(matches!(
+        store.load(big.id()).await,
+        Err(PersistError::NotFound { .. })
+    ));
+    assert_eq!(store.stored_len(big.id()).await.expect("stored_len"), None);
+    assert_eq!(store.list().await.expect("list").len(), 1);
+    assert_eq!(
+        texts(&store.load(before.id()).await.expect("before").session),
+        texts(&before)
+    );
+    let refs: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {schema}.rath_refs"))
+        .fetch_one(&raw)
+        .await
+        .expect("refs");
+    assert_eq!(refs, 2, "the failed save left refs behind");
+
+    // Space returns; the same store, in the same process, writes again.
+    sqlx::query(&format!("DROP TABLE {filler}"))
+        .execute(&raw)
+        .await
+        .expect("drop the filler");
+    store
+        .save(&big)
+        .await
+        .expect("the next write after space returns");
+    assert_eq!(
+        texts(&store.load(big.id()).await.expect("big").session),
+        texts(&big)
+    );
+    eprintln!(
+        "out of space on {name}: filled with {big_rows} x 1 MB + {small_rows} x 8 kB rows, \
+         a {}-chunk save refused, then stored once the filler was dropped",
+        big.len()
+    );
+    raw.close().await;
+    store.close().await;
+    common::Schema {
+        url: cluster.url.clone(),
+        name: schema,
+    }
+    .drop_now()
+    .await;
 }
 
 #[tokio::test]

@@ -1,12 +1,14 @@
-//! SIGKILL a writer at 200 random points on SQLite (PostgreSQL: not yet; its children did
-//! not reach a first commit before the kill, so that half is left out): every session loads,
+//! SIGKILL a writer at 200 random points on SQLite and on PostgreSQL: every session loads,
 //! none holds a torn row, none lost more than the transaction in flight.
 //!
 //! The writers are this test binary re-executed with `RATH_KILL_CHILD` set (the store URL):
-//! `child_kill_writer` does nothing unless that variable is present. A child saves its
-//! session, then appends one chunk a transaction (a loop round), printing `ROW n END` after
-//! each commit returned; the parent kills it at a random moment, then loads the session and
-//! checks every chunk against what the child wrote.
+//! `child_kill_writer` does nothing unless that variable is present. A child opens the store
+//! and prints `READY` (so a kill never lands before the connection is up: on PostgreSQL the
+//! connection and the migration check take longer than the kill delays), saves its session,
+//! then appends one chunk a transaction (a loop round), printing `ROW n END` after each
+//! commit returned; the parent kills it at a random moment after `READY`, then loads the
+//! session and checks every chunk against what the child wrote. Both stores run through the
+//! same [`kill_writers`]; only the URL and the delay range differ.
 
 mod common;
 
@@ -14,7 +16,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rath_persist::PersistError;
+use rath_persist::{PersistError, SessionStore};
 use rath_session::{Chunk, Lineage, Session, SessionId, SessionParts, Stamper};
 
 const KILLS: u64 = 200;
@@ -65,9 +67,11 @@ fn child_kill_writer() {
         .expect("rows");
     runtime().block_on(async {
         let store = rath_store_sql::open_store(&url).await.expect("open");
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "READY");
+        let _ = out.flush();
         let mut s = session_for(n).push(Chunk::user(row_text(n, 0)));
         store.save(&s).await.expect("save");
-        let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "ROW 0 END");
         let _ = out.flush();
         for i in 1..rows {
@@ -82,109 +86,250 @@ fn child_kill_writer() {
     });
 }
 
-/// Kills `KILLS` writers of `url` and checks every session; returns a one-line summary.
-fn kill_writers(url: &str, seed: u64) -> String {
-    let mut rng = Rng(seed);
-    let started = Instant::now();
-    let (mut killed, mut completed, mut absent, mut in_flight_lost) = (0, 0, 0, 0);
-    let rt = runtime();
-    let store = rt.block_on(rath_store_sql::open_store(url)).expect("open");
-    for n in 1..=KILLS {
-        let rows = 5 + (rng.next() % 60) as usize;
-        let mut child = Command::new(std::env::current_exe().expect("exe"))
-            .args([
-                "child_kill_writer",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("RATH_KILL_CHILD", url)
-            .env("RATH_KILL_CHILD_ID", n.to_string())
-            .env("RATH_KILL_CHILD_ROWS", rows.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = std::sync::mpsc::channel::<String>();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        // Kill at a random moment after the first commit (one time in eight right away, to
-        // hit the connection and the first save too).
-        let mut lines = Vec::new();
-        if !rng.next().is_multiple_of(8)
-            && let Ok(first) = rx.recv_timeout(Duration::from_secs(20))
-        {
-            lines.push(first);
-        }
-        std::thread::sleep(Duration::from_micros(rng.next() % 40_000));
-        let _ = child.kill(); // SIGKILL
-        let _ = child.wait();
-        let _ = reader.join();
-        lines.extend(rx.try_iter());
-        let mut reported = 0usize;
-        let mut done = false;
-        for line in &lines {
-            if let Some(i) = line
-                .rfind("ROW ")
-                .and_then(|at| line[at + 4..].strip_suffix(" END"))
-            {
-                reported = i.parse::<usize>().expect("row number") + 1;
-            } else if line.ends_with("DONE") {
-                done = true;
+/// What one killed child reported on stdout before it died.
+#[derive(Default)]
+struct Reported {
+    /// Rows whose commit returned (`ROW n END` printed).
+    rows: usize,
+    /// The child wrote every row.
+    done: bool,
+}
+
+/// Spawns writer `n` of `url` (`rows` rows), waits for its `READY` (the store is open), sleeps
+/// `delay`, SIGKILLs it and returns what it reported. A child that dies before `READY` fails
+/// the test with its stderr: that is a broken setup (no URL, no server), not a kill point.
+fn kill_one(url: &str, n: u64, rows: usize, delay: Duration) -> Reported {
+    let mut child = Command::new(std::env::current_exe().expect("exe"))
+        .args([
+            "child_kill_writer",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("RATH_KILL_CHILD", url)
+        .env("RATH_KILL_CHILD_ID", n.to_string())
+        .env("RATH_KILL_CHILD_ROWS", rows.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+        text
+    });
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
             }
         }
-        let id = session_for(n).id().clone();
-        let loaded = match rt.block_on(store.load(&id)) {
-            Ok(l) => l,
-            Err(PersistError::NotFound { .. }) => {
-                assert_eq!(
-                    reported, 0,
-                    "child {n}: {reported} rows reported, none stored"
+    });
+    let mut lines = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) if line.ends_with("READY") => break,
+            Ok(line) => lines.push(line),
+            Err(e) => {
+                let _ = child.kill();
+                let status = child.wait().expect("wait");
+                panic!(
+                    "child {n} never opened {url} ({e:?}, {status}):\n{}",
+                    errors.join().unwrap_or_default()
                 );
-                absent += 1;
-                continue;
-            }
-            Err(e) => panic!("child {n}: the session does not load: {e}"),
-        };
-        let got = loaded.session.len();
-        for (i, c) in loaded.session.chunks().iter().enumerate() {
-            assert_eq!(c.text(), Some(row_text(n, i).as_str()), "child {n} row {i}");
-        }
-        assert!(
-            got >= reported,
-            "child {n}: {got} rows stored, {reported} committed"
-        );
-        assert!(
-            got <= reported + 1,
-            "child {n}: {got} stored but only {reported} reported"
-        );
-        if done {
-            assert_eq!(got, rows);
-            completed += 1;
-        } else {
-            killed += 1;
-            // got == reported + 1: committed, killed before it could say so.
-            if got == reported && got < rows {
-                in_flight_lost += 1;
             }
         }
     }
+    std::thread::sleep(delay);
+    let _ = child.kill(); // SIGKILL
+    let _ = child.wait();
+    let _ = reader.join();
+    let _ = errors.join();
+    lines.extend(rx.try_iter());
+    let mut reported = Reported::default();
+    for line in &lines {
+        if let Some(i) = line
+            .rfind("ROW ")
+            .and_then(|at| line[at + 4..].strip_suffix(" END"))
+        {
+            reported.rows = i.parse::<usize>().expect("row number") + 1;
+        } else if line.ends_with("DONE") {
+            reported.done = true;
+        }
+    }
+    reported
+}
+
+/// How the kills went, over all lanes.
+#[derive(Default)]
+struct Tally {
+    killed: u64,
+    completed: u64,
+    absent: u64,
+    in_flight_lost: u64,
+}
+
+/// Where the writers write and how hard to kill them.
+struct Target<'a> {
+    /// The store URL the parent reads.
+    url: &'a str,
+    /// PostgreSQL: a connection to the server, to wait until a killed child's backend is
+    /// gone (a COMMIT the child sent before it died still completes on the server), and the
+    /// driver's URL parameter that names each child's backend.
+    postgres: Option<sqlx::PgPool>,
+    /// Kill delays after `READY` fall below this.
+    max_delay: Duration,
+    /// Children alive at once (each on its own session).
+    lanes: u64,
+}
+
+impl Target<'_> {
+    /// The URL child `n` opens.
+    fn child_url(&self, n: u64) -> String {
+        match self.postgres {
+            Some(_) => format!("{}&application_name=rath_kill_{n}", self.url),
+            None => self.url.to_owned(),
+        }
+    }
+
+    /// Returns once nothing child `n` started is still running on the server.
+    fn settle(&self, rt: &tokio::runtime::Runtime, n: u64) {
+        let Some(pool) = &self.postgres else {
+            return;
+        };
+        let name = format!("rath_kill_{n}");
+        for _ in 0..500 {
+            let alive: i64 = rt
+                .block_on(
+                    sqlx::query_scalar(
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                    )
+                    .bind(&name)
+                    .fetch_one(pool),
+                )
+                .expect("pg_stat_activity");
+            if alive == 0 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        panic!("child {n}'s backend outlived it by a second");
+    }
+}
+
+/// Kills writer `n` at a random point and checks its session against what it reported.
+fn kill_and_check(
+    target: &Target<'_>,
+    rt: &tokio::runtime::Runtime,
+    store: &dyn SessionStore,
+    rng: &mut Rng,
+    n: u64,
+    tally: &mut Tally,
+) {
+    let rows = 5 + (rng.next() % 60) as usize;
+    // One time in eight right after the store opened, to hit the first save too.
+    let delay = if rng.next().is_multiple_of(8) {
+        Duration::ZERO
+    } else {
+        Duration::from_micros(rng.next() % target.max_delay.as_micros() as u64)
+    };
+    let reported = kill_one(&target.child_url(n), n, rows, delay);
+    target.settle(rt, n);
+    let id = session_for(n).id().clone();
+    let loaded = match rt.block_on(store.load(&id)) {
+        Ok(l) => l,
+        Err(PersistError::NotFound { .. }) => {
+            assert_eq!(
+                reported.rows, 0,
+                "child {n}: {} rows reported, none stored",
+                reported.rows
+            );
+            tally.absent += 1;
+            return;
+        }
+        Err(e) => panic!("child {n}: the session does not load: {e}"),
+    };
+    let got = loaded.session.len();
+    for (i, c) in loaded.session.chunks().iter().enumerate() {
+        assert_eq!(c.text(), Some(row_text(n, i).as_str()), "child {n} row {i}");
+    }
+    let committed = reported.rows;
     assert!(
-        killed > KILLS / 4,
-        "too few kills landed mid-session: {killed}"
+        got >= committed,
+        "child {n}: {got} rows stored, {committed} committed"
+    );
+    assert!(
+        got <= committed + 1,
+        "child {n}: {got} stored but only {committed} reported"
+    );
+    if reported.done {
+        assert_eq!(got, rows);
+        tally.completed += 1;
+    } else {
+        tally.killed += 1;
+        // got == committed + 1: committed, killed before it could say so.
+        if got == committed && got < rows {
+            tally.in_flight_lost += 1;
+        }
+    }
+}
+
+/// Kills `KILLS` writers of the target, each at a random delay after it opened the store,
+/// `lanes` at a time, and checks every session; returns a one-line summary.
+fn kill_writers(target: &Target<'_>, seed: u64) -> String {
+    let started = Instant::now();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let store = rt
+        .block_on(rath_store_sql::open_store(target.url))
+        .expect("open");
+    let tally = std::sync::Mutex::new(Tally::default());
+    std::thread::scope(|scope| {
+        for lane in 0..target.lanes {
+            let (rt, store, tally) = (&rt, store.as_ref(), &tally);
+            scope.spawn(move || {
+                let mut rng = Rng(seed ^ (lane + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                let mut mine = Tally::default();
+                let mut n = lane + 1;
+                while n <= KILLS {
+                    kill_and_check(target, rt, store, &mut rng, n, &mut mine);
+                    n += target.lanes;
+                }
+                let mut t = tally.lock().unwrap_or_else(|p| p.into_inner());
+                t.killed += mine.killed;
+                t.completed += mine.completed;
+                t.absent += mine.absent;
+                t.in_flight_lost += mine.in_flight_lost;
+            });
+        }
+    });
+    let t = tally.into_inner().unwrap_or_else(|p| p.into_inner());
+    assert!(
+        t.killed > KILLS / 4,
+        "too few kills landed mid-session: {}",
+        t.killed
     );
     let listed = rt.block_on(store.list()).expect("list").len();
-    assert_eq!(listed as u64, KILLS - absent, "every stored session lists");
+    assert_eq!(
+        listed as u64,
+        KILLS - t.absent,
+        "every stored session lists"
+    );
     format!(
-        "{KILLS} writers on {}: {killed} killed mid-session ({in_flight_lost} losing the \
-         round in flight), {absent} killed before their first commit, {completed} finished; {:?}",
+        "{KILLS} writers on {} ({} at a time): {} killed mid-session ({} losing the round in \
+         flight), {} killed before their first commit, {} finished; {:?}",
         store.name(),
+        target.lanes,
+        t.killed,
+        t.in_flight_lost,
+        t.absent,
+        t.completed,
         started.elapsed()
     )
 }
@@ -196,5 +341,44 @@ fn sigkill_sqlite_writers_at_random_points() {
     }
     let tmp = tempfile::tempdir().expect("tmp");
     let url = format!("sqlite://{}", tmp.path().join("kill.sqlite").display());
-    eprintln!("{}", kill_writers(&url, 0x5EED_1234_ABCD_0001));
+    let target = Target {
+        url: &url,
+        postgres: None,
+        max_delay: Duration::from_millis(40),
+        lanes: 1,
+    };
+    eprintln!("{}", kill_writers(&target, 0x5EED_1234_ABCD_0001));
+}
+
+#[test]
+fn sigkill_postgres_writers_at_random_points() {
+    if std::env::var_os("RATH_KILL_CHILD").is_some() {
+        return;
+    }
+    let Some(base) = common::postgres_url() else {
+        return;
+    };
+    let schema = common::fresh_schema("kill");
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{sep}schema={schema}");
+    let pool = runtime()
+        .block_on(sqlx::PgPool::connect(&base))
+        .expect("connect");
+    // A first save takes ~60 ms on PostgreSQL (a SQLite one ~1 ms) and each round ~6 ms:
+    // the delays span the whole write; four children at a time keep the test short.
+    let target = Target {
+        url: &url,
+        postgres: Some(pool),
+        max_delay: Duration::from_millis(300),
+        lanes: 4,
+    };
+    let summary = kill_writers(&target, 0x5EED_1234_ABCD_0002);
+    eprintln!("{summary}");
+    runtime().block_on(
+        common::Schema {
+            url: base,
+            name: schema,
+        }
+        .drop_now(),
+    );
 }

@@ -75,3 +75,58 @@ impl Schema {
 pub fn interop_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/interop/openrath-1.3.0")
 }
+
+/// The private PostgreSQL cluster of the fault tests (`.ci/install.d/62-postgres-faults.sh`):
+/// one they may restart and fill up without disturbing the shared cluster.
+pub struct FaultCluster {
+    /// `RATH_TEST_PG_FAULTS_URL`.
+    pub url: String,
+    /// `RATH_TEST_PG_FAULTS_CLUSTER`: the `pg_ctlcluster` arguments naming it (`15 rathfaults`).
+    pub cluster: Vec<String>,
+    /// `RATH_TEST_PG_SMALL_TABLESPACE`: a tablespace on a small filesystem of its own.
+    pub small_tablespace: String,
+}
+
+impl FaultCluster {
+    /// Restarts the cluster (`pg_ctlcluster VERSION NAME restart`).
+    pub fn restart(&self) {
+        let status = std::process::Command::new("pg_ctlcluster")
+            .args(&self.cluster)
+            .arg("restart")
+            .status()
+            .expect("pg_ctlcluster");
+        assert!(
+            status.success(),
+            "pg_ctlcluster {:?} restart: {status}",
+            self.cluster
+        );
+    }
+}
+
+/// The private fault cluster, or `None` after `rath_testkit::skip` (a failure under
+/// `RATH_CI=1`).
+pub fn fault_cluster() -> Option<FaultCluster> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    match (
+        var("RATH_TEST_PG_FAULTS_URL"),
+        var("RATH_TEST_PG_FAULTS_CLUSTER"),
+        var("RATH_TEST_PG_SMALL_TABLESPACE"),
+    ) {
+        (Some(url), Some(cluster), Some(small_tablespace)) => Some(FaultCluster {
+            url,
+            cluster: cluster.split_whitespace().map(str::to_owned).collect(),
+            small_tablespace,
+        }),
+        _ => {
+            rath_testkit::skip(
+                "RATH_TEST_PG_FAULTS_URL, RATH_TEST_PG_FAULTS_CLUSTER and \
+                 RATH_TEST_PG_SMALL_TABLESPACE are not set to the private fault cluster \
+                 (see .ci/install.d/62-postgres-faults.sh)",
+            );
+            None
+        }
+    }
+}
+
+/// Held by each test that restarts or fills the private fault cluster, so they take turns.
+pub static FAULT_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
