@@ -18,6 +18,7 @@ use rath_inspect::{FileWarning, InspectError, Page, StoreView};
 
 mod export;
 mod runs;
+mod serve;
 
 /// Inspect, compare, replay and view openrath session stores.
 #[derive(Debug, Parser)]
@@ -28,10 +29,6 @@ struct Cli {
     /// else the JSONL directory under $OPENRATH_HOME, else ./.openrath, else ~/.openrath.
     #[arg(long, global = true, value_name = "URL")]
     store: Option<String>,
-    /// The run store of `rath worker` and `rath runs`: `sqlite:FILE` or
-    /// `postgres://USER@HOST/DB`. Default: $RATH_RUNS, else `sqlite:<OPENRATH_HOME>/runs.db`.
-    #[arg(long, global = true, value_name = "URL")]
-    runs: Option<String>,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -102,13 +99,18 @@ enum Command {
         #[command(subcommand)]
         target: ExportTarget,
     },
+    /// Serve sessions and runs over HTTP (the agent server; docs/server.md): the session
+    /// store is --store, the run store and the server's tables --runs.
+    Serve(serve::ServeArgs),
+    /// Mint, list and revoke the agent server's API keys.
+    #[command(subcommand)]
+    Keys(serve::KeysCommand),
     /// Run a worker: claim runs of the bundled workflows from the run store (`--runs`), run
     /// them with leases and fencing, store their sessions in `--store`; on SIGTERM or ctrl-c
     /// hand in-flight runs back and exit 0.
     Worker(runs::WorkerArgs),
     /// Submit, list, show, cancel, resolve, approve and reject durable runs.
-    #[command(subcommand)]
-    Runs(runs::RunsCommand),
+    Runs(runs::RunsArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -322,13 +324,17 @@ fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
     if let Command::Store(cmd) = &cli.command {
         return store_command(cli, cmd);
     }
-    if let Command::Worker(args) = &cli.command {
-        let url = runs::runs_url(cli.runs.as_deref());
-        return runs::worker(&url, &store_url(cli), args, cli.json);
+    if let Command::Serve(args) = &cli.command {
+        return serve::serve(&store_url(cli), args);
     }
-    if let Command::Runs(cmd) = &cli.command {
-        let url = runs::runs_url(cli.runs.as_deref());
-        return runs::runs(&url, &store_url(cli), cmd, cli.json);
+    if let Command::Keys(cmd) = &cli.command {
+        return serve::keys(cmd, cli.json);
+    }
+    if let Command::Worker(args) = &cli.command {
+        return runs::worker(&store_url(cli), args, cli.json);
+    }
+    if let Command::Runs(args) = &cli.command {
+        return runs::runs(&store_url(cli), args, cli.json);
     }
     let store = open_store(cli)?;
     match &cli.command {
@@ -411,7 +417,11 @@ fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
             transcript_chunks,
         } => view(cli, &store, out, *transcript_chunks),
         Command::Provider => provider(cli),
-        Command::Store(_) | Command::Worker(_) | Command::Runs(_) => {
+        Command::Store(_)
+        | Command::Serve(_)
+        | Command::Keys(_)
+        | Command::Worker(_)
+        | Command::Runs(_) => {
             unreachable!("handled above")
         }
         Command::Export {

@@ -30,6 +30,10 @@ impl From<RuntimeError> for Failure {
 /// `rath worker`'s options.
 #[derive(Debug, Args)]
 pub(crate) struct WorkerArgs {
+    /// The run store: `sqlite:FILE` or `postgres://USER@HOST/DB` (default: $RATH_RUNS, else
+    /// `sqlite:<OPENRATH_HOME>/runs.db`).
+    #[arg(long, value_name = "URL")]
+    runs: Option<String>,
     /// Its name in leases, events and logs (unique per worker; default `rath-worker-<pid>`).
     #[arg(long)]
     name: Option<String>,
@@ -55,6 +59,17 @@ pub(crate) struct WorkerArgs {
     /// Run a workflow whose definition changed since the run was submitted.
     #[arg(long)]
     accept_changed_definitions: bool,
+}
+
+/// `rath runs [--runs URL] ...`.
+#[derive(Debug, Args)]
+pub(crate) struct RunsArgs {
+    /// The run store: `sqlite:FILE` or `postgres://USER@HOST/DB` (default: $RATH_RUNS, else
+    /// `sqlite:<OPENRATH_HOME>/runs.db`).
+    #[arg(long, global = true, value_name = "URL")]
+    runs: Option<String>,
+    #[command(subcommand)]
+    command: RunsCommand,
 }
 
 /// `rath runs ...`.
@@ -142,7 +157,7 @@ pub(crate) enum RunsCommand {
 }
 
 /// The run store URL: `--runs`, else `$RATH_RUNS`, else the SQLite file in the OpenRath home.
-pub(crate) fn runs_url(flag: Option<&str>) -> String {
+fn runs_url(flag: Option<&str>) -> String {
     flag.map(str::to_owned)
         .or_else(|| {
             std::env::var("RATH_RUNS")
@@ -171,12 +186,8 @@ async fn runtime(runs: &str, store: &str, bundled: &BundledOptions) -> Result<Ru
 }
 
 /// `rath worker`: runs until SIGTERM or ctrl-c, logging through `tracing` on stderr.
-pub(crate) fn worker(
-    runs: &str,
-    store: &str,
-    a: &WorkerArgs,
-    as_json: bool,
-) -> Result<Output, Failure> {
+pub(crate) fn worker(store: &str, a: &WorkerArgs, as_json: bool) -> Result<Output, Failure> {
+    let runs = runs_url(a.runs.as_deref());
     init_logs();
     let name = a
         .name
@@ -199,7 +210,7 @@ pub(crate) fn worker(
         think: Duration::from_millis(a.think_ms),
     };
     let report = block_on(async {
-        let rt = runtime(runs, store, &bundled).await?;
+        let rt = runtime(&runs, store, &bundled).await?;
         Ok(rath_runtime::serve_worker(rt, opts).await?)
     })?;
     Ok(Output::ok(if as_json {
@@ -222,15 +233,11 @@ fn init_logs() {
 }
 
 /// `rath runs ...`.
-pub(crate) fn runs(
-    runs: &str,
-    store: &str,
-    cmd: &RunsCommand,
-    as_json: bool,
-) -> Result<Output, Failure> {
+pub(crate) fn runs(store: &str, a: &RunsArgs, as_json: bool) -> Result<Output, Failure> {
+    let runs = runs_url(a.runs.as_deref());
     block_on(async {
-        let rt = runtime(runs, store, &BundledOptions::default()).await?;
-        runs_async(&rt, cmd, as_json).await
+        let rt = runtime(&runs, store, &BundledOptions::default()).await?;
+        runs_async(&rt, &a.command, as_json).await
     })
 }
 

@@ -31,8 +31,8 @@ impl Rig {
 
     fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_rath"));
-        c.args(["--runs", &self.runs(), "--store", &self.store()])
-            .args(args)
+        c.args(args)
+            .args(["--runs", &self.runs(), "--store", &self.store()])
             .env_remove("OPENRATH_HOME")
             .env_remove("OPENRATH_STORE")
             .env_remove("RATH_RUNS")
@@ -339,12 +339,12 @@ fn bad_input_is_one_typed_line_with_exit_code_2() {
     }
     let out = Command::new(env!("CARGO_BIN_EXE_rath"))
         .args([
+            "runs",
+            "list",
             "--runs",
             "mysql://x",
             "--store",
             &rig.store(),
-            "runs",
-            "list",
         ])
         .output()
         .unwrap();
