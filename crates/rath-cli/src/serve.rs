@@ -103,7 +103,9 @@ pub(crate) fn serve(store: &str, args: &ServeArgs) -> Result<Output, Failure> {
         return Err(Failure("--rate-limit must be above 0".into()));
     }
     runtime()?.block_on(async {
-        let registry = rath_runtime::WorkflowRegistry::new();
+        // The bundled workflows (`team`, `gated`), as `rath worker` runs them.
+        let registry =
+            rath_runtime::bundled::registry(&rath_runtime::bundled::BundledOptions::default());
         let server = Server::connect(store, &args.runs, registry, config).await?;
         let listener = tokio::net::TcpListener::bind(&args.bind)
             .await

@@ -1,5 +1,6 @@
 //! `rath keys` and `rath serve` as processes: a key minted on the database side opens the
-//! API of a server that a SIGTERM stops gracefully (exit 0).
+//! API of a server (running the bundled workflows on its embedded worker) that a SIGTERM
+//! stops gracefully (exit 0).
 
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
