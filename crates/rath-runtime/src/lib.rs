@@ -43,13 +43,17 @@
 //! - [`journal`]: [`JournaledProvider`], [`JournaledTool`], [`current_call`] (the
 //!   idempotency key a tool hands to the outside world) and the test crash points.
 //! - [`Runtime`]: submit, wait, output, approve/reject a waiting run, over both stores.
+//! - [`serve_worker`]: a worker process's main loop (until SIGTERM/ctrl-c, then runs are
+//!   handed back); [`bundled`]: the workflows `rath worker` registers.
 
 #![warn(missing_docs)]
 
+pub mod bundled;
 mod error;
 pub mod journal;
 mod model;
 mod registry;
+mod serve;
 mod store;
 mod worker;
 
@@ -68,6 +72,7 @@ pub use model::{
     Effect, EffectState, Lease, RetryPolicy, Run, RunEvent, RunId, RunOptions, RunStatus,
 };
 pub use registry::{Constructor, WorkflowDef, WorkflowRegistry, definition_hash};
+pub use serve::{ServeReport, serve_worker};
 pub use store::{
     JournalEntry, MIGRATIONS, Resolution, RunStore, SCHEMA_VERSION, Transition, now_ms,
 };

@@ -249,6 +249,9 @@ pub enum Resolution {
     Rerun,
     /// The effect happened and this is its answer (tool result content): serve it.
     Answered(String),
+    /// The effect failed with this message: serve that failure to the workflow (which goes
+    /// on, as after any failed tool call).
+    Failed(String),
     /// Fail the run.
     Fail(String),
 }
@@ -775,6 +778,17 @@ impl RunStore {
                 Resolution::Answered(content) => {
                     let result = serde_json::json!({"ok": true, "content": content}).to_string();
                     sqlx::query("UPDATE rt_effects SET state = 'succeeded', result = $4 WHERE run_id = $1 AND step = $2 AND call_id = $3")
+                        .bind(id.as_str())
+                        .bind(&effect.step)
+                        .bind(call_id)
+                        .bind(result)
+                        .execute(p)
+                        .await?;
+                }
+                Resolution::Failed(message) => {
+                    let error = rath_flow::ToolError::exception(message.clone());
+                    let result = serde_json::json!({"ok": false, "error": error}).to_string();
+                    sqlx::query("UPDATE rt_effects SET state = 'failed', result = $4 WHERE run_id = $1 AND step = $2 AND call_id = $3")
                         .bind(id.as_str())
                         .bind(&effect.step)
                         .bind(call_id)

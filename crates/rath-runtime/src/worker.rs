@@ -58,6 +58,11 @@ impl WorkerOptions {
         self.poll = d;
         self
     }
+    /// Sets how long in-flight runs may go on after shutdown before they are handed back.
+    pub fn grace(mut self, d: Duration) -> Self {
+        self.grace = d;
+        self
+    }
     /// Accepts runs whose workflow definition changed.
     pub fn accept_changed_definitions(mut self, yes: bool) -> Self {
         self.accept_changed_definitions = yes;
@@ -79,12 +84,24 @@ pub enum Outcome {
 pub struct Worker {
     rt: Runtime,
     opts: WorkerOptions,
+    hurry: CancellationToken,
 }
 
 impl Worker {
     /// A worker over `rt`.
     pub fn new(rt: Runtime, opts: WorkerOptions) -> Self {
-        Self { rt, opts }
+        Self {
+            rt,
+            opts,
+            hurry: CancellationToken::new(),
+        }
+    }
+
+    /// Ends the shutdown grace early when `hurry` is cancelled (a second signal): in-flight
+    /// runs are handed back at once.
+    pub fn with_hurry(mut self, hurry: CancellationToken) -> Self {
+        self.hurry = hurry;
+        self
     }
 
     /// Claims one run and runs it to where it stops; `None` when nothing was claimable.
@@ -107,7 +124,17 @@ impl Worker {
             Err(RuntimeError::Fenced { .. }) => Outcome::Fenced,
             Err(e) => return Err(e),
         };
-        tracing::info!(run = %id, worker = %self.opts.name, ?outcome, "released");
+        match &outcome {
+            Outcome::Moved(RunStatus::Queued) => {
+                tracing::info!(run = %id, worker = %self.opts.name, token = lease.token, "handed back")
+            }
+            Outcome::Moved(status) => {
+                tracing::info!(run = %id, worker = %self.opts.name, token = lease.token, status = %status, "finished")
+            }
+            Outcome::Fenced => {
+                tracing::warn!(run = %id, worker = %self.opts.name, token = lease.token, "fenced: lease lost")
+            }
+        }
         Ok(Some((id, outcome)))
     }
 
@@ -191,6 +218,7 @@ impl Worker {
         let grace = self.grace_watch(shutdown.clone(), cancel.clone(), handed_back.clone());
         let cx = FlowContext::new().with_cancel(cancel.clone());
         let out = workflow.forward(session, &cx).await;
+        scope.settle().await;
         beat.abort();
         grace.abort();
         if fenced.load(Ordering::SeqCst) {
@@ -335,10 +363,14 @@ impl Worker {
         handed: Arc<AtomicBool>,
     ) -> tokio::task::JoinHandle<()> {
         let grace = self.opts.grace;
+        let hurry = self.hurry.clone();
         tokio::spawn(async move {
             shutdown.cancelled().await;
             let start = Instant::now();
-            tokio::time::sleep(grace.saturating_sub(start.elapsed())).await;
+            tokio::select! {
+                () = tokio::time::sleep(grace.saturating_sub(start.elapsed())) => {}
+                () = hurry.cancelled() => {}
+            }
             handed.store(true, Ordering::SeqCst);
             cancel.cancel();
         })

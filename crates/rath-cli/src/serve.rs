@@ -1,0 +1,198 @@
+//! `rath serve` (the agent server, a `rath-server` call) and `rath keys` (its API keys, read
+//! and written in the run store's database).
+
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use rath_server::{RateLimit, Server, ServerConfig, ServerDb};
+
+use crate::{Failure, Output, json};
+
+impl From<rath_server::ServerError> for Failure {
+    fn from(e: rath_server::ServerError) -> Self {
+        Failure(e.to_string())
+    }
+}
+
+/// `rath serve`'s flags (the session store is the global `--store`).
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// The run store, which also holds the server's tables: `sqlite:FILE` or
+    /// `postgres://USER@HOST/DB`.
+    #[arg(long, value_name = "URL")]
+    runs: String,
+    /// The address to listen on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    bind: String,
+    /// Worker loops in the server process (0: runs wait for `rath worker` elsewhere).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    workers: usize,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
+    body_limit: usize,
+    /// Requests per second each key may make on average (default: unlimited).
+    #[arg(long, value_name = "PER_SECOND")]
+    rate_limit: Option<f64>,
+    /// Requests a key may make at once (with --rate-limit).
+    #[arg(long, value_name = "N", default_value_t = 20.0)]
+    burst: f64,
+    /// An origin CORS allows (repeatable; none: no CORS headers).
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    cors_origins: Vec<String>,
+    /// On shutdown, seconds in-flight runs may go on before they are handed back.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    grace: u64,
+}
+
+/// `rath keys`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum KeysCommand {
+    /// Mint a key; its secret is printed once and stored only as its sha256.
+    Create {
+        /// The run store holding the server's tables.
+        #[arg(long, value_name = "URL")]
+        runs: String,
+        /// The tenant whose sessions and runs the key reaches.
+        #[arg(long)]
+        tenant: String,
+        /// An admin key (mints and revokes keys over HTTP).
+        #[arg(long)]
+        admin: bool,
+        /// Who or what the key is for.
+        #[arg(long, default_value = "")]
+        label: String,
+    },
+    /// List keys (ids, tenants, labels; never secrets).
+    List {
+        /// The run store holding the server's tables.
+        #[arg(long, value_name = "URL")]
+        runs: String,
+    },
+    /// Revoke a key by id: it is refused from the next request on.
+    Revoke {
+        /// The run store holding the server's tables.
+        #[arg(long, value_name = "URL")]
+        runs: String,
+        /// The key's id (`key_...`).
+        id: String,
+    },
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure(format!("cannot start the async runtime: {e}")))
+}
+
+/// Serves until SIGINT or SIGTERM, then shuts down gracefully.
+pub(crate) fn serve(store: &str, args: &ServeArgs) -> Result<Output, Failure> {
+    let config = ServerConfig {
+        body_limit: args.body_limit,
+        rate_limit: args.rate_limit.map(|per_second| RateLimit {
+            per_second,
+            burst: args.burst.max(1.0),
+        }),
+        cors_origins: args.cors_origins.clone(),
+        workers: args.workers,
+        worker_name: format!("serve-{}", std::process::id()),
+        grace: Duration::from_secs(args.grace),
+        ..ServerConfig::default()
+    };
+    if args.rate_limit.is_some_and(|r| r.is_nan() || r <= 0.0) {
+        return Err(Failure("--rate-limit must be above 0".into()));
+    }
+    runtime()?.block_on(async {
+        // The bundled workflows (`team`, `gated`), as `rath worker` runs them.
+        let registry =
+            rath_runtime::bundled::registry(&rath_runtime::bundled::BundledOptions::default());
+        let server = Server::connect(store, &args.runs, registry, config).await?;
+        let listener = tokio::net::TcpListener::bind(&args.bind)
+            .await
+            .map_err(|e| Failure(format!("cannot listen on {}: {e}", args.bind)))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Failure(format!("cannot read the bound address: {e}")))?;
+        eprintln!("rath: serving on http://{addr} (Ctrl-C or SIGTERM stops)");
+        let stop = server.shutdown_token();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            eprintln!("rath: shutting down");
+            stop.cancel();
+        });
+        server.serve(listener).await?;
+        Ok::<Output, Failure>(Output::ok(String::new()))
+    })
+}
+
+async fn wait_for_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+/// `rath keys ...`.
+pub(crate) fn keys(cmd: &KeysCommand, as_json: bool) -> Result<Output, Failure> {
+    runtime()?.block_on(async {
+        match cmd {
+            KeysCommand::Create {
+                runs,
+                tenant,
+                admin,
+                label,
+            } => {
+                let db = ServerDb::connect(runs).await?;
+                let k = db.create_key(tenant, *admin, label).await?;
+                Ok::<Output, Failure>(Output::ok(if as_json {
+                    json(&k)?
+                } else {
+                    format!(
+                        "{}\nkey {} for tenant {}{} (the secret above is shown once)\n",
+                        k.secret,
+                        k.info.id,
+                        k.info.tenant,
+                        if k.info.admin { ", admin" } else { "" }
+                    )
+                }))
+            }
+            KeysCommand::List { runs } => {
+                let keys = ServerDb::connect(runs).await?.list_keys().await?;
+                if as_json {
+                    return Ok::<Output, Failure>(Output::ok(json(&keys)?));
+                }
+                let mut text = String::new();
+                for k in keys {
+                    text.push_str(&format!(
+                        "{}  tenant={}  {}  {}  {}\n",
+                        k.id,
+                        k.tenant,
+                        if k.admin { "admin" } else { "tenant" },
+                        if k.revoked_ms.is_some() {
+                            "revoked"
+                        } else {
+                            "live"
+                        },
+                        k.label
+                    ));
+                }
+                Ok(Output::ok(text))
+            }
+            KeysCommand::Revoke { runs, id } => {
+                if ServerDb::connect(runs).await?.revoke_key(id).await? {
+                    Ok(Output::ok(format!("revoked {id}\n")))
+                } else {
+                    Err(Failure(format!("no key {id}")))
+                }
+            }
+        }
+    })
+}

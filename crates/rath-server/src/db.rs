@@ -1,0 +1,370 @@
+//! The server's own tables (`sv_*`, beside the runtime's `rt_*` in the run store's database):
+//! API keys, and which tenant owns which session and run.
+//!
+//! The session store's schema is not touched: a session belongs to a tenant when the server
+//! recorded it (`sv_sessions`: created, forked, detached or merged through the API, or the
+//! input of a run) or when it is the input, resume or output session of one of the tenant's
+//! runs (`sv_runs` joined with `rt_runs`), so a run's output is the tenant's as soon as a
+//! worker stores it.
+
+use std::collections::BTreeSet;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use sqlx::Row;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use utoipa::ToSchema;
+
+use crate::ServerError;
+
+/// The schema version these migrations reach.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Forward-only migrations: (version, what, statements). Written once for both databases.
+pub const MIGRATIONS: &[(i64, &str, &[&str])] = &[(
+    1,
+    "api keys, tenant ownership of sessions and runs",
+    &[
+        "CREATE TABLE IF NOT EXISTS sv_keys (id TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, tenant TEXT NOT NULL, admin BIGINT NOT NULL, label TEXT NOT NULL, created_ms BIGINT NOT NULL, revoked_ms BIGINT)",
+        "CREATE TABLE IF NOT EXISTS sv_sessions (session_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, created_ms BIGINT NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS sv_sessions_tenant ON sv_sessions (tenant)",
+        "CREATE TABLE IF NOT EXISTS sv_runs (run_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, created_ms BIGINT NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS sv_runs_tenant ON sv_runs (tenant)",
+    ],
+)];
+
+#[derive(Clone, Debug)]
+enum Pool {
+    Sqlite(SqlitePool),
+    Pg(PgPool),
+}
+
+// Runs `$body` with `$p` bound to the pool of either database.
+macro_rules! on_pool {
+    ($s:expr, $p:ident, $body:block) => {{
+        match &$s.pool {
+            Pool::Sqlite($p) => $body,
+            Pool::Pg($p) => $body,
+        }
+    }};
+}
+
+/// The server's tables. Cheap to clone (a connection pool).
+#[derive(Clone, Debug)]
+pub struct ServerDb {
+    pool: Pool,
+}
+
+/// An API key as listed: never its secret, never its hash.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+pub struct KeyInfo {
+    /// The key's id (`key_` and 16 hex digits): what `revoke` takes.
+    pub id: String,
+    /// The tenant whose sessions and runs it reaches.
+    pub tenant: String,
+    /// True for an admin key (mints and revokes keys).
+    pub admin: bool,
+    /// A label given at creation.
+    pub label: String,
+    /// Creation time (ms since the Unix epoch).
+    pub created_ms: i64,
+    /// Revocation time, once revoked.
+    pub revoked_ms: Option<i64>,
+}
+
+/// A key just minted: the only time its secret is shown.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct MintedKey {
+    /// The key as listed.
+    #[serde(flatten)]
+    pub info: KeyInfo,
+    /// The secret to send as `Authorization: Bearer <secret>`. Stored only as its sha256.
+    pub secret: String,
+}
+
+/// Who a request is: the key's id, its tenant, whether it is an admin key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principal {
+    /// The key's id.
+    pub key_id: String,
+    /// The key's tenant.
+    pub tenant: String,
+    /// True for an admin key.
+    pub admin: bool,
+}
+
+/// sha256 of a key's secret, hex. API keys are 256 random bits, so a fast hash is enough (a
+/// slow password hash such as argon2 protects low-entropy secrets; nobody guesses 2^256)
+/// and it lets a request find its key by an indexed lookup of the hash.
+pub fn key_hash(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+fn now_ms() -> i64 {
+    rath_runtime::now_ms()
+}
+
+impl ServerDb {
+    /// Opens the server's tables in the database at `url` (`sqlite:<file>` or
+    /// `postgres://...`, the run store's URL) and applies the migrations.
+    pub async fn connect(url: &str) -> Result<ServerDb, ServerError> {
+        let pool = if let Some(rest) = url.strip_prefix("sqlite:") {
+            let path = rest.trim_start_matches("//");
+            let opts = SqliteConnectOptions::from_str(&format!("sqlite://{path}"))?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .busy_timeout(Duration::from_secs(30));
+            Pool::Sqlite(
+                SqlitePoolOptions::new()
+                    .max_connections(4)
+                    .connect_with(opts)
+                    .await?,
+            )
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Pool::Pg(PgPoolOptions::new().max_connections(8).connect(url).await?)
+        } else {
+            return Err(ServerError::BadRequest(
+                "the runs URL is neither sqlite:<file> nor postgres://...".into(),
+            ));
+        };
+        let db = ServerDb { pool };
+        db.migrate().await?;
+        Ok(db)
+    }
+
+    async fn migrate(&self) -> Result<(), ServerError> {
+        let is_pg = matches!(self.pool, Pool::Pg(_));
+        on_pool!(self, p, {
+            let mut tx = p.begin().await?;
+            if is_pg {
+                sqlx::query("SELECT pg_advisory_xact_lock(7243902432)")
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            sqlx::query("CREATE TABLE IF NOT EXISTS sv_schema (version BIGINT PRIMARY KEY, what TEXT NOT NULL, applied_ms BIGINT NOT NULL)")
+                .execute(&mut *tx)
+                .await?;
+            let found: i64 = sqlx::query("SELECT COALESCE(MAX(version), 0) AS v FROM sv_schema")
+                .fetch_one(&mut *tx)
+                .await?
+                .try_get("v")?;
+            if found > SCHEMA_VERSION {
+                return Err(ServerError::Db(format!(
+                    "server schema version {found} is newer than this server's {SCHEMA_VERSION}"
+                )));
+            }
+            for (version, what, stmts) in MIGRATIONS.iter().filter(|m| m.0 > found) {
+                for stmt in *stmts {
+                    sqlx::query(stmt).execute(&mut *tx).await?;
+                }
+                sqlx::query(
+                    "INSERT INTO sv_schema (version, what, applied_ms) VALUES ($1, $2, $3)",
+                )
+                .bind(version)
+                .bind(what)
+                .bind(now_ms())
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
+    /// True when the database answers a query.
+    pub async fn ping(&self) -> Result<(), ServerError> {
+        on_pool!(self, p, {
+            sqlx::query("SELECT 1").execute(p).await?;
+        });
+        Ok(())
+    }
+
+    /// Mints a key for `tenant` (an admin key with `admin`), stores its hash and returns it
+    /// with its secret.
+    pub async fn create_key(
+        &self,
+        tenant: &str,
+        admin: bool,
+        label: &str,
+    ) -> Result<MintedKey, ServerError> {
+        if tenant.trim().is_empty() || tenant.len() > 128 {
+            return Err(ServerError::BadRequest(
+                "a tenant is 1 to 128 characters".into(),
+            ));
+        }
+        let id = format!("key_{}", hex::encode(rand::random::<[u8; 8]>()));
+        let secret = format!("rath_{}", hex::encode(rand::random::<[u8; 32]>()));
+        let info = KeyInfo {
+            id,
+            tenant: tenant.to_owned(),
+            admin,
+            label: label.to_owned(),
+            created_ms: now_ms(),
+            revoked_ms: None,
+        };
+        on_pool!(self, p, {
+            sqlx::query("INSERT INTO sv_keys (id, hash, tenant, admin, label, created_ms) VALUES ($1, $2, $3, $4, $5, $6)")
+                .bind(&info.id)
+                .bind(key_hash(&secret))
+                .bind(&info.tenant)
+                .bind(i64::from(admin))
+                .bind(&info.label)
+                .bind(info.created_ms)
+                .execute(p)
+                .await?;
+        });
+        Ok(MintedKey { info, secret })
+    }
+
+    /// Every key, oldest first (revoked ones too).
+    pub async fn list_keys(&self) -> Result<Vec<KeyInfo>, ServerError> {
+        let sql = "SELECT id, tenant, admin, label, created_ms, revoked_ms FROM sv_keys ORDER BY created_ms, id";
+        on_pool!(self, p, {
+            let rows = sqlx::query(sql).fetch_all(p).await?;
+            rows.iter().map(key_from).collect()
+        })
+    }
+
+    /// Revokes key `id`; false when there is no such key (revoking twice is true both times).
+    pub async fn revoke_key(&self, id: &str) -> Result<bool, ServerError> {
+        let sql = "UPDATE sv_keys SET revoked_ms = COALESCE(revoked_ms, $1) WHERE id = $2";
+        let n = on_pool!(self, p, {
+            sqlx::query(sql)
+                .bind(now_ms())
+                .bind(id)
+                .execute(p)
+                .await?
+                .rows_affected()
+        });
+        Ok(n > 0)
+    }
+
+    /// The live key whose secret is `secret`, if any.
+    pub async fn authenticate(&self, secret: &str) -> Result<Option<Principal>, ServerError> {
+        let sql = "SELECT id, tenant, admin FROM sv_keys WHERE hash = $1 AND revoked_ms IS NULL";
+        let hash = key_hash(secret);
+        on_pool!(self, p, {
+            let row = sqlx::query(sql).bind(&hash).fetch_optional(p).await?;
+            row.map(|r| -> Result<Principal, ServerError> {
+                Ok(Principal {
+                    key_id: r.try_get("id")?,
+                    tenant: r.try_get("tenant")?,
+                    admin: r.try_get::<i64, _>("admin")? != 0,
+                })
+            })
+            .transpose()
+        })
+    }
+
+    /// Records that `tenant` owns session `id` (a second record of the same id is a no-op
+    /// for the same tenant and refused for another).
+    pub async fn own_session(&self, tenant: &str, id: &str) -> Result<(), ServerError> {
+        self.own("sv_sessions", "session_id", tenant, id).await
+    }
+
+    /// Records that `tenant` owns run `id`.
+    pub async fn own_run(&self, tenant: &str, id: &str) -> Result<(), ServerError> {
+        self.own("sv_runs", "run_id", tenant, id).await
+    }
+
+    async fn own(&self, table: &str, col: &str, tenant: &str, id: &str) -> Result<(), ServerError> {
+        let insert = format!(
+            "INSERT INTO {table} ({col}, tenant, created_ms) VALUES ($1, $2, $3) ON CONFLICT ({col}) DO NOTHING"
+        );
+        let check = format!("SELECT tenant FROM {table} WHERE {col} = $1");
+        on_pool!(self, p, {
+            sqlx::query(&insert)
+                .bind(id)
+                .bind(tenant)
+                .bind(now_ms())
+                .execute(p)
+                .await?;
+            let owner: String = sqlx::query(&check)
+                .bind(id)
+                .fetch_one(p)
+                .await?
+                .try_get("tenant")?;
+            if owner != tenant {
+                return Err(ServerError::Conflict(format!("id {id} is taken")));
+            }
+        });
+        Ok(())
+    }
+
+    /// True when `tenant` owns run `id`.
+    pub async fn owns_run(&self, tenant: &str, id: &str) -> Result<bool, ServerError> {
+        let sql = "SELECT 1 AS one FROM sv_runs WHERE tenant = $1 AND run_id = $2";
+        on_pool!(self, p, {
+            Ok(sqlx::query(sql)
+                .bind(tenant)
+                .bind(id)
+                .fetch_optional(p)
+                .await?
+                .is_some())
+        })
+    }
+
+    /// The ids of `tenant`'s runs.
+    pub async fn runs_of(&self, tenant: &str) -> Result<BTreeSet<String>, ServerError> {
+        let sql = "SELECT run_id FROM sv_runs WHERE tenant = $1";
+        on_pool!(self, p, {
+            let rows = sqlx::query(sql).bind(tenant).fetch_all(p).await?;
+            rows.iter()
+                .map(|r| r.try_get::<String, _>("run_id").map_err(ServerError::from))
+                .collect()
+        })
+    }
+
+    /// True when `tenant` owns session `id` (recorded, or a session of one of its runs).
+    pub async fn owns_session(&self, tenant: &str, id: &str) -> Result<bool, ServerError> {
+        let sql = "SELECT 1 AS one FROM sv_sessions WHERE tenant = $1 AND session_id = $2 \
+                   UNION ALL SELECT 1 AS one FROM sv_runs s JOIN rt_runs r ON r.id = s.run_id \
+                   WHERE s.tenant = $1 AND (r.input_session = $2 OR r.output_session = $2 OR r.resume_session = $2) \
+                   LIMIT 1";
+        on_pool!(self, p, {
+            Ok(sqlx::query(sql)
+                .bind(tenant)
+                .bind(id)
+                .fetch_optional(p)
+                .await?
+                .is_some())
+        })
+    }
+
+    /// The ids of every session `tenant` owns.
+    pub async fn sessions_of(&self, tenant: &str) -> Result<BTreeSet<String>, ServerError> {
+        let sql = "SELECT session_id AS id FROM sv_sessions WHERE tenant = $1 \
+                   UNION SELECT r.output_session AS id FROM sv_runs s JOIN rt_runs r ON r.id = s.run_id \
+                   WHERE s.tenant = $1 AND r.output_session IS NOT NULL \
+                   UNION SELECT r.resume_session AS id FROM sv_runs s JOIN rt_runs r ON r.id = s.run_id \
+                   WHERE s.tenant = $1 AND r.resume_session IS NOT NULL \
+                   UNION SELECT r.input_session AS id FROM sv_runs s JOIN rt_runs r ON r.id = s.run_id \
+                   WHERE s.tenant = $1";
+        on_pool!(self, p, {
+            let rows = sqlx::query(sql).bind(tenant).fetch_all(p).await?;
+            rows.iter()
+                .map(|r| r.try_get::<String, _>("id").map_err(ServerError::from))
+                .collect()
+        })
+    }
+}
+
+fn key_from<R: Row>(r: &R) -> Result<KeyInfo, ServerError>
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> Option<i64>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(KeyInfo {
+        id: r.try_get("id")?,
+        tenant: r.try_get("tenant")?,
+        admin: r.try_get::<i64, _>("admin")? != 0,
+        label: r.try_get("label")?,
+        created_ms: r.try_get("created_ms")?,
+        revoked_ms: r.try_get("revoked_ms")?,
+    })
+}

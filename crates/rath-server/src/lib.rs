@@ -1,0 +1,342 @@
+//! **rath-server**: the agent server. Sessions and durable runs over HTTP (axum), API keys
+//! scoped to a tenant, run events as Server-Sent Events, Prometheus metrics and an OpenAPI
+//! document generated from the handlers.
+//!
+//! ```
+//! use rath_runtime::WorkflowRegistry;
+//! use rath_server::{Server, ServerConfig};
+//!
+//! # tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(async {
+//! let dir = tempfile::tempdir()?;
+//! let store = format!("sqlite:{}", dir.path().join("sessions.db").display());
+//! let runs = format!("sqlite:{}", dir.path().join("runs.db").display());
+//! let server = Server::connect(&store, &runs, WorkflowRegistry::new(), ServerConfig::default())
+//!     .await?;
+//! // The first admin key comes from the database side (`rath keys create --admin`).
+//! let admin = server.db().create_key("acme", true, "ops").await?;
+//! assert!(admin.secret.starts_with("rath_"));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! let stop = server.shutdown_token();
+//! let task = tokio::spawn(server.serve(listener));
+//! stop.cancel(); // graceful: in-flight requests finish, SSE streams end, workers hand back
+//! task.await??;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Routes (every `/v1` route needs `Authorization: Bearer <key>`; see `GET /openapi.json`):
+//! - operations: `GET /health/live`, `GET /health/ready` (every store answers),
+//!   `GET /metrics` (Prometheus text), `GET /openapi.json`;
+//! - keys (admin keys only): `POST /v1/keys`, `GET /v1/keys`, `DELETE /v1/keys/{id}`;
+//! - sessions: `GET|POST /v1/sessions`, `GET /v1/sessions/{id}`, `.../chunks`,
+//!   `.../lineage?format=jsonl|dot|mermaid`, `POST .../fork|detach|merge`, `GET .../export`;
+//! - runs: `GET|POST /v1/runs`, `GET /v1/runs/{id}`, `POST .../wait|cancel`,
+//!   `GET .../events` (SSE, `Last-Event-ID`), `GET .../interrupts`,
+//!   `POST .../interrupts/{call_id}`.
+//!
+//! **Tenants.** A key belongs to one tenant and reaches only that tenant's sessions and runs:
+//! another tenant's id answers 404, exactly as an id that does not exist. Ownership lives in
+//! the server's own tables ([`ServerDb`], `sv_*` beside the runtime's `rt_*`); the session
+//! store is not changed. **Errors.** Every failure is a [`ServerError`], answered as a status
+//! and `{"error": {"kind", "message"}}`; bad input is always a 4xx and a handler that panics
+//! answers 500 without taking the server down.
+
+#![warn(missing_docs)]
+
+mod auth;
+mod db;
+mod error;
+mod extract;
+mod metrics;
+mod ops;
+mod runs;
+mod sessions;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use rath_flow::CancellationToken;
+use rath_persist::SessionStore;
+use rath_runtime::{RunStore, Runtime, Worker, WorkerOptions, WorkflowRegistry};
+use rath_session::Stamper;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use utoipa::OpenApi;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub use auth::{Admin, RateLimit};
+pub use db::{KeyInfo, MIGRATIONS, MintedKey, Principal, SCHEMA_VERSION, ServerDb, key_hash};
+pub use error::{ErrorBody, ErrorDetail, ServerError};
+pub use ops::{Health, NewKey};
+pub use runs::{Decision, EventData, NewRun, RunPage, RunResult, RunView};
+pub use sessions::{
+    ChunkPage, ChunkView, MergeRequest, NewSession, PendingView, SessionDetail, SessionPage,
+    SessionRow,
+};
+
+/// How a server behaves: limits, CORS, ids and clock, embedded workers.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Largest request body accepted, in bytes (413 above it). Default 1 MiB.
+    pub body_limit: usize,
+    /// The per-key rate limit (`None`: unlimited).
+    pub rate_limit: Option<RateLimit>,
+    /// Origins allowed by CORS; empty (the default) sends no CORS headers at all.
+    pub cors_origins: Vec<String>,
+    /// Ids and clock of the sessions and runs the server makes (inject a seeded stamper
+    /// for deterministic ids).
+    pub stamper: Stamper,
+    /// Worker loops run inside the server process (0: runs wait for `rath worker`).
+    pub workers: usize,
+    /// The embedded workers' name.
+    pub worker_name: String,
+    /// How often waits and event streams look at the run store.
+    pub poll: Duration,
+    /// The longest a `wait` holds a request.
+    pub wait_max: Duration,
+    /// On shutdown, how long an embedded worker's in-flight runs may go on before they are
+    /// handed back to the queue.
+    pub grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            body_limit: 1 << 20,
+            rate_limit: None,
+            cors_origins: Vec::new(),
+            stamper: Stamper::system(),
+            workers: 0,
+            worker_name: "server".into(),
+            poll: Duration::from_millis(50),
+            wait_max: Duration::from_secs(60),
+            grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What every handler shares.
+#[derive(Debug)]
+pub(crate) struct AppState {
+    pub(crate) runtime: Runtime,
+    pub(crate) db: ServerDb,
+    pub(crate) config: ServerConfig,
+    pub(crate) limiter: auth::Limiter,
+    pub(crate) metrics: metrics::Metrics,
+    pub(crate) shutdown: CancellationToken,
+}
+
+/// The agent server: a runtime, the server's tables and its configuration.
+#[derive(Clone, Debug)]
+pub struct Server {
+    state: Arc<AppState>,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "openrath agent server", description = "Sessions and durable runs over HTTP."),
+    modifiers(&BearerAuth),
+    components(schemas(ErrorBody, ErrorDetail))
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+fn api_router() -> OpenApiRouter<Arc<AppState>> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(ops::live))
+        .routes(routes!(ops::ready))
+        .routes(routes!(ops::metrics))
+        .routes(routes!(ops::create_key, ops::list_keys))
+        .routes(routes!(ops::revoke_key))
+        .routes(routes!(sessions::list, sessions::create))
+        .routes(routes!(sessions::get))
+        .routes(routes!(sessions::chunks))
+        .routes(routes!(sessions::lineage))
+        .routes(routes!(sessions::fork))
+        .routes(routes!(sessions::detach))
+        .routes(routes!(sessions::merge))
+        .routes(routes!(sessions::export))
+        .routes(routes!(runs::create, runs::list))
+        .routes(routes!(runs::get))
+        .routes(routes!(runs::wait))
+        .routes(routes!(runs::cancel))
+        .routes(routes!(runs::interrupts))
+        .routes(routes!(runs::decide))
+        .routes(routes!(runs::events))
+}
+
+/// The OpenAPI document of every route, generated from the handlers (what
+/// `GET /openapi.json` serves).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api_router().split_for_parts().1
+}
+
+async fn not_found() -> Response {
+    error::error_response(StatusCode::NOT_FOUND, "not_found", "no such route".into())
+}
+
+async fn method_not_allowed() -> Response {
+    error::error_response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route does not take that method".into(),
+    )
+}
+
+fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    tracing::error!("a handler panicked");
+    error::error_response(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "the server failed".into(),
+    )
+}
+
+fn cors(origins: &[String]) -> Result<CorsLayer, ServerError> {
+    let list = origins
+        .iter()
+        .map(|o| {
+            HeaderValue::from_str(o)
+                .map_err(|_| ServerError::BadRequest(format!("bad CORS origin {o:?}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(CorsLayer::new()
+        .allow_origin(AllowOrigin::list(list))
+        .allow_methods([Method::GET, Method::POST, Method::DELETE])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            HeaderName::from_static("last-event-id"),
+            HeaderName::from_static("x-api-key"),
+        ]))
+}
+
+impl Server {
+    /// A server over `runtime` with the server's tables `db`.
+    pub fn new(runtime: Runtime, db: ServerDb, config: ServerConfig) -> Self {
+        Self {
+            state: Arc::new(AppState {
+                runtime,
+                db,
+                config,
+                limiter: auth::Limiter::default(),
+                metrics: metrics::Metrics::default(),
+                shutdown: CancellationToken::new(),
+            }),
+        }
+    }
+
+    /// Opens the session store at `store_url` (any `rath_store_sql::open_store` URL), the
+    /// run store and the server's tables at `runs_url` (`sqlite:<file>` or
+    /// `postgres://...`), and makes a server running `registry`'s workflows.
+    pub async fn connect(
+        store_url: &str,
+        runs_url: &str,
+        registry: WorkflowRegistry,
+        config: ServerConfig,
+    ) -> Result<Self, ServerError> {
+        let sessions: Arc<dyn SessionStore> =
+            Arc::from(rath_store_sql::open_store(store_url).await?);
+        let runs = RunStore::connect(runs_url).await?;
+        let db = ServerDb::connect(runs_url).await?;
+        Ok(Self::new(
+            Runtime::new(runs, sessions, registry),
+            db,
+            config,
+        ))
+    }
+
+    /// The server's tables (keys, tenant ownership).
+    pub fn db(&self) -> &ServerDb {
+        &self.state.db
+    }
+
+    /// The runtime the server submits to.
+    pub fn runtime(&self) -> &Runtime {
+        &self.state.runtime
+    }
+
+    /// The token that stops [`Server::serve`]: cancel it for a graceful shutdown.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.state.shutdown.clone()
+    }
+
+    /// The router with every route and layer (body limit, metrics, panics caught, CORS
+    /// when configured), for serving or for a test.
+    pub fn router(&self) -> Result<Router, ServerError> {
+        let (router, api) = api_router().split_for_parts();
+        let api = Arc::new(api);
+        let state = self.state.clone();
+        let mut router = router
+            .route(
+                "/openapi.json",
+                get(move || {
+                    let api = api.clone();
+                    async move { axum::Json(api.as_ref().clone()).into_response() }
+                }),
+            )
+            .route_layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                metrics::track,
+            ))
+            .fallback(not_found)
+            .method_not_allowed_fallback(method_not_allowed)
+            .layer(DefaultBodyLimit::max(state.config.body_limit))
+            .layer(CatchPanicLayer::custom(panic_response))
+            .with_state(state.clone());
+        if !state.config.cors_origins.is_empty() {
+            router = router.layer(cors(&state.config.cors_origins)?);
+        }
+        Ok(router)
+    }
+
+    /// Serves on `listener` until [`Server::shutdown_token`] is cancelled, with
+    /// `config.workers` worker loops in the process. On shutdown the listener stops
+    /// accepting, in-flight requests finish, event streams end and the workers hand their
+    /// in-flight runs back to the queue (`queued`, for any worker) before this returns.
+    pub async fn serve(self, listener: tokio::net::TcpListener) -> Result<(), ServerError> {
+        let router = self.router()?;
+        let stop = self.state.shutdown.clone();
+        let cfg = &self.state.config;
+        let workers = (cfg.workers > 0).then(|| {
+            let mut opts = WorkerOptions::named(cfg.worker_name.clone())
+                .concurrency(cfg.workers)
+                .poll(cfg.poll);
+            opts.grace = cfg.grace;
+            let w = Worker::new(self.state.runtime.clone(), opts);
+            let stop = stop.clone();
+            tokio::spawn(async move { w.run(stop).await })
+        });
+        let served = axum::serve(listener, router)
+            .with_graceful_shutdown(stop.clone().cancelled_owned())
+            .await;
+        stop.cancel();
+        if let Some(w) = workers {
+            match w.await {
+                Ok(r) => r?,
+                Err(e) => tracing::error!(error = %e, "the worker task failed"),
+            }
+        }
+        served?;
+        Ok(())
+    }
+}
