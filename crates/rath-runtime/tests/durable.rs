@@ -520,7 +520,9 @@ async fn a_worker_paused_past_its_lease_cannot_write() {
     let w1_token = rt.runs().lease(&id).await.unwrap().token;
     let w1_rows = rt.runs().rows_with_token(&id, w1_token).await.unwrap();
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let second = env.worker("w2", 500, &[]);
+    // w2's lease is long: on a loaded machine a 500 ms lease can lapse between heartbeats,
+    // and w2 losing its own claim is not what this test is about (w1's short lease is).
+    let second = env.worker("w2", 5000, &[]);
     wait_for(&rt, &id, RunStatus::Succeeded, Duration::from_secs(30)).await;
     // w1 wakes past its lease: its recording is fenced, nothing of it lands.
     let _ = Command::new("kill")
