@@ -19,6 +19,7 @@ use rath_inspect::{FileWarning, InspectError, Page, StoreView};
 mod export;
 mod runs;
 mod serve;
+mod telemetry;
 
 /// Inspect, compare, replay and view openrath session stores.
 #[derive(Debug, Parser)]

@@ -185,10 +185,10 @@ async fn runtime(runs: &str, store: &str, bundled: &BundledOptions) -> Result<Ru
     Ok(Runtime::connect(runs, sessions, bundled::registry(bundled)).await?)
 }
 
-/// `rath worker`: runs until SIGTERM or ctrl-c, logging through `tracing` on stderr.
+/// `rath worker`: runs until SIGTERM or ctrl-c, logging through `tracing` on stderr and
+/// exporting its spans when an OTLP endpoint is set ([`crate::telemetry`]).
 pub(crate) fn worker(store: &str, a: &WorkerArgs, as_json: bool) -> Result<Output, Failure> {
     let runs = runs_url(a.runs.as_deref());
-    init_logs();
     let name = a
         .name
         .clone()
@@ -210,26 +210,20 @@ pub(crate) fn worker(store: &str, a: &WorkerArgs, as_json: bool) -> Result<Outpu
         think: Duration::from_millis(a.think_ms),
     };
     let report = block_on(async {
-        let rt = runtime(&runs, store, &bundled).await?;
-        Ok(rath_runtime::serve_worker(rt, opts).await?)
+        let telemetry = crate::telemetry::init()?;
+        let served = async {
+            let rt = runtime(&runs, store, &bundled).await?;
+            Ok::<_, Failure>(rath_runtime::serve_worker(rt, opts).await?)
+        }
+        .await;
+        telemetry.shutdown();
+        served
     })?;
     Ok(Output::ok(if as_json {
         json(&serde_json::json!({"worker": name, "stopped_on": report.signal}))?
     } else {
         format!("worker {name} stopped on {}\n", report.signal)
     }))
-}
-
-/// Log lines (`tracing`'s fmt layer) on stderr; `RATH_LOG` sets the level (default info).
-fn init_logs() {
-    let level = std::env::var("RATH_LOG")
-        .ok()
-        .and_then(|v| v.parse::<tracing::Level>().ok())
-        .unwrap_or(tracing::Level::INFO);
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_max_level(level)
-        .try_init();
 }
 
 /// `rath runs ...`.

@@ -356,3 +356,131 @@ fn bad_input_is_one_typed_line_with_exit_code_2() {
     let (code, _, err) = rig.rath(&["runs", "cancel", &id]);
     assert_eq!(code, 2, "{err}");
 }
+
+/// The spans Phoenix holds for `project` (name, span id, parent id, flattened attributes),
+/// once `ready` says they are all there or 60 s passed.
+fn phoenix_spans(url: &str, project: &str, ready: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut spans = Vec::new();
+            let mut cursor: Option<String> = None;
+            loop {
+                let mut req = client
+                    .get(format!("{url}/v1/projects/{project}/spans"))
+                    .query(&[("limit", "1000")]);
+                if let Some(c) = &cursor {
+                    req = req.query(&[("cursor", c.as_str())]);
+                }
+                let Ok(resp) = req.send().await else { break };
+                if !resp.status().is_success() {
+                    break;
+                }
+                let body: Value = resp.json().await.expect("Phoenix answers JSON");
+                spans.extend(body["data"].as_array().cloned().unwrap_or_default());
+                cursor = body["next_cursor"].as_str().map(str::to_owned);
+                if cursor.is_none() {
+                    break;
+                }
+            }
+            if ready(&spans) || Instant::now() > deadline {
+                return spans;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+}
+
+/// A span attribute by its dotted name, whether Phoenix nests it or keeps it flat.
+fn attr<'a>(span: &'a Value, key: &str) -> &'a Value {
+    let attrs = &span["attributes"];
+    if let Some(v) = attrs.get(key) {
+        return v;
+    }
+    key.split('.').fold(attrs, |at, part| &at[part])
+}
+
+fn named<'a>(spans: &'a [Value], name: &str) -> Vec<&'a Value> {
+    spans.iter().filter(|s| s["name"] == name).collect()
+}
+
+/// With an OTLP endpoint set, `rath worker` exports its own `tracing` spans to a real
+/// collector (Arize Phoenix, `.ci/install.d/70-phoenix.sh`): the run's `worker.execute`
+/// with the session store's writes and the `worker.release` under it, in one trace, and no
+/// store path in any attribute.
+#[test]
+fn worker_spans_reach_a_real_collector() {
+    let Some(url) = std::env::var("RATH_PHOENIX_URL")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| v.trim_end_matches('/').to_owned())
+    else {
+        rath_testkit::skip(
+            "RATH_PHOENIX_URL is not set (.ci/install.d/70-phoenix.sh starts Phoenix)",
+        );
+        return;
+    };
+    let rig = Rig::new();
+    let id = rig.submit("team");
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let project = format!("rath-worker-{}-{stamp}", std::process::id());
+    let resource = format!("openinference.project.name={project}");
+    let mut w = rig.worker(
+        "traced",
+        &["--grace-ms", "0"],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", url.as_str()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_RESOURCE_ATTRIBUTES", resource.as_str()),
+        ],
+    );
+    rig.wait_for(&id, "succeeded", Duration::from_secs(30));
+    signal(&w, libc::SIGTERM);
+    let status = w.wait().unwrap();
+    assert!(status.success(), "worker: {}", w.wait_with_output_now());
+
+    let spans = phoenix_spans(&url, &project, |s| {
+        !named(s, "worker.execute").is_empty() && !named(s, "worker.release").is_empty()
+    });
+    let execute = named(&spans, "worker.execute");
+    assert_eq!(execute.len(), 1, "one execute span: {spans:#?}");
+    let execute = execute[0];
+    assert_eq!(attr(execute, "rath.run.id"), id.as_str(), "{execute:#}");
+    assert_eq!(attr(execute, "rath.worker.name"), "traced", "{execute:#}");
+    let trace = &execute["context"]["trace_id"];
+    let exec_id = &execute["context"]["span_id"];
+    // Under it: the release, and the session store's writes (SQLite: a client span each).
+    let under: Vec<&Value> = spans
+        .iter()
+        .filter(|s| &s["parent_id"] == exec_id)
+        .collect();
+    assert!(
+        under.iter().any(|s| s["name"] == "worker.release"),
+        "{under:#?}"
+    );
+    let writes: Vec<&&Value> = under
+        .iter()
+        .filter(|s| s["name"] == "write rath_sessions")
+        .collect();
+    assert!(
+        !writes.is_empty(),
+        "no store write under the execute span: {under:#?}"
+    );
+    assert!(
+        writes.iter().all(|s| attr(s, "db.system.name") == "sqlite"),
+        "{writes:#?}"
+    );
+    assert!(under.iter().all(|s| &s["context"]["trace_id"] == trace));
+    // No attribute names the store's file.
+    let dir = rig.dir.path().to_string_lossy().into_owned();
+    let text = serde_json::to_string(&spans).unwrap();
+    assert!(!text.contains(&dir), "a span names the store's path");
+}
