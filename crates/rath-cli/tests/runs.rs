@@ -9,6 +9,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+#[path = "common/phoenix.rs"]
+mod phoenix;
+use phoenix::{attr, named, phoenix_spans};
+
 struct Rig {
     dir: tempfile::TempDir,
 }
@@ -357,69 +361,13 @@ fn bad_input_is_one_typed_line_with_exit_code_2() {
     assert_eq!(code, 2, "{err}");
 }
 
-/// The spans Phoenix holds for `project` (name, span id, parent id, flattened attributes),
-/// once `ready` says they are all there or 60 s passed.
-fn phoenix_spans(url: &str, project: &str, ready: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let client = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let mut spans = Vec::new();
-            let mut cursor: Option<String> = None;
-            loop {
-                let mut req = client
-                    .get(format!("{url}/v1/projects/{project}/spans"))
-                    .query(&[("limit", "1000")]);
-                if let Some(c) = &cursor {
-                    req = req.query(&[("cursor", c.as_str())]);
-                }
-                let Ok(resp) = req.send().await else { break };
-                if !resp.status().is_success() {
-                    break;
-                }
-                let body: Value = resp.json().await.expect("Phoenix answers JSON");
-                spans.extend(body["data"].as_array().cloned().unwrap_or_default());
-                cursor = body["next_cursor"].as_str().map(str::to_owned);
-                if cursor.is_none() {
-                    break;
-                }
-            }
-            if ready(&spans) || Instant::now() > deadline {
-                return spans;
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-    })
-}
-
-/// A span attribute by its dotted name, whether Phoenix nests it or keeps it flat.
-fn attr<'a>(span: &'a Value, key: &str) -> &'a Value {
-    let attrs = &span["attributes"];
-    if let Some(v) = attrs.get(key) {
-        return v;
-    }
-    key.split('.').fold(attrs, |at, part| &at[part])
-}
-
-fn named<'a>(spans: &'a [Value], name: &str) -> Vec<&'a Value> {
-    spans.iter().filter(|s| s["name"] == name).collect()
-}
-
 /// With an OTLP endpoint set, `rath worker` exports its own `tracing` spans to a real
 /// collector (Arize Phoenix, `.ci/install.d/70-phoenix.sh`): the run's `worker.execute`
 /// with the session store's writes and the `worker.release` under it, in one trace, and no
 /// store path in any attribute.
 #[test]
 fn worker_spans_reach_a_real_collector() {
-    let Some(url) = std::env::var("RATH_PHOENIX_URL")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-        .map(|v| v.trim_end_matches('/').to_owned())
-    else {
+    let Some(url) = phoenix::url() else {
         rath_testkit::skip(
             "RATH_PHOENIX_URL is not set (.ci/install.d/70-phoenix.sh starts Phoenix)",
         );
@@ -427,11 +375,7 @@ fn worker_spans_reach_a_real_collector() {
     };
     let rig = Rig::new();
     let id = rig.submit("team");
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let project = format!("rath-worker-{}-{stamp}", std::process::id());
+    let project = phoenix::project("rath-worker");
     let resource = format!("openinference.project.name={project}");
     let mut w = rig.worker(
         "traced",
