@@ -31,6 +31,10 @@ pub struct BenchArgs {
     /// LocalRuntime and write `docs/bench-runtime.md` (or `--out`).
     #[arg(long)]
     pub runtime: bool,
+    /// Run one workload only and replace its section of the page: `store` (issue 19's
+    /// session stores vs LangGraph's Postgres checkpointer; see `bench_store.rs`).
+    #[arg(long, value_name = "WORKLOAD")]
+    pub only: Option<String>,
 }
 
 /// Scaling points (chunks per session, sessions per export).
@@ -107,7 +111,7 @@ fn cargo() -> String {
 }
 
 /// Runs one divan bench target and returns its medians.
-fn run_divan(
+pub(crate) fn run_divan(
     root: &Path,
     package: &str,
     bench: &str,
@@ -253,7 +257,7 @@ struct Op {
     miss_note: &'static str,
 }
 
-fn fmt_ns(ns: f64) -> String {
+pub(crate) fn fmt_ns(ns: f64) -> String {
     if ns >= 1e9 {
         format!("{:.2} s", ns / 1e9)
     } else if ns >= 1e6 {
@@ -447,6 +451,19 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| root.join("docs/benchmarks.md"));
     let svg_path = out.with_file_name("bench-scaling.svg");
+    match args.only.as_deref() {
+        None => {}
+        Some("store") => {
+            let results = crate::bench_store::run(&root, args.quick)?;
+            let page = std::fs::read_to_string(&out).unwrap_or_default();
+            let section = crate::bench_store::render(&results, args.quick);
+            std::fs::write(&out, crate::bench_store::splice(&page, &section))
+                .with_context(|| format!("writing {}", out.display()))?;
+            eprintln!("xtask bench: wrote the store section of {}", out.display());
+            return Ok(());
+        }
+        Some(other) => bail!("unknown workload {other:?} (known: store)"),
+    }
     let (cores, mem, cpu, load_before) = machine();
 
     // The Python peer first, then ours, in one sitting.
@@ -474,6 +491,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             eprintln!("xtask bench: loop bench not measured: {e:#}");
             BTreeMap::new()
         });
+    let store = crate::bench_store::run(&root, args.quick);
     let mem_10k = rss_per_fork(10_000, 100_000);
     let mem_1m = rss_per_fork(1_000_000, 100_000);
     let (_, _, _, load_after) = machine();
@@ -761,6 +779,20 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             let _ = writeln!(md, "| Python `{k}` | {v:.1} KiB |");
         } else {
             let _ = writeln!(md, "| Python `{k}` | {} |", fmt_ns(*v));
+        }
+    }
+    match &store {
+        Ok(r) => {
+            md.push('\n');
+            md.push_str(&crate::bench_store::render(r, args.quick));
+        }
+        Err(e) => {
+            let _ = writeln!(
+                md,
+                "\n{}\n## Session stores (issue 19)\n\nNot measured: {e:#}\n{}",
+                crate::bench_store::SECTION_START,
+                crate::bench_store::SECTION_END
+            );
         }
     }
     let _ = writeln!(

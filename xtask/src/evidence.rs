@@ -25,6 +25,7 @@ mod opensandbox;
 mod otel;
 mod provider;
 mod sandbox;
+mod store;
 mod testreport;
 mod visual;
 
@@ -218,6 +219,7 @@ pub fn packets() -> Vec<Packet> {
         flow::approval_round_trip(),
         otel::otel_export(),
         lineage::interop_openrath(),
+        store::store_sharing(),
         testreport::test_report(),
         visual::visual_qa(),
         layout::layout_audit(),

@@ -17,7 +17,9 @@ use rath_inspect::view::{ViewOptions, write_store_page};
 use rath_inspect::{FileWarning, InspectError, Page, StoreView};
 
 mod export;
+mod runs;
 mod serve;
+mod telemetry;
 
 /// Inspect, compare, replay and view openrath session stores.
 #[derive(Debug, Parser)]
@@ -104,6 +106,12 @@ enum Command {
     /// Mint, list and revoke the agent server's API keys.
     #[command(subcommand)]
     Keys(serve::KeysCommand),
+    /// Run a worker: claim runs of the bundled workflows from the run store (`--runs`), run
+    /// them with leases and fencing, store their sessions in `--store`; on SIGTERM or ctrl-c
+    /// hand in-flight runs back and exit 0.
+    Worker(runs::WorkerArgs),
+    /// Submit, list, show, cancel, resolve, approve and reject durable runs.
+    Runs(runs::RunsArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -323,6 +331,12 @@ fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
     if let Command::Keys(cmd) = &cli.command {
         return serve::keys(cmd, cli.json);
     }
+    if let Command::Worker(args) = &cli.command {
+        return runs::worker(&store_url(cli), args, cli.json);
+    }
+    if let Command::Runs(args) = &cli.command {
+        return runs::runs(&store_url(cli), args, cli.json);
+    }
     let store = open_store(cli)?;
     match &cli.command {
         Command::Sessions => {
@@ -404,7 +418,11 @@ fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
             transcript_chunks,
         } => view(cli, &store, out, *transcript_chunks),
         Command::Provider => provider(cli),
-        Command::Store(_) | Command::Serve(_) | Command::Keys(_) => {
+        Command::Store(_)
+        | Command::Serve(_)
+        | Command::Keys(_)
+        | Command::Worker(_)
+        | Command::Runs(_) => {
             unreachable!("handled above")
         }
         Command::Export {

@@ -103,24 +103,38 @@ pub(crate) fn serve(store: &str, args: &ServeArgs) -> Result<Output, Failure> {
         return Err(Failure("--rate-limit must be above 0".into()));
     }
     runtime()?.block_on(async {
-        let registry = rath_runtime::WorkflowRegistry::new();
-        let server = Server::connect(store, &args.runs, registry, config).await?;
-        let listener = tokio::net::TcpListener::bind(&args.bind)
-            .await
-            .map_err(|e| Failure(format!("cannot listen on {}: {e}", args.bind)))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| Failure(format!("cannot read the bound address: {e}")))?;
-        eprintln!("rath: serving on http://{addr} (Ctrl-C or SIGTERM stops)");
-        let stop = server.shutdown_token();
-        tokio::spawn(async move {
-            wait_for_signal().await;
-            eprintln!("rath: shutting down");
-            stop.cancel();
-        });
-        server.serve(listener).await?;
-        Ok::<Output, Failure>(Output::ok(String::new()))
+        let telemetry = crate::telemetry::init()?;
+        let served = serve_on(store, &args.runs, &args.bind, config).await;
+        telemetry.shutdown();
+        served
     })
+}
+
+async fn serve_on(
+    store: &str,
+    runs: &str,
+    bind: &str,
+    config: ServerConfig,
+) -> Result<Output, Failure> {
+    // The bundled workflows (`team`, `gated`), as `rath worker` runs them.
+    let registry =
+        rath_runtime::bundled::registry(&rath_runtime::bundled::BundledOptions::default());
+    let server = Server::connect(store, runs, registry, config).await?;
+    let listener = tokio::net::TcpListener::bind(bind)
+        .await
+        .map_err(|e| Failure(format!("cannot listen on {bind}: {e}")))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Failure(format!("cannot read the bound address: {e}")))?;
+    eprintln!("rath: serving on http://{addr} (Ctrl-C or SIGTERM stops)");
+    let stop = server.shutdown_token();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        eprintln!("rath: shutting down");
+        stop.cancel();
+    });
+    server.serve(listener).await?;
+    Ok(Output::ok(String::new()))
 }
 
 async fn wait_for_signal() {

@@ -1,6 +1,7 @@
 //! The attribute, span and event names this crate emits: the OpenTelemetry GenAI semantic
-//! conventions (agent, model and tool spans; `gen_ai.*`), `error.type`, and the `rath.*`
-//! names for what the conventions have no word for (the session's lineage).
+//! conventions (agent, model and tool spans; `gen_ai.*`), `error.type`, the database
+//! conventions' `db.*` names on the runtime's store spans, and the `rath.*` names for what
+//! the conventions have no word for (the session's lineage, runs, leases, workers).
 //!
 //! ```
 //! use rath_otel::conv;
@@ -79,6 +80,48 @@ pub const RATH_TOOL_EXIT_CODE: &str = "rath.tool.exit_code";
 pub const RATH_LINK_ROLE: &str = "rath.link.role";
 /// `rath.link.index` on a span link: the parent's position in the lineage.
 pub const RATH_LINK_INDEX: &str = "rath.link.index";
+
+/// `db.system.name` on a store span: `sqlite` or `postgresql` (database conventions).
+pub const DB_SYSTEM_NAME: &str = "db.system.name";
+/// `db.operation.name` on a store span: `write`, `load`, `claim`, `heartbeat`, `finish`, ...
+pub const DB_OPERATION_NAME: &str = "db.operation.name";
+/// `db.collection.name` on a store span: the table (`rath_sessions`, `rt_runs`, ...).
+pub const DB_COLLECTION_NAME: &str = "db.collection.name";
+/// `db.operation.batch.size`: the writes of a batch of two or more.
+pub const DB_OPERATION_BATCH_SIZE: &str = "db.operation.batch.size";
+
+/// `rath.store.kind` on a session-store span: `jsonl`, `sqlite` or `postgresql`.
+pub const RATH_STORE_KIND: &str = "rath.store.kind";
+/// `rath.store.writes`: the writes of a batch.
+pub const RATH_STORE_WRITES: &str = "rath.store.writes";
+/// `rath.store.fence_token`: the fencing token a batch was checked against.
+pub const RATH_STORE_FENCE_TOKEN: &str = "rath.store.fence_token";
+/// `rath.store.chunks_written`: chunk documents a write stored (shared chunks are not).
+pub const RATH_STORE_CHUNKS_WRITTEN: &str = "rath.store.chunks_written";
+/// `rath.store.chunks`: chunks a load read.
+pub const RATH_STORE_CHUNKS: &str = "rath.store.chunks";
+/// `rath.worker.name`: the worker (as named in leases).
+pub const RATH_WORKER_NAME: &str = "rath.worker.name";
+/// `rath.run.id`: the durable run.
+pub const RATH_RUN_ID: &str = "rath.run.id";
+/// `rath.run.workflow`: the registered workflow the run runs.
+pub const RATH_RUN_WORKFLOW: &str = "rath.run.workflow";
+/// `rath.run.segment`: the run's segment (one more after each approval).
+pub const RATH_RUN_SEGMENT: &str = "rath.run.segment";
+/// `rath.run.attempt`: the claims of the run so far, this one included.
+pub const RATH_RUN_ATTEMPT: &str = "rath.run.attempt";
+/// `rath.run.status`: the status a release moves the run to.
+pub const RATH_RUN_STATUS: &str = "rath.run.status";
+/// `rath.run.outcome`: where a claim ended (the run's new status, or `fenced`).
+pub const RATH_RUN_OUTCOME: &str = "rath.run.outcome";
+/// `rath.lease.token`: the lease's fencing token.
+pub const RATH_LEASE_TOKEN: &str = "rath.lease.token";
+/// `rath.lease.ms`: the lease length asked for.
+pub const RATH_LEASE_MS: &str = "rath.lease.ms";
+/// `rath.claim.outcome`: `claimed` or `empty`.
+pub const RATH_CLAIM_OUTCOME: &str = "rath.claim.outcome";
+/// `rath.heartbeat.outcome`: `renewed`, `fenced` or `error`.
+pub const RATH_HEARTBEAT_OUTCOME: &str = "rath.heartbeat.outcome";
 
 /// Event `rath.route_decision`: a selector's decision.
 pub const EVENT_ROUTE_DECISION: &str = "rath.route_decision";
@@ -164,9 +207,39 @@ pub const RATH_ATTRIBUTES: &[&str] = &[
     RATH_COMPRESSION_ROWS_OUT,
 ];
 
-/// True for a name in [`GENAI_ATTRIBUTES`] or [`RATH_ATTRIBUTES`].
+/// The names on the runtime's own `tracing` spans (session and run stores, the worker;
+/// written by those crates, which sit below this one, and listed here so the tests check
+/// every exported name): the database conventions' `db.*` names where they apply, `rath.*`
+/// for the rest (and `gen_ai.conversation.id`, `rath.session.id`, `error.type` from the
+/// lists above).
+pub const RUNTIME_ATTRIBUTES: &[&str] = &[
+    DB_SYSTEM_NAME,
+    DB_OPERATION_NAME,
+    DB_COLLECTION_NAME,
+    DB_OPERATION_BATCH_SIZE,
+    RATH_STORE_KIND,
+    RATH_STORE_WRITES,
+    RATH_STORE_FENCE_TOKEN,
+    RATH_STORE_CHUNKS_WRITTEN,
+    RATH_STORE_CHUNKS,
+    RATH_WORKER_NAME,
+    RATH_RUN_ID,
+    RATH_RUN_WORKFLOW,
+    RATH_RUN_SEGMENT,
+    RATH_RUN_ATTEMPT,
+    RATH_RUN_STATUS,
+    RATH_RUN_OUTCOME,
+    RATH_LEASE_TOKEN,
+    RATH_LEASE_MS,
+    RATH_CLAIM_OUTCOME,
+    RATH_HEARTBEAT_OUTCOME,
+];
+
+/// True for a name in [`GENAI_ATTRIBUTES`], [`RATH_ATTRIBUTES`] or [`RUNTIME_ATTRIBUTES`].
 pub fn is_known_attribute(name: &str) -> bool {
-    GENAI_ATTRIBUTES.contains(&name) || RATH_ATTRIBUTES.contains(&name)
+    GENAI_ATTRIBUTES.contains(&name)
+        || RATH_ATTRIBUTES.contains(&name)
+        || RUNTIME_ATTRIBUTES.contains(&name)
 }
 
 /// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`: `true` opts in to message content.

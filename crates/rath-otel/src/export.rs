@@ -29,6 +29,7 @@ use opentelemetry_sdk::trace::{
     SpanProcessor,
 };
 
+use crate::bridge::LineageTracer;
 use crate::span::Span;
 use crate::{OtelError, SpanSink};
 
@@ -377,16 +378,22 @@ impl OtlpExporter {
         self.provider.tracer(name)
     }
 
-    /// A `tracing` layer that turns the runtime's own `tracing` spans (store, worker,
-    /// server) into OpenTelemetry spans on this exporter:
-    /// `tracing_subscriber::registry().with(exporter.tracing_layer())`.
-    pub fn tracing_layer<S>(
-        &self,
-    ) -> tracing_opentelemetry::OpenTelemetryLayer<S, opentelemetry_sdk::trace::Tracer>
+    /// A `tracing` layer that turns the runtime's own `tracing` spans (session and run
+    /// stores, worker, server) into OpenTelemetry spans on this exporter:
+    /// `tracing_subscriber::registry().with(exporter.tracing_layer())`. A root span with a
+    /// `gen_ai.conversation.id` (a worker's `worker.execute`) joins that conversation's trace
+    /// ([`crate::bridge`]). Spans carry their own fields only: no source file, thread or
+    /// module attributes, no busy/idle times.
+    pub fn tracing_layer<S>(&self) -> tracing_opentelemetry::OpenTelemetryLayer<S, LineageTracer>
     where
         S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
     {
-        tracing_opentelemetry::layer().with_tracer(self.tracer("openrath"))
+        tracing_opentelemetry::layer()
+            .with_tracer(LineageTracer::new(self.tracer("openrath")))
+            .with_location(false)
+            .with_threads(false)
+            .with_target(false)
+            .with_tracked_inactivity(false)
     }
 
     /// Flushes what is queued (waiting at most the export timeout) and stops; the counts.

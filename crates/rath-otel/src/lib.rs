@@ -10,7 +10,8 @@
 //! - [`store::spans_from_sessions`] makes the same kinds of spans from stored sessions.
 //! - [`OtlpExporter`] sends spans over OTLP (HTTP/protobuf or gRPC, `OTEL_EXPORTER_OTLP_*`),
 //!   in batches, never blocking or failing a run; it also carries `tracing` spans
-//!   ([`OtlpExporter::tracing_layer`]).
+//!   ([`OtlpExporter::tracing_layer`]): the stores' and the worker's, a durable run's worker
+//!   span in the run's trace with the agent spans under it ([`bridge`]).
 //!
 //! ```
 //! use rath_otel::{SpanBuffer, Traced, TraceOptions, Clock};
@@ -34,6 +35,7 @@
 
 use std::sync::{Arc, Mutex};
 
+pub mod bridge;
 pub mod conv;
 pub mod export;
 mod genai;

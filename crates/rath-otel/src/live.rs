@@ -167,6 +167,7 @@ impl<W: Workflow> Workflow for Traced<W> {
             let run = Arc::new(LiveRun::new(
                 self.inner.name(),
                 &root,
+                crate::bridge::enclosing_span(),
                 self.sink.clone(),
                 self.options.clone(),
             ));
@@ -199,6 +200,8 @@ struct Open {
 /// The state of one traced forward.
 struct LiveRun {
     trace: TraceId,
+    /// The enclosing span (a worker's) this run's spans are nested under, if any.
+    enclosing: Option<SpanId>,
     root: String,
     workflow_id: SpanId,
     sink: Arc<dyn SpanSink>,
@@ -232,10 +235,20 @@ impl State {
 }
 
 impl LiveRun {
-    fn new(workflow: &str, root: &str, sink: Arc<dyn SpanSink>, options: TraceOptions) -> Self {
-        let trace = TraceId::for_root(root);
-        let workflow_id = trace.span("workflow");
-        let span = Span::new(
+    /// A run of `workflow` in the trace of `root`, or, inside an enclosing OpenTelemetry span
+    /// (a worker's `worker.execute`), in that span's trace and under it; span ids are then
+    /// keyed by the enclosing span too, so two claims of one run never repeat an id.
+    fn new(
+        workflow: &str,
+        root: &str,
+        enclosing: Option<(TraceId, SpanId)>,
+        sink: Arc<dyn SpanSink>,
+        options: TraceOptions,
+    ) -> Self {
+        let trace = enclosing.map_or_else(|| TraceId::for_root(root), |(t, _)| t);
+        let enclosing = enclosing.map(|(_, s)| s);
+        let workflow_id = span_id(trace, enclosing, "workflow");
+        let mut span = Span::new(
             format!("{OP_INVOKE_WORKFLOW} {workflow}"),
             SpanKind::Internal,
             trace,
@@ -244,18 +257,25 @@ impl LiveRun {
         .attr(GEN_AI_OPERATION_NAME, OP_INVOKE_WORKFLOW)
         .attr(GEN_AI_WORKFLOW_NAME, workflow)
         .attr(GEN_AI_CONVERSATION_ID, root);
+        span.parent = enclosing;
         let state = State {
             workflow: Some(span),
             ..State::default()
         };
         Self {
             trace,
+            enclosing,
             root: root.to_owned(),
             workflow_id,
             sink,
             options,
             state: Mutex::new(state),
         }
+    }
+
+    /// The id of the span named `key` in this run.
+    fn id(&self, key: &str) -> SpanId {
+        span_id(self.trace, self.enclosing, key)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -270,8 +290,7 @@ impl LiveRun {
             w.attributes.set(RATH_SESSION_ID, input.id().as_str());
         }
         let key = session_key(input.id().as_str());
-        st.session_spans
-            .insert(input.id().clone(), self.trace.span(&key));
+        st.session_spans.insert(input.id().clone(), self.id(&key));
     }
 
     fn end(&self, out: Result<&Session, &FlowError>) {
@@ -331,7 +350,7 @@ impl LiveRun {
             format!("{OP_INVOKE_AGENT} {agent}"),
             SpanKind::Internal,
             self.trace,
-            self.trace.span(&key),
+            self.id(&key),
         )
         .attr(GEN_AI_OPERATION_NAME, OP_INVOKE_AGENT)
         .attr(GEN_AI_AGENT_NAME, agent)
@@ -391,7 +410,7 @@ impl LiveRun {
             chat_name(req.model.as_deref()),
             SpanKind::Client,
             self.trace,
-            self.trace.span(&format!("chat:{}", req.request_id)),
+            self.id(&format!("chat:{}", req.request_id)),
         )
         .attr(GEN_AI_OPERATION_NAME, OP_CHAT)
         .attr(GEN_AI_CONVERSATION_ID, self.root.as_str());
@@ -467,7 +486,7 @@ impl LiveRun {
             format!("{OP_EXECUTE_TOOL} {}", call.function.name),
             SpanKind::Internal,
             self.trace,
-            self.trace.span(&key),
+            self.id(&key),
         )
         .attr(GEN_AI_OPERATION_NAME, OP_EXECUTE_TOOL)
         .attr(GEN_AI_TOOL_NAME, call.function.name.as_str())
@@ -541,7 +560,7 @@ impl LiveRun {
         if !matches!(kind, LineageKind::OpFork | LineageKind::OpMerge) {
             return;
         }
-        let sid = self.trace.span(&session_key(s.id().as_str()));
+        let sid = self.id(&session_key(s.id().as_str()));
         let mut span = Span::new(
             s.lineage().operator.to_string(),
             SpanKind::Internal,
@@ -557,6 +576,14 @@ impl LiveRun {
         st.session_spans.insert(s.id().clone(), sid);
         drop(st);
         self.sink.emit(span);
+    }
+}
+
+/// A span id of a run's trace: keyed by the enclosing span too when there is one.
+fn span_id(trace: TraceId, enclosing: Option<SpanId>, key: &str) -> SpanId {
+    match enclosing {
+        None => trace.span(key),
+        Some(e) => trace.span(&format!("{}/{key}", e.to_hex())),
     }
 }
 

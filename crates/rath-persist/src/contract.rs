@@ -42,6 +42,7 @@ use rath_session::{Session, SessionId, StampSource, Stamper, Timestamp};
 use crate::PersistError;
 use crate::journal::LineageRow;
 use crate::loader::LoadedSession;
+use crate::spans::{self, StoreKind};
 use crate::store::{SessionSummary, Store};
 use crate::writer::WriterOptions;
 
@@ -336,33 +337,51 @@ impl SessionStore for Store {
     /// Writes one at a time, each file atomically (rename on close); a batch is not atomic
     /// and a fenced batch is [`PersistError::Unsupported`].
     async fn write(&self, batch: WriteBatch<'_>) -> Result<Vec<WriteReport>, PersistError> {
-        if batch.fence.is_some() {
-            return Err(PersistError::Unsupported {
-                store: SessionStore::name(self),
-                what: "a fenced write",
-            });
-        }
-        batch.writes.iter().map(|w| self.write_one(w)).collect()
+        let span = spans::write_op(StoreKind::Jsonl, &batch);
+        let result = span.in_scope(|| {
+            if batch.fence.is_some() {
+                return Err(PersistError::Unsupported {
+                    store: SessionStore::name(self),
+                    what: "a fenced write",
+                });
+            }
+            batch.writes.iter().map(|w| self.write_one(w)).collect()
+        });
+        spans::record_written(&span, &result);
+        result
     }
 
     async fn load(&self, id: &SessionId) -> Result<LoadedSession, PersistError> {
-        Store::load(self, id)
+        let span = spans::session_op(StoreKind::Jsonl, "load", id.as_str());
+        let result = span.in_scope(|| Store::load(self, id));
+        spans::record_loaded(&span, result.as_ref().ok().map(|l| l.session.len()));
+        spans::record_outcome(&span, &result);
+        result
     }
 
     async fn stored_len(&self, id: &SessionId) -> Result<Option<usize>, PersistError> {
-        match Store::load(self, id) {
+        let span = spans::session_op(StoreKind::Jsonl, "stored_len", id.as_str());
+        let result = span.in_scope(|| match Store::load(self, id) {
             Ok(l) => Ok(Some(l.session.len())),
             Err(PersistError::NotFound { .. }) => Ok(None),
             Err(e) => Err(e),
-        }
+        });
+        spans::record_outcome(&span, &result);
+        result
     }
 
     async fn list(&self) -> Result<Vec<SessionSummary>, PersistError> {
-        Store::list(self)
+        let span = spans::store_op(StoreKind::Jsonl, "list");
+        let result = span.in_scope(|| Store::list(self));
+        spans::record_outcome(&span, &result);
+        result
     }
 
     async fn delete(&self, id: &SessionId) -> Result<bool, PersistError> {
-        Store::delete(self, id)
+        let span = spans::session_op(StoreKind::Jsonl, "delete", id.as_str());
+        let result = span.in_scope(|| Store::delete(self, id));
+        spans::record_outcome(&span, &result);
+        result
     }
 
     /// Files share nothing: deleting one frees it at once, so there is nothing to collect.

@@ -201,6 +201,32 @@ impl PersistError {
         }
     }
 
+    /// The error's kind in `snake_case` (`not_found`, `conflict`, `fenced`, `backend`, ...):
+    /// a short, stable name for metrics and trace attributes (`error.type`) that never
+    /// carries a path, URL or message.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PersistError::Io { .. } => "io",
+            PersistError::Locked { .. } => "locked",
+            PersistError::Exists { .. } => "exists",
+            PersistError::NotFound { .. } => "not_found",
+            PersistError::Corrupt { .. } => "corrupt",
+            PersistError::Structure { .. } => "structure",
+            PersistError::UnsupportedSchema { .. } => "unsupported_schema",
+            PersistError::MissingHeader { .. } => "missing_header",
+            PersistError::WriterClosed { .. } => "writer_closed",
+            PersistError::NotAContinuation { .. } => "not_a_continuation",
+            PersistError::Conflict { .. } => "conflict",
+            PersistError::Fenced { .. } => "fenced",
+            PersistError::NewerSchema { .. } => "newer_schema",
+            PersistError::Backend { .. } => "backend",
+            PersistError::CorruptStore { .. } => "corrupt_store",
+            PersistError::BadStoreUrl { .. } => "bad_store_url",
+            PersistError::Unsupported { .. } => "unsupported",
+            PersistError::Serialize { .. } => "serialize",
+        }
+    }
+
     /// The file this error is about, when there is one.
     pub fn path(&self) -> Option<&std::path::Path> {
         match self {

@@ -45,6 +45,7 @@ pub mod loader;
 mod mapped;
 mod record;
 pub mod recorder;
+pub mod spans;
 pub mod store;
 pub mod stream;
 pub mod writer;

@@ -8,65 +8,50 @@
 
 use std::sync::OnceLock;
 
-use rath_provider::mock::{MockReply, MockServer};
-use rath_provider::{OpenAiConfig, OpenAiProvider, Provider, ProviderRequest};
+use rath_provider::Provider;
+use rath_provider::mock::workload::{self, Baseline};
 use rath_provider_anthropic::mock::{MockAnthropic, MockMessage};
 use rath_provider_anthropic::{AnthropicConfig, AnthropicProvider};
-use rath_session::{Chunk, Session, Stamper};
-use serde_json::json;
 
 fn main() {
     divan::main();
 }
 
+/// The OpenAI-compatible baseline of the shared workload (`rath_provider::mock::workload`),
+/// and the Anthropic provider over its mock answering with the same tool call.
 struct Fixture {
-    rt: tokio::runtime::Runtime,
-    _openai_mock: MockServer,
+    base: Baseline,
     _anthropic_mock: MockAnthropic,
-    openai: OpenAiProvider,
     anthropic: AnthropicProvider,
-    request: ProviderRequest,
 }
 
 fn fixture() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
     F.get_or_init(|| {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let args = json!({"text": "the quick brown fox"});
-        let openai_mock = rt.block_on(MockServer::start()).expect("openai mock");
-        openai_mock.set_fallback(Some(
-            MockReply::tool_calls(vec![("call_1", "word_count", args.clone())])
-                .usage(40, 12)
-                .fragment(8),
-        ));
-        let anthropic_mock = rt.block_on(MockAnthropic::start()).expect("anthropic mock");
-        let mut reply = MockMessage::tool_use(vec![("call_1", "word_count", args)]).usage(40, 12);
-        reply.fragment = 8;
+        let base = Baseline::start().expect("the benchmark baseline");
+        let anthropic_mock = base
+            .rt
+            .block_on(MockAnthropic::start())
+            .expect("anthropic mock");
+        let (prompt, completion) = workload::USAGE;
+        let mut reply = MockMessage::tool_use(vec![(
+            workload::CALL_ID,
+            workload::TOOL,
+            workload::arguments(),
+        )])
+        .usage(prompt, completion);
+        reply.fragment = workload::FRAGMENT;
         anthropic_mock.set_fallback(Some(reply));
-        let openai = OpenAiProvider::new(
-            OpenAiConfig::new(openai_mock.base_url(), "mock-model").with_api_key("sk-bench"),
-        )
-        .expect("openai provider");
         let anthropic = AnthropicProvider::new(AnthropicConfig::new(
             anthropic_mock.base_url(),
-            "sk-bench",
+            workload::API_KEY,
             "claude-mock",
         ))
         .expect("anthropic provider");
-        let s = Session::system_with("You count words.", Stamper::counter())
-            .push(Chunk::user("How many words in 'the quick brown fox'?"));
-        let request = ProviderRequest::from_session(&s, vec![]);
         Fixture {
-            rt,
-            _openai_mock: openai_mock,
+            base,
             _anthropic_mock: anthropic_mock,
-            openai,
             anthropic,
-            request,
         }
     })
 }
@@ -75,7 +60,9 @@ fn fixture() -> &'static Fixture {
 fn anthropic_complete(bencher: divan::Bencher) {
     let f = fixture();
     bencher.bench(|| {
-        f.rt.block_on(f.anthropic.complete(&f.request))
+        f.base
+            .rt
+            .block_on(f.anthropic.complete(&f.base.request))
             .expect("complete")
     });
 }
@@ -84,7 +71,9 @@ fn anthropic_complete(bencher: divan::Bencher) {
 fn anthropic_stream(bencher: divan::Bencher) {
     let f = fixture();
     bencher.bench(|| {
-        f.rt.block_on(f.anthropic.stream(&f.request, &mut |_| {}))
+        f.base
+            .rt
+            .block_on(f.anthropic.stream(&f.base.request, &mut |_| {}))
             .expect("stream")
     });
 }
@@ -93,7 +82,9 @@ fn anthropic_stream(bencher: divan::Bencher) {
 fn openai_complete(bencher: divan::Bencher) {
     let f = fixture();
     bencher.bench(|| {
-        f.rt.block_on(f.openai.complete(&f.request))
+        f.base
+            .rt
+            .block_on(f.base.provider.complete(&f.base.request))
             .expect("complete")
     });
 }
@@ -102,7 +93,9 @@ fn openai_complete(bencher: divan::Bencher) {
 fn openai_stream(bencher: divan::Bencher) {
     let f = fixture();
     bencher.bench(|| {
-        f.rt.block_on(f.openai.stream(&f.request, &mut |_| {}))
+        f.base
+            .rt
+            .block_on(f.base.provider.stream(&f.base.request, &mut |_| {}))
             .expect("stream")
     });
 }

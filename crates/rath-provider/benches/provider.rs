@@ -5,55 +5,18 @@
 
 use std::sync::OnceLock;
 
-use rath_provider::mock::{MockReply, MockServer};
-use rath_provider::{
-    OpenAiConfig, OpenAiProvider, Provider, ProviderRequest, ScriptedProvider, ScriptedResponse,
-};
-use rath_session::{Session, Stamper};
-use serde_json::json;
+use rath_provider::mock::workload::Baseline;
+use rath_provider::{Provider, ScriptedProvider, ScriptedResponse};
 
 fn main() {
     divan::main();
 }
 
-struct Fixture {
-    rt: tokio::runtime::Runtime,
-    _server: MockServer,
-    provider: OpenAiProvider,
-    request: ProviderRequest,
-}
-
-fn fixture() -> &'static Fixture {
-    static F: OnceLock<Fixture> = OnceLock::new();
-    F.get_or_init(|| {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let server = rt.block_on(MockServer::start()).expect("mock server");
-        server.set_fallback(Some(
-            MockReply::tool_calls(vec![(
-                "call_1",
-                "word_count",
-                json!({"text": "the quick brown fox"}),
-            )])
-            .usage(40, 12)
-            .fragment(8),
-        ));
-        let provider = OpenAiProvider::new(OpenAiConfig::new(server.base_url(), "mock-model"))
-            .expect("provider");
-        let s = Session::system_with("You count words.", Stamper::counter()).push(
-            rath_session::Chunk::user("How many words in 'the quick brown fox'?"),
-        );
-        let request = ProviderRequest::from_session(&s, vec![]);
-        Fixture {
-            rt,
-            _server: server,
-            provider,
-            request,
-        }
-    })
+/// The shared workload (`rath_provider::mock::workload`): the OpenAI-compatible provider
+/// over the mock, one tool-call reply streamed in 8-character pieces.
+fn fixture() -> &'static Baseline {
+    static F: OnceLock<Baseline> = OnceLock::new();
+    F.get_or_init(|| Baseline::start().expect("the benchmark baseline"))
 }
 
 #[divan::bench(sample_count = 200)]

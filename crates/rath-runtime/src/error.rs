@@ -95,6 +95,9 @@ pub enum RuntimeError {
         /// Why.
         message: String,
     },
+    /// The worker process itself failed (a signal handler, its task pool).
+    #[error("worker: {0}")]
+    Worker(String),
     /// The session store failed.
     #[error(transparent)]
     Persist(#[from] PersistError),

@@ -175,7 +175,11 @@ pub struct RunScope {
     segment: i64,
     state: Arc<Mutex<ScopeState>>,
     cancel: CancellationToken,
+    inflight: Arc<tokio::sync::Semaphore>,
 }
+
+/// Tool calls one scope may have dispatched at once (far above any workflow's fan-out).
+const INFLIGHT: u32 = 1 << 20;
 
 impl RunScope {
     /// A scope for `lease` on `store` at journal segment `segment`, with what the store
@@ -199,6 +203,7 @@ impl RunScope {
             segment,
             state: Arc::new(Mutex::new(state)),
             cancel,
+            inflight: Arc::new(tokio::sync::Semaphore::new(INFLIGHT as usize)),
         })
     }
 
@@ -241,6 +246,13 @@ impl RunScope {
     /// What stopped the run (fenced, replay mismatch, an ambiguous call), if anything.
     pub fn take_fatal(&self) -> Option<RuntimeError> {
         self.lock().fatal.take()
+    }
+
+    /// Waits until every tool call this scope dispatched has its answer recorded (or failed
+    /// to record it): a worker calls it before it gives a run up, so no call it handed to a
+    /// tool is left `dispatched` (which the next worker would have to treat as ambiguous).
+    pub async fn settle(&self) {
+        let _all = self.inflight.acquire_many(INFLIGHT).await;
     }
 
     /// Replies and answers served from the journal and ledger, and those fetched live.
@@ -499,12 +511,36 @@ impl Tool for JournaledTool {
         if recorded.is_none() {
             self.put(&effect).await?;
         }
+        // Once handed to the tool, a call runs to its recorded answer even when the workflow
+        // is cancelled meanwhile (a worker handing its runs back on shutdown): the task is
+        // not aborted when this future is dropped, and `RunScope::settle` waits for it.
+        let permit = self.scope.inflight.clone().acquire_owned().await.ok();
+        let me = self.clone();
+        let cx = cx.clone();
+        let task = tokio::spawn(async move {
+            let _permit = permit;
+            me.dispatch(&cx, args, effect, step, key).await
+        });
+        task.await
+            .unwrap_or_else(|e| Err(ToolError::exception(format!("tool task: {e}"))))
+    }
+}
+
+impl JournaledTool {
+    async fn dispatch(
+        &self,
+        cx: &ToolContext,
+        args: Value,
+        mut effect: Effect,
+        step: String,
+        key: String,
+    ) -> Result<ToolOutput, ToolError> {
         effect.state = EffectState::Dispatched;
         self.put(&effect).await?;
         let info = CallInfo {
             run: self.scope.run().clone(),
             step,
-            call_id,
+            call_id: effect.call_id.clone(),
             idempotency_key: key,
         };
         let answer = CALL.scope(info, self.inner.call(cx, args)).await;

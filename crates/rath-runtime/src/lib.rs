@@ -45,15 +45,19 @@
 //! - [`events`]: a run's events pushed to an [`EventSubscription`] (PostgreSQL
 //!   `LISTEN/NOTIFY`, an in-process hub), resumable after any event id.
 //! - [`Runtime`]: submit, wait, output, approve/reject a waiting run, over both stores.
+//! - [`serve_worker`]: a worker process's main loop (until SIGTERM/ctrl-c, then runs are
+//!   handed back); [`bundled`]: the workflows `rath worker` registers.
 
 #![warn(missing_docs)]
 
+pub mod bundled;
 mod error;
 pub mod events;
 pub mod journal;
 mod live;
 mod model;
 mod registry;
+mod serve;
 mod store;
 mod worker;
 
@@ -73,6 +77,7 @@ pub use model::{
     Effect, EffectState, Lease, RetryPolicy, Run, RunEvent, RunId, RunOptions, RunStatus,
 };
 pub use registry::{Constructor, WorkflowDef, WorkflowRegistry, definition_hash};
+pub use serve::{ServeReport, serve_worker};
 pub use store::{
     JournalEntry, MIGRATIONS, Resolution, RunStore, SCHEMA_VERSION, Transition, now_ms,
 };

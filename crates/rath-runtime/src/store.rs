@@ -274,6 +274,9 @@ pub enum Resolution {
     Rerun,
     /// The effect happened and this is its answer (tool result content): serve it.
     Answered(String),
+    /// The effect failed with this message: serve that failure to the workflow (which goes
+    /// on, as after any failed tool call).
+    Failed(String),
     /// Fail the run.
     Fail(String),
 }
@@ -328,6 +331,15 @@ impl RunStore {
         matches!(self.db, Db::Pg(_))
     }
 
+    /// The database, as OpenTelemetry's `db.system.name` names it (`sqlite`, `postgresql`).
+    pub fn system(&self) -> &'static str {
+        if self.is_postgres() {
+            "postgresql"
+        } else {
+            "sqlite"
+        }
+    }
+
     /// The schema version stored (0 before the first migration).
     pub async fn schema_version(&self) -> Result<i64, RuntimeError> {
         Ok(on_pool!(self, p, {
@@ -377,6 +389,7 @@ impl RunStore {
 
     /// Submits a run of `workflow` (registered with `definition_hash`) on the stored session
     /// `input_session`; it is `queued` until a worker claims it.
+    #[tracing::instrument(level = "debug", name = "submit rt_runs", skip_all, fields(otel.kind = "client", db.system.name = self.system(), db.operation.name = "submit", db.collection.name = "rt_runs", rath.run.id = %id))]
     pub async fn submit(
         &self,
         id: RunId,
@@ -472,6 +485,7 @@ impl RunStore {
     /// Claims the oldest run that is queued, or running under an expired lease, for
     /// `worker` for `lease`: its token is one more than the last one handed out, so every
     /// earlier holder is fenced from now on. `None` when there is nothing to do.
+    #[tracing::instrument(level = "debug", name = "claim rt_runs", skip_all, fields(otel.kind = "client", db.system.name = self.system(), db.operation.name = "claim", db.collection.name = "rt_runs", rath.worker.name = worker))]
     pub async fn claim(
         &self,
         worker: &str,
@@ -530,6 +544,7 @@ impl RunStore {
     }
 
     /// Extends the lease by `lease` from now (fenced).
+    #[tracing::instrument(level = "debug", name = "heartbeat rt_leases", skip_all, fields(otel.kind = "client", db.system.name = self.system(), db.operation.name = "heartbeat", db.collection.name = "rt_leases", rath.run.id = %held.run, rath.lease.token = held.token))]
     pub async fn heartbeat(&self, held: &Lease, lease: Duration) -> Result<Lease, RuntimeError> {
         let expires = now_ms() + ms(lease);
         in_tx!(self, tx, pg, {
@@ -548,6 +563,7 @@ impl RunStore {
 
     /// The run's status as the lease holder sees it, checked against the fence (a cancel
     /// fences the worker too).
+    #[tracing::instrument(level = "debug", name = "check rt_leases", skip_all, fields(otel.kind = "client", db.system.name = self.system(), db.operation.name = "check", db.collection.name = "rt_leases", rath.run.id = %held.run, rath.lease.token = held.token))]
     pub async fn check(&self, held: &Lease) -> Result<(), RuntimeError> {
         in_tx!(self, tx, pg, {
             check_fence!(tx, pg, held);
@@ -578,6 +594,7 @@ impl RunStore {
 
     /// Records a reply under its key (fenced; committed before it is returned to the
     /// workflow). Writes of concurrent runs share one transaction (see [`RunStore`]).
+    #[tracing::instrument(level = "debug", name = "record rt_journal", skip_all, fields(otel.kind = "client", db.system.name = self.system(), db.operation.name = "record", db.collection.name = "rt_journal", rath.run.id = %held.run, rath.lease.token = held.token))]
     pub async fn record(&self, held: &Lease, entry: &JournalEntry) -> Result<(), RuntimeError> {
         self.grouped(held, Op::Record(entry.clone())).await
     }
@@ -609,6 +626,7 @@ impl RunStore {
 
     /// Writes an effect-ledger row (insert or update by run, step and call id; fenced),
     /// committed before it returns. Writes of concurrent runs share one transaction.
+    #[tracing::instrument(level = "debug", name = "put_effect rt_effects", skip_all, fields(otel.kind = "client", db.system.name = self.system(), db.operation.name = "put_effect", db.collection.name = "rt_effects", rath.run.id = %held.run, rath.lease.token = held.token))]
     pub async fn put_effect(&self, held: &Lease, e: &Effect) -> Result<(), RuntimeError> {
         self.grouped(held, Op::Effect(e.clone())).await
     }
@@ -616,6 +634,7 @@ impl RunStore {
     /// Moves the held run to `status` (fenced) and lets the lease go; `output`, `detail`,
     /// `resume` and a failure count go with it. A run handed back (`queued`) keeps its
     /// journal and ledger for the next worker.
+    #[tracing::instrument(level = "debug", name = "finish rt_runs", skip_all, fields(otel.kind = "client", db.system.name = self.system(), db.operation.name = "finish", db.collection.name = "rt_runs", rath.run.id = %held.run, rath.lease.token = held.token, rath.run.status = to.status.as_str()))]
     pub async fn finish(&self, held: &Lease, to: Transition<'_>) -> Result<(), RuntimeError> {
         let now = now_ms();
         in_tx!(self, tx, pg, {
@@ -888,6 +907,17 @@ impl RunStore {
                 Resolution::Answered(content) => {
                     let result = serde_json::json!({"ok": true, "content": content}).to_string();
                     sqlx::query("UPDATE rt_effects SET state = 'succeeded', result = $4 WHERE run_id = $1 AND step = $2 AND call_id = $3")
+                        .bind(id.as_str())
+                        .bind(&effect.step)
+                        .bind(call_id)
+                        .bind(result)
+                        .execute(p)
+                        .await?;
+                }
+                Resolution::Failed(message) => {
+                    let error = rath_flow::ToolError::exception(message.clone());
+                    let result = serde_json::json!({"ok": false, "error": error}).to_string();
+                    sqlx::query("UPDATE rt_effects SET state = 'failed', result = $4 WHERE run_id = $1 AND step = $2 AND call_id = $3")
                         .bind(id.as_str())
                         .bind(&effect.step)
                         .bind(call_id)

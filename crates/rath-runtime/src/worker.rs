@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 use rath_flow::{CancellationToken, FlowContext, FlowError};
 use rath_persist::{Fence, Write, WriteBatch};
 use rath_session::{Session, Stamper};
+use tracing::Instrument as _;
+use tracing::field::Empty;
+use tracing::instrument::WithSubscriber as _;
 
 use crate::journal::RunScope;
 use crate::model::{Lease, Run, RunId, RunStatus};
@@ -58,6 +61,11 @@ impl WorkerOptions {
         self.poll = d;
         self
     }
+    /// Sets how long in-flight runs may go on after shutdown before they are handed back.
+    pub fn grace(mut self, d: Duration) -> Self {
+        self.grace = d;
+        self
+    }
     /// Accepts runs whose workflow definition changed.
     pub fn accept_changed_definitions(mut self, yes: bool) -> Self {
         self.accept_changed_definitions = yes;
@@ -74,17 +82,87 @@ pub enum Outcome {
     Fenced,
 }
 
+impl Outcome {
+    /// The `rath.run.outcome` of a worker's `worker.execute` span: the status the run moved
+    /// to, or `fenced`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::Moved(status) => status.as_str(),
+            Outcome::Fenced => "fenced",
+        }
+    }
+}
+
+/// The span of one claimed run on one worker, `worker.execute`: the parent of everything the
+/// run does there (session loads and writes, heartbeats, the release, the workflow's own
+/// spans). Its `gen_ai.conversation.id` is the run's input session, the run's lineage root:
+/// rath-otel's `tracing` bridge puts a root span carrying it in that conversation's trace,
+/// so every claim and every resumed segment of a run is in one trace, with the run's agent
+/// spans under the worker span that ran them.
+fn execute_span(worker: &str, run: &Run, lease: &Lease) -> tracing::Span {
+    tracing::info_span!(
+        parent: None,
+        "worker.execute",
+        rath.worker.name = %worker,
+        rath.run.id = %run.id,
+        rath.run.workflow = %run.workflow,
+        rath.run.segment = run.segment,
+        rath.run.attempt = run.attempts,
+        rath.lease.token = lease.token,
+        gen_ai.conversation.id = %run.input_session,
+        rath.run.outcome = Empty,
+        error.type = Empty,
+        otel.status_code = Empty,
+    )
+}
+
+/// Records `e` on `span` as `error.type` (a kind, never the message) and an error status.
+fn record_error(span: &tracing::Span, e: &RuntimeError) {
+    let kind = match e {
+        RuntimeError::Db { .. } => "db",
+        RuntimeError::NoSuchRun(_) => "no_such_run",
+        RuntimeError::Fenced { .. } => "fenced",
+        RuntimeError::UnknownWorkflow(_) => "unknown_workflow",
+        RuntimeError::DefinitionChanged { .. } => "definition_changed",
+        RuntimeError::ReplayMismatch { .. } => "replay_mismatch",
+        RuntimeError::Ambiguous { .. } => "ambiguous",
+        RuntimeError::BadState { .. } => "bad_state",
+        RuntimeError::Persist(p) => p.kind(),
+        RuntimeError::Flow(f) => f.failure_kind(),
+        _ => "runtime",
+    };
+    span.record("error.type", kind);
+    span.record("otel.status_code", "error");
+}
+
+/// Milliseconds as a span field (`i64`: OpenTelemetry has no unsigned integer).
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// A worker (in-process; `rath worker` runs one as a process).
 #[derive(Clone, Debug)]
 pub struct Worker {
     rt: Runtime,
     opts: WorkerOptions,
+    hurry: CancellationToken,
 }
 
 impl Worker {
     /// A worker over `rt`.
     pub fn new(rt: Runtime, opts: WorkerOptions) -> Self {
-        Self { rt, opts }
+        Self {
+            rt,
+            opts,
+            hurry: CancellationToken::new(),
+        }
+    }
+
+    /// Ends the shutdown grace early when `hurry` is cancelled (a second signal): in-flight
+    /// runs are handed back at once.
+    pub fn with_hurry(mut self, hurry: CancellationToken) -> Self {
+        self.hurry = hurry;
+        self
     }
 
     /// Claims one run and runs it to where it stops; `None` when nothing was claimable.
@@ -97,17 +175,59 @@ impl Worker {
         &self,
         shutdown: &CancellationToken,
     ) -> Result<Option<(RunId, Outcome)>, RuntimeError> {
-        let Some((run, lease)) = self.rt.runs.claim(&self.opts.name, self.opts.lease).await? else {
+        let claim = tracing::debug_span!(
+            "worker.claim",
+            rath.worker.name = %self.opts.name,
+            rath.lease.ms = ms(self.opts.lease),
+            rath.claim.outcome = Empty,
+            rath.run.id = Empty,
+            rath.lease.token = Empty,
+            error.type = Empty,
+            otel.status_code = Empty,
+        );
+        let claimed = self
+            .rt
+            .runs
+            .claim(&self.opts.name, self.opts.lease)
+            .instrument(claim.clone())
+            .await;
+        let claimed = claimed.inspect_err(|e| record_error(&claim, e))?;
+        let Some((run, lease)) = claimed else {
+            claim.record("rath.claim.outcome", "empty");
             return Ok(None);
         };
+        claim.record("rath.claim.outcome", "claimed");
+        claim.record("rath.run.id", run.id.as_str());
+        claim.record("rath.lease.token", lease.token);
         tracing::info!(run = %run.id, worker = %self.opts.name, token = lease.token, "claimed");
+        let span = execute_span(&self.opts.name, &run, &lease);
+        span.follows_from(&claim);
+        drop(claim);
         let id = run.id.clone();
-        let outcome = match self.execute(run, &lease, shutdown).await {
+        let done = self
+            .execute(run, &lease, shutdown)
+            .instrument(span.clone())
+            .await;
+        let outcome = match done {
             Ok(o) => o,
             Err(RuntimeError::Fenced { .. }) => Outcome::Fenced,
-            Err(e) => return Err(e),
+            Err(e) => {
+                record_error(&span, &e);
+                return Err(e);
+            }
         };
-        tracing::info!(run = %id, worker = %self.opts.name, ?outcome, "released");
+        span.record("rath.run.outcome", outcome.as_str());
+        match &outcome {
+            Outcome::Moved(RunStatus::Queued) => {
+                tracing::info!(run = %id, worker = %self.opts.name, token = lease.token, "handed back")
+            }
+            Outcome::Moved(status) => {
+                tracing::info!(run = %id, worker = %self.opts.name, token = lease.token, status = %status, "finished")
+            }
+            Outcome::Fenced => {
+                tracing::warn!(run = %id, worker = %self.opts.name, token = lease.token, "fenced: lease lost")
+            }
+        }
         Ok(Some((id, outcome)))
     }
 
@@ -118,26 +238,29 @@ impl Worker {
         for n in 0..self.opts.concurrency {
             let me = self.clone();
             let shutdown = shutdown.clone();
-            set.spawn(async move {
-                while !shutdown.is_cancelled() {
-                    match me.claim_and_run(&shutdown).await {
-                        Ok(Some(_)) => {}
-                        Ok(None) => {
-                            if n == 0 {
-                                me.sweep().await;
+            set.spawn(
+                async move {
+                    while !shutdown.is_cancelled() {
+                        match me.claim_and_run(&shutdown).await {
+                            Ok(Some(_)) => {}
+                            Ok(None) => {
+                                if n == 0 {
+                                    me.sweep().await;
+                                }
+                                tokio::select! {
+                                    _ = tokio::time::sleep(me.opts.poll) => {}
+                                    _ = shutdown.cancelled() => {}
+                                }
                             }
-                            tokio::select! {
-                                _ = tokio::time::sleep(me.opts.poll) => {}
-                                _ = shutdown.cancelled() => {}
+                            Err(e) => {
+                                tracing::warn!(error = %e, "worker loop");
+                                tokio::time::sleep(me.opts.poll).await;
                             }
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "worker loop");
-                            tokio::time::sleep(me.opts.poll).await;
                         }
                     }
                 }
-            });
+                .with_current_subscriber(),
+            );
         }
         while set.join_next().await.is_some() {}
         Ok(())
@@ -151,7 +274,7 @@ impl Worker {
     ) -> Result<Outcome, RuntimeError> {
         let runs = &self.rt.runs;
         if run.overdue(now_ms()) {
-            runs.finish(lease, Transition::to(RunStatus::TimedOut))
+            self.release(lease, Transition::to(RunStatus::TimedOut))
                 .await?;
             return Ok(Outcome::Moved(RunStatus::TimedOut));
         }
@@ -212,6 +335,7 @@ impl Worker {
             cx = cx.with_shared_sink(sink.clone());
         }
         let out = workflow.forward(session, &cx).await;
+        scope.settle().await;
         timer.abort();
         let live = match live {
             Some((sink, task)) => {
@@ -231,14 +355,14 @@ impl Worker {
                 detail: Some("deadline passed while running"),
                 ..Transition::to(RunStatus::TimedOut)
             };
-            runs.finish(lease, to).await?;
+            self.release(lease, to).await?;
             return Ok(Outcome::Moved(RunStatus::TimedOut));
         }
         if let Some(fatal) = scope.take_fatal() {
             return self.stop_on(lease, &run, fatal).await;
         }
         if handed_back.load(Ordering::SeqCst) {
-            runs.finish(lease, Transition::to(RunStatus::Queued))
+            self.release(lease, Transition::to(RunStatus::Queued))
                 .await?;
             return Ok(Outcome::Moved(RunStatus::Queued));
         }
@@ -255,11 +379,32 @@ impl Worker {
                     output: Some(&id),
                     ..Transition::to(status)
                 };
-                runs.finish(lease, to).await?;
+                self.release(lease, to).await?;
                 Ok(Outcome::Moved(status))
             }
             Err(e) => self.failed_attempt(lease, &run, &e).await,
         }
+    }
+
+    /// Hands the run back to the store in `to`'s status and lets the lease go, in a
+    /// `worker.release` span.
+    async fn release(&self, lease: &Lease, to: Transition<'_>) -> Result<(), RuntimeError> {
+        let span = tracing::info_span!(
+            "worker.release",
+            rath.worker.name = %self.opts.name,
+            rath.run.id = %lease.run,
+            rath.lease.token = lease.token,
+            rath.run.status = to.status.as_str(),
+            error.type = Empty,
+            otel.status_code = Empty,
+        );
+        let done = self
+            .rt
+            .runs
+            .finish(lease, to)
+            .instrument(span.clone())
+            .await;
+        done.inspect_err(|e| record_error(&span, e))
     }
 
     async fn failed_attempt(
@@ -285,7 +430,7 @@ impl Worker {
             not_before_ms: retry.then(|| now_ms().saturating_add(wait)),
             ..Transition::to(status)
         };
-        self.rt.runs.finish(lease, to).await?;
+        self.release(lease, to).await?;
         Ok(Outcome::Moved(status))
     }
 
@@ -296,7 +441,7 @@ impl Worker {
             failed: true,
             ..Transition::to(RunStatus::Failed)
         };
-        self.rt.runs.finish(lease, to).await?;
+        self.release(lease, to).await?;
         Ok(Outcome::Moved(RunStatus::Failed))
     }
 
@@ -315,7 +460,7 @@ impl Worker {
                     detail: Some(&detail),
                     ..Transition::to(RunStatus::NeedsReview)
                 };
-                self.rt.runs.finish(lease, to).await?;
+                self.release(lease, to).await?;
                 tracing::warn!(run = %run.id, %call_id, "ambiguous call: needs review");
                 Ok(Outcome::Moved(RunStatus::NeedsReview))
             }
@@ -379,21 +524,49 @@ impl Worker {
         let runs = self.rt.runs.clone();
         let every = self.opts.lease / 3;
         let length = self.opts.lease;
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                match runs.heartbeat(&lease, length).await {
-                    Ok(_) => {}
-                    Err(RuntimeError::Fenced { .. }) => {
-                        tracing::warn!(run = %lease.run, "lease lost: stopping the run");
-                        fenced.store(true, Ordering::SeqCst);
-                        cancel.cancel();
-                        return;
+        // Each beat is a span under the run's `worker.execute` span (the current one).
+        let execute = tracing::Span::current();
+        let worker = self.opts.name.clone();
+        tokio::spawn(
+            async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    let beat = tracing::debug_span!(
+                        parent: &execute,
+                        "worker.heartbeat",
+                        rath.worker.name = %worker,
+                        rath.run.id = %lease.run,
+                        rath.lease.token = lease.token,
+                        rath.lease.ms = ms(length),
+                        rath.heartbeat.outcome = Empty,
+                        error.type = Empty,
+                        otel.status_code = Empty,
+                    );
+                    let renewed = runs
+                        .heartbeat(&lease, length)
+                        .instrument(beat.clone())
+                        .await;
+                    match renewed {
+                        Ok(_) => {
+                            beat.record("rath.heartbeat.outcome", "renewed");
+                        }
+                        Err(RuntimeError::Fenced { .. }) => {
+                            beat.record("rath.heartbeat.outcome", "fenced");
+                            tracing::warn!(run = %lease.run, "lease lost: stopping the run");
+                            fenced.store(true, Ordering::SeqCst);
+                            cancel.cancel();
+                            return;
+                        }
+                        Err(e) => {
+                            beat.record("rath.heartbeat.outcome", "error");
+                            record_error(&beat, &e);
+                            tracing::warn!(run = %lease.run, error = %e, "heartbeat")
+                        }
                     }
-                    Err(e) => tracing::warn!(run = %lease.run, error = %e, "heartbeat"),
                 }
             }
-        })
+            .with_current_subscriber(),
+        )
     }
 
     fn grace_watch(
@@ -403,10 +576,14 @@ impl Worker {
         handed: Arc<AtomicBool>,
     ) -> tokio::task::JoinHandle<()> {
         let grace = self.opts.grace;
+        let hurry = self.hurry.clone();
         tokio::spawn(async move {
             shutdown.cancelled().await;
             let start = Instant::now();
-            tokio::time::sleep(grace.saturating_sub(start.elapsed())).await;
+            tokio::select! {
+                () = tokio::time::sleep(grace.saturating_sub(start.elapsed())) => {}
+                () = hurry.cancelled() => {}
+            }
             handed.store(true, Ordering::SeqCst);
             cancel.cancel();
         })

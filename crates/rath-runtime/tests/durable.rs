@@ -195,6 +195,14 @@ impl Env {
         self.dir.path().join("effects.txt")
     }
 
+    /// A fresh SQLite environment, its runtime, and a run of `workflow` submitted to it.
+    async fn sqlite_run(workflow: &str) -> (Env, Runtime, RunId) {
+        let env = Env::sqlite();
+        let rt = env.runtime().await;
+        let id = submit(&rt, workflow).await;
+        (env, rt, id)
+    }
+
     async fn runtime(&self) -> Runtime {
         let store: Arc<dyn SessionStore> = Arc::new(Store::at(self.sessions()));
         Runtime::connect(&self.url, store, registry(self.effects()))
@@ -292,15 +300,13 @@ async fn submit(rt: &Runtime, workflow: &str) -> RunId {
 
 /// The same run done in-process without faults, in a store of its own: the reference.
 async fn uninterrupted(workflow: &str) -> (Env, Session) {
-    let env = Env::sqlite();
-    let rt = env.runtime().await;
-    let id = submit(&rt, workflow).await;
+    let (env, rt, id) = Env::sqlite_run(workflow).await;
     let w = Worker::new(rt.clone(), WorkerOptions::named("reference"));
     assert_eq!(
         w.run_once().await.unwrap().unwrap().1,
         Outcome::Moved(RunStatus::Succeeded)
     );
-    let out = rt.output(&id).await.unwrap().unwrap();
+    let out = output(&rt, &id).await;
     (env, out)
 }
 
@@ -324,6 +330,31 @@ async fn wait_for(
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The run's output session (it has one).
+async fn output(rt: &Runtime, id: &RunId) -> Session {
+    rt.output(id).await.unwrap().expect("an output session")
+}
+
+/// The workers that claimed the run, in order (from its `claimed` events).
+async fn claims(rt: &Runtime, id: &RunId) -> Vec<String> {
+    rt.runs()
+        .events(id, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "claimed")
+        .map(|e| e.by)
+        .collect()
+}
+
+/// A worker process `name` takes the run over and finishes it; the run once it succeeded.
+async fn finish_on(env: &Env, rt: &Runtime, id: &RunId, name: &str) -> rath_runtime::Run {
+    let worker = env.worker(name, 600, &[]);
+    let run = wait_for(rt, id, RunStatus::Succeeded, Duration::from_secs(30)).await;
+    kill(worker);
+    run
 }
 
 fn session_file(env: &Env, s: &Session) -> Vec<u8> {
@@ -365,27 +396,17 @@ async fn sigkill_at_step_resumes(env: Env) {
     );
     assert_eq!(rt.runs().journal(&id).await.unwrap().len(), 3);
     let killed_at = Instant::now();
-    let second = env.worker("w2", 600, &[]);
-    let run = wait_for(&rt, &id, RunStatus::Succeeded, Duration::from_secs(30)).await;
-    kill(second);
+    let run = finish_on(&env, &rt, &id, "w2").await;
     assert!(killed_at.elapsed() < Duration::from_secs(15));
     assert_eq!(run.attempts, 2);
-    let out = rt.output(&id).await.unwrap().unwrap();
+    let out = output(&rt, &id).await;
     assert_same_session((&ref_env, &reference), (&env, &out));
     // Two record calls, each key once; the reference made the same two keys.
     let keys = env.effect_lines();
     assert_eq!(keys.len(), 2);
     assert_eq!(keys, ref_env.effect_lines());
     // Worker w2 took over with a newer token; the claims are in the run's events.
-    let claims: Vec<_> = rt
-        .runs()
-        .events(&id, 0)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|e| e.kind == "claimed")
-        .map(|e| e.by)
-        .collect();
+    let claims = claims(&rt, &id).await;
     assert_eq!(claims, ["w1", "w2"]);
 }
 
@@ -404,17 +425,13 @@ async fn sigkill_at_a_fixed_step_resumes_byte_identical_on_postgres() {
 #[tokio::test(flavor = "multi_thread")]
 async fn crash_between_model_reply_and_its_recording() {
     let (ref_env, reference) = uninterrupted("team").await;
-    let env = Env::sqlite();
-    let rt = env.runtime().await;
-    let id = submit(&rt, "team").await;
+    let (env, rt, id) = Env::sqlite_run("team").await;
     // Reply 4 (the writer's first) arrived and was never recorded: asked again on resume.
     let mut first = env.worker("w1", 600, &[("RATH_RUNTIME_CRASH", "model_reply:4")]);
     first.wait().unwrap();
     assert_eq!(rt.runs().journal(&id).await.unwrap().len(), 3);
-    let second = env.worker("w2", 600, &[]);
-    wait_for(&rt, &id, RunStatus::Succeeded, Duration::from_secs(30)).await;
-    kill(second);
-    let out = rt.output(&id).await.unwrap().unwrap();
+    finish_on(&env, &rt, &id, "w2").await;
+    let out = output(&rt, &id).await;
     assert_same_session((&ref_env, &reference), (&env, &out));
     assert_eq!(
         rt.runs().journal(&id).await.unwrap().len(),
@@ -430,27 +447,18 @@ fn reference_replies() -> usize {
 async fn crash_between_tool_effect_and_its_recording() {
     let (ref_env, reference) = uninterrupted("team").await;
     // The idempotent lookup (effect 1): run again on resume, the run succeeds.
-    let env = Env::sqlite();
-    let rt = env.runtime().await;
-    let id = submit(&rt, "team").await;
+    let (env, rt, id) = Env::sqlite_run("team").await;
     env.worker("w1", 600, &[("RATH_RUNTIME_CRASH", "tool_effect:1")])
         .wait()
         .unwrap();
     let effects = rt.runs().effects(&id).await.unwrap();
     assert_eq!(effects.len(), 1);
     assert_eq!(effects[0].state, EffectState::Dispatched);
-    let second = env.worker("w2", 600, &[]);
-    wait_for(&rt, &id, RunStatus::Succeeded, Duration::from_secs(30)).await;
-    kill(second);
-    assert_same_session(
-        (&ref_env, &reference),
-        (&env, &rt.output(&id).await.unwrap().unwrap()),
-    );
+    finish_on(&env, &rt, &id, "w2").await;
+    assert_same_session((&ref_env, &reference), (&env, &output(&rt, &id).await));
 
     // The non-idempotent record (effect 3): ambiguous, the run goes to review with the call.
-    let env = Env::sqlite();
-    let rt = env.runtime().await;
-    let id = submit(&rt, "team").await;
+    let (env, rt, id) = Env::sqlite_run("team").await;
     env.worker("w1", 600, &[("RATH_RUNTIME_CRASH", "tool_effect:3")])
         .wait()
         .unwrap();
@@ -484,10 +492,7 @@ async fn crash_between_tool_effect_and_its_recording() {
     let keys = env.effect_lines();
     assert_eq!(keys.len(), 2);
     assert!(has_no_duplicates(&keys));
-    assert_same_session(
-        (&ref_env, &reference),
-        (&env, &rt.output(&id).await.unwrap().unwrap()),
-    );
+    assert_same_session((&ref_env, &reference), (&env, &output(&rt, &id).await));
 }
 
 fn state_of(pid: u32) -> char {
@@ -501,9 +506,7 @@ fn state_of(pid: u32) -> char {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_paused_past_its_lease_cannot_write() {
     let (ref_env, reference) = uninterrupted("team").await;
-    let env = Env::sqlite();
-    let rt = env.runtime().await;
-    let id = submit(&rt, "team").await;
+    let (env, rt, id) = Env::sqlite_run("team").await;
     // w1 stops itself (SIGSTOP) with reply 4 in hand, before recording it.
     let first = env.worker("w1", 500, &[("RATH_RUNTIME_STOP", "model_reply:4")]);
     let start = Instant::now();
@@ -517,7 +520,9 @@ async fn a_worker_paused_past_its_lease_cannot_write() {
     let w1_token = rt.runs().lease(&id).await.unwrap().token;
     let w1_rows = rt.runs().rows_with_token(&id, w1_token).await.unwrap();
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let second = env.worker("w2", 500, &[]);
+    // w2's lease is long: on a loaded machine a 500 ms lease can lapse between heartbeats,
+    // and w2 losing its own claim is not what this test is about (w1's short lease is).
+    let second = env.worker("w2", 5000, &[]);
     wait_for(&rt, &id, RunStatus::Succeeded, Duration::from_secs(30)).await;
     // w1 wakes past its lease: its recording is fenced, nothing of it lands.
     let _ = Command::new("kill")
@@ -533,25 +538,20 @@ async fn a_worker_paused_past_its_lease_cannot_write() {
     assert_eq!(run.status, RunStatus::Succeeded);
     kill(first);
     kill(second);
-    assert_same_session(
-        (&ref_env, &reference),
-        (&env, &rt.output(&id).await.unwrap().unwrap()),
-    );
+    assert_same_session((&ref_env, &reference), (&env, &output(&rt, &id).await));
     assert!(has_no_duplicates(&env.effect_lines()));
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn approval_decided_from_another_process_finishes_on_another_worker() {
-    let env = Env::sqlite();
-    let rt = env.runtime().await;
-    let id = submit(&rt, "gated").await;
+    let (env, rt, id) = Env::sqlite_run("gated").await;
     // An in-process worker runs the gated call up to its approval stop.
     let w = Worker::new(rt.clone(), WorkerOptions::named("starter"));
     assert_eq!(
         w.run_once().await.unwrap().unwrap().1,
         Outcome::Moved(RunStatus::Waiting)
     );
-    let stopped = rt.output(&id).await.unwrap().unwrap();
+    let stopped = output(&rt, &id).await;
     let call = stopped.pending()[0].call.id.clone();
     assert!(env.effect_lines().is_empty());
     // Another process approves it, and a worker process that did not start the run takes
@@ -575,27 +575,16 @@ async fn approval_decided_from_another_process_finishes_on_another_worker() {
         if run.status != RunStatus::Waiting {
             break run;
         }
-        call = rt.output(&id).await.unwrap().unwrap().pending()[0]
-            .call
-            .id
-            .clone();
+        call = output(&rt, &id).await.pending()[0].call.id.clone();
     };
     assert_eq!(run.status, RunStatus::Succeeded, "{:?}", run.detail);
     kill(finisher);
-    let claims: Vec<_> = rt
-        .runs()
-        .events(&id, 0)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|e| e.kind == "claimed")
-        .map(|e| e.by)
-        .collect();
+    let claims = claims(&rt, &id).await;
     assert_eq!(claims.last().map(String::as_str), Some("finisher"));
     assert!(claims.contains(&"starter".to_owned()));
     assert_eq!(approved.len(), 2);
     assert_eq!(run.segment, 2);
-    let out = rt.output(&id).await.unwrap().unwrap();
+    let out = output(&rt, &id).await;
     assert!(out.pending().is_empty());
     for call in &approved {
         assert!(rath_flow::decision_for(&out, call).is_some());
@@ -682,9 +671,7 @@ async fn fencing_refuses_stale_writes_on_postgres() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_changed_definition_is_refused_unless_accepted() {
-    let env = Env::sqlite();
-    let rt = env.runtime().await;
-    let id = submit(&rt, "team").await;
+    let (env, rt, id) = Env::sqlite_run("team").await;
     let store: Arc<dyn SessionStore> = Arc::new(Store::at(env.sessions()));
     let changed = WorkflowRegistry::new().register("team", "team v2", |_| {
         Ok(Arc::new(rath_flow::EmptyWorkflow) as SharedWorkflow)

@@ -14,6 +14,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use rath_runtime::RunStatus;
+use tracing::Instrument as _;
 
 use crate::AppState;
 
@@ -122,7 +123,25 @@ pub(crate) async fn track(
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
-    let resp = next.run(req).await;
+    // One SERVER span a request (HTTP semantic conventions: named by method and route
+    // template, never by an id), exported when the process installs rath-otel's layer.
+    let span = tracing::info_span!(
+        "http.request",
+        otel.name = %format_args!("{method} {route}"),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = %method,
+        http.route = %route,
+        http.response.status_code = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    );
+    let resp = next.run(req).instrument(span.clone()).await;
+    let status = resp.status().as_u16();
+    span.record("http.response.status_code", i64::from(status));
+    if status >= 500 {
+        span.record("error.type", status.to_string());
+        span.record("otel.status_code", "ERROR");
+    }
     state.metrics.record(
         &method,
         &route,

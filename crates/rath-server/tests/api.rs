@@ -708,6 +708,60 @@ async fn a_client_reconnecting_after_a_restart_sees_the_rest_of_the_events_once(
     second.stop().await;
 }
 
+/// A graceful shutdown while a run is in flight on an embedded worker: the server stops
+/// within the grace period and the run is handed back (`queued`); the next server's worker
+/// finishes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_hands_an_in_flight_run_back_to_the_queue() {
+    let cfg = ServerConfig {
+        grace: Duration::from_millis(100),
+        ..config()
+    };
+    let first = Harness::sqlite(cfg).await;
+    let (_, run) = first
+        .post(
+            "/v1/runs",
+            &first.a,
+            json!({"workflow": "slow", "input": "hm"}),
+        )
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let start = std::time::Instant::now();
+    loop {
+        let (_, r) = first.get(&format!("/v1/runs/{id}"), &first.a).await;
+        if r["status"] == "running" {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "never claimed: {r}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let runtime = first.server.runtime().clone();
+    let stopping = std::time::Instant::now();
+    let (keys, stores) = first.stop().await;
+    assert!(
+        stopping.elapsed() < Duration::from_millis(common::SLOW_MS),
+        "the shutdown waited for the run to finish"
+    );
+    let handed = runtime
+        .runs()
+        .get(&rath_runtime::RunId(id.clone()))
+        .await
+        .unwrap();
+    assert_eq!(handed.status, rath_runtime::RunStatus::Queued, "{handed:?}");
+
+    let second = Harness::start(stores, config(), Some(keys)).await;
+    let (_, done) = second
+        .post(&format!("/v1/runs/{id}/wait"), &second.a, json!({}))
+        .await;
+    assert_eq!(done["run"]["status"], "succeeded", "{done}");
+    assert_eq!(done["output_text"], "slow done");
+    assert_eq!(done["run"]["attempts"], 2);
+    second.stop().await;
+}
+
 // -------------------------------------------------------------------------------- tenants
 
 async fn tenants_are_isolated(h: &Harness) {

@@ -16,7 +16,8 @@ macro_rules! sql_store {
         migrate_lock: $migrate_lock:expr,
         for_update: $for_update:expr,
         for_share: $for_share:expr,
-        octets: $octets:expr $(,)?
+        octets: $octets:expr,
+        kind: $kind:expr $(,)?
     ) => {
         use std::path::PathBuf;
 
@@ -26,6 +27,8 @@ macro_rules! sql_store {
         };
         use rath_session::{ChunkList, RunFailure, Session, SessionId, Timestamp};
         use sqlx::Row as _;
+        use tracing::Instrument as _;
+        use rath_persist::spans;
 
         use crate::codec::{
             EncodedChunk, empty_digest, encode_from, encode_one, encode_state,
@@ -419,7 +422,7 @@ macro_rules! sql_store {
         }
 
         /// Performs a batch in one transaction.
-        pub(crate) async fn write(
+        async fn write_in(
             pool: &Pool,
             name: &str,
             batch: WriteBatch<'_>,
@@ -466,7 +469,7 @@ macro_rules! sql_store {
         }
 
         /// Loads a session: its row, then its chunks along its base chain in one query.
-        pub(crate) async fn load(pool: &Pool, name: &str, id: &SessionId) -> Result<LoadedSession, PersistError> {
+        async fn load_in(pool: &Pool, name: &str, id: &SessionId) -> Result<LoadedSession, PersistError> {
             let mut tx = begin(pool, name, $begin_read).await?;
             let row = sqlx::query("SELECT key, len, header, trailer FROM rath_sessions WHERE id = $1")
                 .bind(id.as_str())
@@ -519,7 +522,7 @@ macro_rules! sql_store {
                 .map_err(|e| corrupt(name, id, e.to_string()))
         }
 
-        pub(crate) async fn stored_len(pool: &Pool, name: &str, id: &SessionId) -> Result<Option<usize>, PersistError> {
+        async fn stored_len_in(pool: &Pool, name: &str, id: &SessionId) -> Result<Option<usize>, PersistError> {
             let len: Option<i64> = sqlx::query_scalar("SELECT len FROM rath_sessions WHERE id = $1")
                 .bind(id.as_str())
                 .fetch_optional(pool)
@@ -528,7 +531,7 @@ macro_rules! sql_store {
             Ok(len.map(|n| n as usize))
         }
 
-        pub(crate) async fn list(pool: &Pool, name: &str) -> Result<Vec<SessionSummary>, PersistError> {
+        async fn list_in(pool: &Pool, name: &str) -> Result<Vec<SessionSummary>, PersistError> {
             let rows = sqlx::query(
                 "SELECT id, header, trailer, conversation, evidence, failure FROM rath_sessions \
                  WHERE id IS NOT NULL",
@@ -571,7 +574,7 @@ macro_rules! sql_store {
 
         /// Deletes a session: its row and refs when nothing shares them, else only its id
         /// (the row stays, unnamed, for its sharers until `gc` finds it unreachable).
-        pub(crate) async fn delete(pool: &Pool, name: &str, id: &SessionId) -> Result<bool, PersistError> {
+        async fn delete_in(pool: &Pool, name: &str, id: &SessionId) -> Result<bool, PersistError> {
             let mut tx = begin(pool, name, $begin_write).await?;
             exec(&mut tx, name, "lock", $write_lock).await?;
             let Some(row) = stored_row(&mut tx, name, id.as_str()).await? else {
@@ -613,7 +616,7 @@ macro_rules! sql_store {
         }
 
         /// Removes deleted sessions nothing shares any more, then chunks no session reaches.
-        pub(crate) async fn gc(pool: &Pool, name: &str) -> Result<GcReport, PersistError> {
+        async fn gc_in(pool: &Pool, name: &str) -> Result<GcReport, PersistError> {
             let mut tx = begin(pool, name, $begin_write).await?;
             exec(&mut tx, name, "lock", $gc_lock).await?;
             let get = |e: sqlx::Error| backend(name, "gc", e);
@@ -644,6 +647,59 @@ macro_rules! sql_store {
             report.bytes = freed.iter().map(|b| *b as u64).sum();
             tx.commit().await.map_err(get)?;
             Ok(report)
+        }
+
+        /// Performs a batch in one transaction, in a `write rath_sessions` span.
+        pub(crate) async fn write(
+            pool: &Pool,
+            name: &str,
+            batch: WriteBatch<'_>,
+        ) -> Result<Vec<WriteReport>, PersistError> {
+            let span = spans::write_op($kind, &batch);
+            let result = write_in(pool, name, batch).instrument(span.clone()).await;
+            spans::record_written(&span, &result);
+            result
+        }
+
+        /// Loads a session, in a `load rath_sessions` span.
+        pub(crate) async fn load(pool: &Pool, name: &str, id: &SessionId) -> Result<LoadedSession, PersistError> {
+            let span = spans::session_op($kind, "load", id.as_str());
+            let result = load_in(pool, name, id).instrument(span.clone()).await;
+            spans::record_loaded(&span, result.as_ref().ok().map(|l| l.session.len()));
+            spans::record_outcome(&span, &result);
+            result
+        }
+
+        /// The stored length of a session, in a `stored_len rath_sessions` span.
+        pub(crate) async fn stored_len(pool: &Pool, name: &str, id: &SessionId) -> Result<Option<usize>, PersistError> {
+            let span = spans::session_op($kind, "stored_len", id.as_str());
+            let result = stored_len_in(pool, name, id).instrument(span.clone()).await;
+            spans::record_outcome(&span, &result);
+            result
+        }
+
+        /// Lists the named sessions, in a `list rath_sessions` span.
+        pub(crate) async fn list(pool: &Pool, name: &str) -> Result<Vec<SessionSummary>, PersistError> {
+            let span = spans::store_op($kind, "list");
+            let result = list_in(pool, name).instrument(span.clone()).await;
+            spans::record_outcome(&span, &result);
+            result
+        }
+
+        /// Deletes a session, in a `delete rath_sessions` span.
+        pub(crate) async fn delete(pool: &Pool, name: &str, id: &SessionId) -> Result<bool, PersistError> {
+            let span = spans::session_op($kind, "delete", id.as_str());
+            let result = delete_in(pool, name, id).instrument(span.clone()).await;
+            spans::record_outcome(&span, &result);
+            result
+        }
+
+        /// Collects what nothing reaches, in a `gc rath_sessions` span.
+        pub(crate) async fn gc(pool: &Pool, name: &str) -> Result<GcReport, PersistError> {
+            let span = spans::store_op($kind, "gc");
+            let result = gc_in(pool, name).instrument(span.clone()).await;
+            spans::record_outcome(&span, &result);
+            result
         }
 
         /// Rows and bytes per table (bytes: the stored values' lengths on SQLite, the

@@ -26,6 +26,7 @@ mod imp {
         for_update: " FOR UPDATE",
         for_share: " FOR SHARE",
         octets: "octet_length(doc)::BIGINT",
+        kind: rath_persist::spans::StoreKind::Postgres,
     }
 }
 

@@ -25,6 +25,7 @@ mod imp {
         for_update: "",
         for_share: "",
         octets: "length(CAST(doc AS BLOB))",
+        kind: rath_persist::spans::StoreKind::Sqlite,
     }
 }
 

@@ -6,7 +6,8 @@
 //! and prints `READY` (so a kill never lands before the connection is up: on PostgreSQL the
 //! connection and the migration check take longer than the kill delays), saves its session,
 //! then appends one chunk a transaction (a loop round), printing `ROW n END` after each
-//! commit returned; the parent kills it at a random moment after `READY`, then loads the
+//! commit returned; the parent kills it right after `READY` (one time in eight) or at a
+//! random moment after its first commit, waits until nothing of it runs on the server, loads the
 //! session and checks every chunk against what the child wrote. Both stores run through the
 //! same [`kill_writers`]; only the URL and the delay range differ.
 
@@ -95,10 +96,11 @@ struct Reported {
     done: bool,
 }
 
-/// Spawns writer `n` of `url` (`rows` rows), waits for its `READY` (the store is open), sleeps
-/// `delay`, SIGKILLs it and returns what it reported. A child that dies before `READY` fails
+/// Spawns writer `n` of `url` (`rows` rows), waits for its `READY` (the store is open) and,
+/// when `after_first_commit`, for its first `ROW 0 END`, sleeps `delay`, SIGKILLs it and
+/// returns what it reported. A child that dies before `READY` fails
 /// the test with its stderr: that is a broken setup (no URL, no server), not a kill point.
-fn kill_one(url: &str, n: u64, rows: usize, delay: Duration) -> Reported {
+fn kill_one(url: &str, n: u64, rows: usize, after_first_commit: bool, delay: Duration) -> Reported {
     let mut child = Command::new(std::env::current_exe().expect("exe"))
         .args([
             "child_kill_writer",
@@ -129,15 +131,23 @@ fn kill_one(url: &str, n: u64, rows: usize, delay: Duration) -> Reported {
         }
     });
     let mut lines = Vec::new();
+    let wanted = if after_first_commit {
+        "ROW 0 END"
+    } else {
+        "READY"
+    };
     loop {
         match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(line) if line.ends_with("READY") => break,
+            Ok(line) if line.ends_with(wanted) => {
+                lines.push(line);
+                break;
+            }
             Ok(line) => lines.push(line),
             Err(e) => {
                 let _ = child.kill();
                 let status = child.wait().expect("wait");
                 panic!(
-                    "child {n} never opened {url} ({e:?}, {status}):\n{}",
+                    "child {n} never printed {wanted} for {url} ({e:?}, {status}):\n{}",
                     errors.join().unwrap_or_default()
                 );
             }
@@ -180,7 +190,7 @@ struct Target<'a> {
     /// gone (a COMMIT the child sent before it died still completes on the server), and the
     /// driver's URL parameter that names each child's backend.
     postgres: Option<sqlx::PgPool>,
-    /// Kill delays after `READY` fall below this.
+    /// Kill delays after the first commit fall below this.
     max_delay: Duration,
     /// Children alive at once (each on its own session).
     lanes: u64,
@@ -230,13 +240,15 @@ fn kill_and_check(
     tally: &mut Tally,
 ) {
     let rows = 5 + (rng.next() % 60) as usize;
-    // One time in eight right after the store opened, to hit the first save too.
-    let delay = if rng.next().is_multiple_of(8) {
-        Duration::ZERO
+    // One time in eight right after the store opened (the first save in flight), else at a
+    // random moment after the first commit, however long the machine took to get there.
+    let (after_first_commit, delay) = if rng.next().is_multiple_of(8) {
+        (false, Duration::ZERO)
     } else {
-        Duration::from_micros(rng.next() % target.max_delay.as_micros() as u64)
+        let us = rng.next() % target.max_delay.as_micros() as u64;
+        (true, Duration::from_micros(us))
     };
-    let reported = kill_one(&target.child_url(n), n, rows, delay);
+    let reported = kill_one(&target.child_url(n), n, rows, after_first_commit, delay);
     target.settle(rt, n);
     let id = session_for(n).id().clone();
     let loaded = match rt.block_on(store.load(&id)) {
@@ -364,13 +376,13 @@ fn sigkill_postgres_writers_at_random_points() {
     let pool = runtime()
         .block_on(sqlx::PgPool::connect(&base))
         .expect("connect");
-    // A first save takes ~60 ms on PostgreSQL (a SQLite one ~1 ms) and each round ~6 ms:
-    // the delays span the whole write; four children at a time keep the test short.
+    // A round takes ~6 ms on PostgreSQL (well under 1 ms on SQLite): the delays span the
+    // whole write; eight children at a time keep the test short.
     let target = Target {
         url: &url,
         postgres: Some(pool),
-        max_delay: Duration::from_millis(300),
-        lanes: 4,
+        max_delay: Duration::from_millis(150),
+        lanes: 8,
     };
     let summary = kill_writers(&target, 0x5EED_1234_ABCD_0002);
     eprintln!("{summary}");

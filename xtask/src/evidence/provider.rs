@@ -154,7 +154,7 @@ pub fn live_provider_run() -> Packet {
 }
 
 /// Builds example `name` of the openrath crate and returns its executable.
-fn example_executable(name: &str) -> Result<std::path::PathBuf> {
+pub(super) fn example_executable(name: &str) -> Result<std::path::PathBuf> {
     let out = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["build", "-q", "-p", "openrath", "--example", name])
         .arg("--message-format=json")

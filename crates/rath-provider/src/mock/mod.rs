@@ -237,6 +237,7 @@ impl From<MockFault> for MockStep {
 }
 
 pub mod host;
+pub mod workload;
 
 use host::{HostShared, MockHost, cut_json, json_response, raw_response, sse_response};
 

@@ -43,19 +43,45 @@ impl Provider for OneCall {
     }
 }
 
+/// Thinks for [`SLOW_MS`] before answering `slow done`: a run a shutdown catches in flight.
+#[derive(Debug)]
+struct Slow;
+
+/// How long [`Slow`] thinks.
+pub const SLOW_MS: u64 = 1500;
+
+#[async_trait]
+impl Provider for Slow {
+    fn name(&self) -> &str {
+        "slow"
+    }
+    async fn complete(&self, req: &ProviderRequest) -> Result<ProviderResponse, ProviderError> {
+        tokio::time::sleep(Duration::from_millis(SLOW_MS)).await;
+        ScriptedProvider::new(vec![ScriptedResponse::text("slow done")])
+            .complete(req)
+            .await
+    }
+    fn manifest(&self) -> ProviderManifest {
+        ProviderManifest::new("slow")
+    }
+}
+
 #[derive(serde::Deserialize, schemars::JsonSchema)]
 struct Args {
     text: String,
 }
 
 /// `echo` answers `hello`; `gated` stops on an approval-gated `record` call, then answers
-/// `done`.
+/// `done`; `slow` thinks for [`SLOW_MS`], then answers `slow done`.
 pub fn registry() -> WorkflowRegistry {
     WorkflowRegistry::new()
         .register("echo", "echo v1", |scope| {
             let model =
                 scope.provider(ScriptedProvider::new(vec![ScriptedResponse::text("hello")]));
             Ok(Arc::new(Agent::new("greeter", "Greet.", model)) as SharedWorkflow)
+        })
+        .register("slow", "slow v1", |scope| {
+            Ok(Arc::new(Agent::new("thinker", "Think.", scope.provider(Slow))) as SharedWorkflow)
         })
         .register("gated", "gated v1: record needs approval", |scope| {
             let record = typed_tool(
