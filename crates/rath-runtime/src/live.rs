@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use rath_flow::{FlowError, SessionSink};
+use rath_flow::{CancellationToken, FlowError, SessionSink};
 use rath_persist::{Fence, PersistError, SessionStore, Write, WriteBatch};
 use rath_session::{ChunkKind, Session, SessionId, Stamper};
 use tokio::sync::mpsc;
@@ -47,6 +47,11 @@ pub(crate) struct LiveReport {
 #[derive(Debug)]
 pub(crate) struct LiveSink {
     tx: mpsc::UnboundedSender<Option<Session>>,
+    /// The claim's cancellation: once the attempt is stopping (a call found ambiguous, a
+    /// fence, the deadline, a shutdown), what the workflow still reports is the stop's
+    /// artefact (an interrupted round, a tool answered with the stop's error), not part of
+    /// the run: the next claim or the worker's final persist writes what the run keeps.
+    stopping: CancellationToken,
 }
 
 impl LiveSink {
@@ -54,7 +59,9 @@ impl LiveSink {
         // A session closed with a `run_failure` chunk is left to the worker: whether it is
         // the session's last word depends on how the attempt ends (a run taken over, put in
         // review or handed back continues the same session on its next claim).
-        if s.last().is_some_and(|c| c.kind() == ChunkKind::RunFailure) {
+        if self.stopping.is_cancelled()
+            || s.last().is_some_and(|c| c.kind() == ChunkKind::RunFailure)
+        {
             return Ok(());
         }
         // The writer ends after a fence (then the heartbeat or the next journal write stops
@@ -87,6 +94,7 @@ pub(crate) fn start(
     sessions: Arc<dyn SessionStore>,
     runs: RunStore,
     lease: Lease,
+    stopping: CancellationToken,
 ) -> (Arc<LiveSink>, tokio::task::JoinHandle<LiveReport>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let writer = Writer {
@@ -96,7 +104,10 @@ pub(crate) fn start(
         stored: HashMap::new(),
         report: LiveReport::default(),
     };
-    (Arc::new(LiveSink { tx }), tokio::spawn(writer.drain(rx)))
+    (
+        Arc::new(LiveSink { tx, stopping }),
+        tokio::spawn(writer.drain(rx)),
+    )
 }
 
 struct Writer {

@@ -324,12 +324,14 @@ impl Worker {
         // Sessions are written as they grow on transactional stores (SQL); a directory of
         // files rewrites a session per write and a killed writer leaves a partial file, so
         // there the session is written when the attempt ends.
-        let live = self
-            .rt
-            .sessions
-            .capabilities()
-            .atomic_batch
-            .then(|| crate::live::start(self.rt.sessions.clone(), runs.clone(), lease.clone()));
+        let live = self.rt.sessions.capabilities().atomic_batch.then(|| {
+            crate::live::start(
+                self.rt.sessions.clone(),
+                runs.clone(),
+                lease.clone(),
+                cancel.clone(),
+            )
+        });
         let mut cx = FlowContext::new().with_cancel(cancel.clone());
         if let Some((sink, _)) = &live {
             cx = cx.with_shared_sink(sink.clone());
