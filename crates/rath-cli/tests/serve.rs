@@ -38,6 +38,21 @@ fn served_at(lines: &mut impl Iterator<Item = std::io::Result<String>>) -> Strin
     panic!("rath serve exited without announcing its address");
 }
 
+/// The status of `GET http://{addr}{path}`, with `key` as the bearer token when given.
+fn get(addr: &str, path: &str, key: Option<&str>) -> u16 {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut req = reqwest::Client::new().get(format!("http://{addr}{path}"));
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        req.send().await.unwrap().status().as_u16()
+    })
+}
+
 /// A `rath serve` on SQLite files in `dir`, with `env` (stderr piped).
 fn serve(dir: &std::path::Path, env: &[(&str, &str)]) -> std::process::Child {
     let runs = format!("sqlite:{}", dir.join("runs.db").display());
@@ -101,43 +116,16 @@ fn keys_mint_list_revoke_and_a_served_api_stops_on_sigterm() {
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let addr = served_at(&mut lines);
 
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let http = reqwest::Client::new();
-        let ready = http
-            .get(format!("http://{addr}/health/ready"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(ready.status(), 200);
-        let page = http
-            .get(format!("http://{addr}/v1/sessions"))
-            .bearer_auth(&secret)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(page.status(), 200);
-        let none = http
-            .get(format!("http://{addr}/v1/sessions"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(none.status(), 401);
-    });
+    assert_eq!(get(&addr, "/health/ready", None), 200);
+    assert_eq!(get(&addr, "/v1/sessions", Some(&secret)), 200);
+    assert_eq!(get(&addr, "/v1/sessions", None), 401);
     let (code, _, _) = rath(&["keys", "revoke", "--runs", &runs, &id]);
     assert_eq!(code, 0);
-    rt.block_on(async {
-        let page = reqwest::Client::new()
-            .get(format!("http://{addr}/v1/sessions"))
-            .bearer_auth(&secret)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(page.status(), 401, "a revoked key is refused at once");
-    });
+    assert_eq!(
+        get(&addr, "/v1/sessions", Some(&secret)),
+        401,
+        "a revoked key is refused at once"
+    );
 
     // SIGTERM: a graceful shutdown, exit 0.
     let status = stop(&mut child);
@@ -170,26 +158,11 @@ fn request_spans_reach_a_real_collector() {
     );
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let addr = served_at(&mut lines);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let http = reqwest::Client::new();
-        let live = http
-            .get(format!("http://{addr}/health/live"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(live.status(), 200);
-        let refused = http
-            .get(format!("http://{addr}/v1/sessions/sess_nope"))
-            .bearer_auth("rath_not_a_key")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(refused.status(), 401);
-    });
+    assert_eq!(get(&addr, "/health/live", None), 200);
+    assert_eq!(
+        get(&addr, "/v1/sessions/sess_nope", Some("rath_not_a_key")),
+        401
+    );
     assert!(stop(&mut child).success());
 
     let spans = phoenix::phoenix_spans(&url, &project, |s| {
