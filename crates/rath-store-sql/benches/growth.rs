@@ -25,8 +25,11 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use rath_persist::{SessionStore, Store};
-use rath_session::{Chunk, Lineage, Session, Stamper, ToolCall};
+use rath_session::{Chunk, Session, Stamper};
 use rath_store_sql::{PgStore, SqliteStore};
+
+#[path = "common/sessions.rs"]
+mod sessions;
 use serde_json::{Value, json};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -342,33 +345,6 @@ struct ForkBytes {
     bytes: u64,
 }
 
-/// The benches' 4-shape rows (`rath-persist`'s `persist` bench).
-fn bench_rows(n: usize) -> Vec<Chunk> {
-    (0..n)
-        .map(|i| match i % 4 {
-            0 => Chunk::user(format!("user message number {i}: please do the thing")),
-            1 => Chunk::assistant(
-                None,
-                Some(vec![ToolCall::function(
-                    format!("call_{i}"),
-                    "echo",
-                    format!("{{\"text\": \"payload {i}\"}}"),
-                )]),
-            ),
-            2 => Chunk::tool_result(
-                format!("call_{}", i - 1),
-                "echo",
-                format!("{{\"echo\": \"payload {i}\"}}"),
-            ),
-            _ => Chunk::assistant_text(format!("assistant reply {i}, all done")),
-        })
-        .collect()
-}
-
-fn base_session(n: usize) -> Session {
-    Session::from_chunks(bench_rows(n), Lineage::implicit(), Stamper::counter())
-}
-
 async fn fork_bytes_sqlite(base: &Session) -> Result<ForkBytes> {
     let side = SqliteSide::open().await?;
     side.store.save(base).await?;
@@ -468,7 +444,7 @@ async fn forks(plan: &Plan, pg_url: Option<&str>) -> Result<Vec<Value>> {
     let mut out = Vec::new();
     for &n in &plan.fork_sizes {
         eprintln!("growth: fork bytes at {n} chunks");
-        let base = base_session(n);
+        let base = sessions::of(n);
         let sqlite = fork_bytes_sqlite(&base).await?;
         let pg = match pg_url {
             Some(url) => Some(fork_bytes_pg(url, &base).await?),

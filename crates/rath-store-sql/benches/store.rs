@@ -14,8 +14,10 @@
 use std::sync::OnceLock;
 
 use rath_persist::{SessionStore, Store};
-use rath_session::{Chunk, Lineage, Session, Stamper, ToolCall};
 use rath_store_sql::{PgStore, SqliteStore};
+
+#[path = "common/sessions.rs"]
+mod sessions;
 
 fn main() {
     divan::main();
@@ -35,32 +37,6 @@ fn rt() -> &'static tokio::runtime::Runtime {
             .build()
             .expect("tokio runtime")
     })
-}
-
-fn rows(n: usize) -> Vec<Chunk> {
-    (0..n)
-        .map(|i| match i % 4 {
-            0 => Chunk::user(format!("user message number {i}: please do the thing")),
-            1 => Chunk::assistant(
-                None,
-                Some(vec![ToolCall::function(
-                    format!("call_{i}"),
-                    "echo",
-                    format!("{{\"text\": \"payload {i}\"}}"),
-                )]),
-            ),
-            2 => Chunk::tool_result(
-                format!("call_{}", i - 1),
-                "echo",
-                format!("{{\"echo\": \"payload {i}\"}}"),
-            ),
-            _ => Chunk::assistant_text(format!("assistant reply {i}, all done")),
-        })
-        .collect()
-}
-
-fn session_of(n: usize) -> Session {
-    Session::from_chunks(rows(n), Lineage::implicit(), Stamper::counter())
 }
 
 /// A fresh SQLite store in a temporary directory (kept alive by the returned guard).
@@ -118,7 +94,7 @@ fn drop_schema(url: &str) {
 
 /// Times `store.load` of a persisted `n`-chunk session.
 fn bench_load(bencher: divan::Bencher, store: &dyn SessionStore, n: usize) {
-    let s = session_of(n);
+    let s = sessions::of(n);
     rt().block_on(store.save(&s)).expect("save");
     bencher.bench_local(|| {
         let l = rt().block_on(store.load(s.id())).expect("load");
@@ -152,7 +128,7 @@ fn load_postgres(bencher: divan::Bencher, n: usize) {
 /// Times saving a fork (a fresh id, parent = the stored session) of a persisted `n`-chunk
 /// session; every sample is a new fork row.
 fn bench_fork(bencher: divan::Bencher, store: &dyn SessionStore, n: usize) {
-    let base = session_of(n);
+    let base = sessions::of(n);
     rt().block_on(store.save(&base)).expect("save the base");
     bencher.with_inputs(|| base.fork()).bench_local_values(|f| {
         let r = rt().block_on(store.save(&f)).expect("save the fork");
