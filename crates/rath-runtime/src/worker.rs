@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rath_flow::{CancellationToken, FlowContext, FlowError};
-use rath_persist::{Fence, Write, WriteBatch};
+use rath_persist::{Fence, PersistError, Write, WriteBatch};
 use rath_session::{Session, Stamper};
 use tracing::Instrument as _;
 use tracing::field::Empty;
@@ -136,6 +136,27 @@ fn record_error(span: &tracing::Span, e: &RuntimeError) {
 }
 
 /// Milliseconds as a span field (`i64`: OpenTelemetry has no unsigned integer).
+/// True when `e` says the lease has passed to another worker (from the run store or from a
+/// session store that checks fences).
+fn is_fenced(e: &RuntimeError) -> bool {
+    matches!(
+        e,
+        RuntimeError::Fenced { .. } | RuntimeError::Persist(PersistError::Fenced { .. })
+    )
+}
+
+/// True when `e` is a store that did not answer (an I/O failure, a lock held too long, a
+/// database that refused or dropped the connection): worth trying again later as it is.
+fn is_outage(e: &RuntimeError) -> bool {
+    matches!(
+        e,
+        RuntimeError::Db { .. }
+            | RuntimeError::Persist(
+                PersistError::Io { .. } | PersistError::Locked { .. } | PersistError::Backend { .. }
+            )
+    )
+}
+
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
@@ -294,11 +315,15 @@ impl Worker {
             return self.fail_final(lease, &e).await;
         }
         let from = run.resume_session.as_deref().unwrap_or(&run.input_session);
-        let loaded = self
+        let loaded = match self
             .rt
             .sessions
             .load(&rath_session::SessionId::new(from))
-            .await?;
+            .await
+        {
+            Ok(l) => l,
+            Err(e) => return self.store_failed(lease, &run, e.into()).await,
+        };
         // A retry after a failure writes a session of its own (the failed attempt's stays
         // stored as far as it got); a resume after a crash mints the same ids again.
         let stamper = Stamper::seeded(
@@ -352,9 +377,18 @@ impl Worker {
             return Ok(Outcome::Fenced);
         }
         if timed_out.load(Ordering::SeqCst) && out.is_err() {
-            self.persist_failed(lease, out.as_ref().err()).await?;
+            let stored = self.persist_failed(lease, out.as_ref().err()).await;
+            let detail = match &stored {
+                Ok(()) => "deadline passed while running".to_string(),
+                Err(e) => format!("deadline passed while running; its session was not stored: {e}"),
+            };
+            if let Err(e) = stored
+                && is_fenced(&e)
+            {
+                return Ok(Outcome::Fenced);
+            }
             let to = Transition {
-                detail: Some("deadline passed while running"),
+                detail: Some(&detail),
                 ..Transition::to(RunStatus::TimedOut)
             };
             self.release(lease, to).await?;
@@ -370,7 +404,9 @@ impl Worker {
         }
         match out {
             Ok(out) => {
-                self.persist(lease, &out).await?;
+                if let Err(e) = self.persist(lease, &out).await {
+                    return self.store_failed(lease, &run, e).await;
+                }
                 let id = out.id().to_string();
                 let status = if out.pending().is_empty() {
                     RunStatus::Succeeded
@@ -415,8 +451,53 @@ impl Worker {
         run: &Run,
         e: &FlowError,
     ) -> Result<Outcome, RuntimeError> {
-        self.persist_failed(lease, Some(e)).await?;
-        let text = e.to_string();
+        let text = match self.persist_failed(lease, Some(e)).await {
+            Ok(()) => e.to_string(),
+            Err(stored) if is_fenced(&stored) => return Ok(Outcome::Fenced),
+            Err(stored) => format!("{e}; the failed attempt's session was not stored: {stored}"),
+        };
+        self.retry_or_fail(lease, run, &text).await
+    }
+
+    /// A session-store failure on the way in (loading the run's session) or out (storing
+    /// its result). Left unanswered, the error would end the attempt with the lease still
+    /// held, and every later claim would meet it again: so a fence is a lost lease, an
+    /// outage (the store did not answer) hands the run back for a later claim without
+    /// spending an attempt, and anything else (a session that cannot be loaded or stored)
+    /// is a failed attempt under the run's retry policy.
+    async fn store_failed(
+        &self,
+        lease: &Lease,
+        run: &Run,
+        e: RuntimeError,
+    ) -> Result<Outcome, RuntimeError> {
+        if is_fenced(&e) {
+            return Ok(Outcome::Fenced);
+        }
+        let text = format!("session store: {e}");
+        tracing::warn!(run = %run.id, error = %e, "session store failed");
+        if is_outage(&e) {
+            let wait = run.options.retry.delay_after(1);
+            let wait = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
+            let to = Transition {
+                detail: Some(&text),
+                not_before_ms: Some(now_ms().saturating_add(wait)),
+                ..Transition::to(RunStatus::Queued)
+            };
+            self.release(lease, to).await?;
+            return Ok(Outcome::Moved(RunStatus::Queued));
+        }
+        self.retry_or_fail(lease, run, &text).await
+    }
+
+    /// Ends a failed attempt: queued again after the policy's backoff while attempts are
+    /// left, failed for good after the last.
+    async fn retry_or_fail(
+        &self,
+        lease: &Lease,
+        run: &Run,
+        text: &str,
+    ) -> Result<Outcome, RuntimeError> {
         let policy = run.options.retry;
         let failures = run.failures + 1;
         let retry = policy.retries_after(failures);
@@ -427,7 +508,7 @@ impl Worker {
         };
         let wait = i64::try_from(policy.delay_after(failures).as_millis()).unwrap_or(i64::MAX);
         let to = Transition {
-            detail: Some(&text),
+            detail: Some(text),
             failed: true,
             not_before_ms: retry.then(|| now_ms().saturating_add(wait)),
             ..Transition::to(status)

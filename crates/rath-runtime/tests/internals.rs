@@ -248,6 +248,39 @@ async fn a_run_whose_retries_are_spent_fails() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_session_store_failure_ends_the_attempt_instead_of_holding_the_lease() {
+    let env = env().await;
+    let id = env.submit(3, RunOptions::default().retry(2)).await;
+    let input = env.rt.runs().get(&id).await.unwrap().input_session;
+    // The run's input is gone before a worker claims it: loading it fails for good.
+    assert!(env.sessions.delete(&SessionId::new(&input)).await.unwrap());
+    let w = env.worker();
+    // Each attempt ends with the lease let go (before, the error left the run `running`
+    // under a lease that every later claim met again once it expired).
+    assert_eq!(
+        w.run_once().await.unwrap().unwrap().1,
+        Outcome::Moved(RunStatus::Queued)
+    );
+    let run = env.rt.runs().get(&id).await.unwrap();
+    assert_eq!((run.status, run.failures), (RunStatus::Queued, 1));
+    tokio::time::sleep(Duration::from_millis(
+        u64::try_from(run.not_before_ms - now_ms()).unwrap_or(0) + 20,
+    ))
+    .await;
+    assert_eq!(
+        w.run_once().await.unwrap().unwrap().1,
+        Outcome::Moved(RunStatus::Failed)
+    );
+    let run = env.rt.runs().get(&id).await.unwrap();
+    assert_eq!((run.status, run.failures), (RunStatus::Failed, 2));
+    let detail = run.detail.unwrap();
+    assert!(detail.starts_with("session store:"), "{detail}");
+    assert!(detail.contains(&input), "the detail names the session: {detail}");
+    assert_eq!(env.ctl.calls.load(Ordering::SeqCst), 0, "no model call was made");
+    assert!(w.run_once().await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_queued_run_past_its_deadline_times_out() {
     let env = env().await;
     let swept = env
