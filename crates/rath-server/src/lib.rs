@@ -33,7 +33,12 @@
 //!   `.../lineage?format=jsonl|dot|mermaid`, `POST .../fork|detach|merge`, `GET .../export`;
 //! - runs: `GET|POST /v1/runs`, `GET /v1/runs/{id}`, `POST .../wait|cancel`,
 //!   `GET .../events` (SSE, `Last-Event-ID`), `GET .../interrupts`,
-//!   `POST .../interrupts/{call_id}`.
+//!   `POST .../interrupts/{call_id}`;
+//! - the LangGraph-compatible subset ([`langgraph`], `x-api-key` or a bearer key):
+//!   `POST /assistants/search`, `GET /assistants/{id}`, `POST /threads`,
+//!   `GET /threads/{id}`, `.../state`, `POST .../history`, `GET|POST .../runs`,
+//!   `POST .../runs/stream|wait`, `GET .../runs/{run_id}`, `.../join`, `.../stream`,
+//!   `POST .../runs/{run_id}/cancel`.
 //!
 //! **Tenants.** A key belongs to one tenant and reaches only that tenant's sessions and runs:
 //! another tenant's id answers 404, exactly as an id that does not exist. Ownership lives in
@@ -48,6 +53,7 @@ mod auth;
 mod db;
 mod error;
 mod extract;
+pub mod langgraph;
 mod metrics;
 mod ops;
 mod runs;
@@ -68,13 +74,14 @@ use rath_session::Stamper;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use utoipa::OpenApi;
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use auth::{Admin, RateLimit};
 pub use db::{KeyInfo, MIGRATIONS, MintedKey, Principal, SCHEMA_VERSION, ServerDb, key_hash};
 pub use error::{ErrorBody, ErrorDetail, ServerError};
+pub use langgraph::langgraph_messages;
 pub use ops::{Health, NewKey};
 pub use runs::{Decision, EventData, NewRun, RunPage, RunResult, RunView};
 pub use sessions::{
@@ -105,6 +112,9 @@ pub struct ServerConfig {
     /// On shutdown, how long an embedded worker's in-flight runs may go on before they are
     /// handed back to the queue.
     pub grace: Duration,
+    /// The silence after which a LangGraph event stream sends a `: heartbeat` comment and a
+    /// LangGraph `wait`/`join` a `\n` (default 5 s, as LangGraph's server).
+    pub heartbeat: Duration,
 }
 
 impl Default for ServerConfig {
@@ -119,6 +129,7 @@ impl Default for ServerConfig {
             poll: Duration::from_millis(50),
             wait_max: Duration::from_secs(60),
             grace: Duration::from_secs(10),
+            heartbeat: Duration::from_secs(5),
         }
     }
 }
@@ -132,6 +143,9 @@ pub(crate) struct AppState {
     pub(crate) limiter: auth::Limiter,
     pub(crate) metrics: metrics::Metrics,
     pub(crate) shutdown: CancellationToken,
+    /// When the server was made (ms since the Unix epoch; 0 with a deterministic stamper,
+    /// so deterministic output stays byte-identical): the assistants' creation time.
+    pub(crate) started_ms: i64,
 }
 
 /// The agent server: a runtime, the server's tables and its configuration.
@@ -156,6 +170,10 @@ impl utoipa::Modify for BearerAuth {
         components.add_security_scheme(
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        components.add_security_scheme(
+            "api_key",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("x-api-key"))),
         );
     }
 }
@@ -182,6 +200,7 @@ fn api_router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(runs::interrupts))
         .routes(routes!(runs::decide))
         .routes(routes!(runs::events))
+        .merge(langgraph::router())
 }
 
 /// The OpenAPI document of every route, generated from the handlers (what
@@ -237,10 +256,15 @@ impl Server {
             state: Arc::new(AppState {
                 runtime,
                 db,
-                config,
                 limiter: auth::Limiter::default(),
                 metrics: metrics::Metrics::default(),
                 shutdown: CancellationToken::new(),
+                started_ms: if config.stamper.is_deterministic() {
+                    0
+                } else {
+                    rath_runtime::now_ms()
+                },
+                config,
             }),
         }
     }
