@@ -215,9 +215,11 @@ pub fn openapi() -> serde_json::Value {
 fn complete(api: utoipa::openapi::OpenApi) -> serde_json::Value {
     use serde_json::{Value, json};
     let mut doc = serde_json::to_value(api).unwrap_or_default();
-    let error = |what: &str| {
+    // The LangGraph-compatible routes answer errors as `{"detail"}`, read any content type
+    // as JSON (no 415) and refuse a bad path or query with a 400.
+    let error = |what: &str, schema: &str| {
         json!({"description": what, "content": {"application/json": {
-            "schema": {"$ref": "#/components/schemas/ErrorBody"}}}})
+            "schema": {"$ref": format!("#/components/schemas/{schema}")}}}})
     };
     let keyed = [
         ("401", "No key, or an unknown or revoked key"),
@@ -242,17 +244,25 @@ fn complete(api: utoipa::openapi::OpenApi) -> serde_json::Value {
                 .and_then(Value::as_array)
                 .is_some_and(|s| !s.is_empty());
             let body = op.contains_key("requestBody");
+            let lg = op
+                .get("tags")
+                .and_then(Value::as_array)
+                .is_some_and(|t| t.iter().any(|t| t == "langgraph"));
+            let schema = if lg { "LgErrorBody" } else { "ErrorBody" };
             let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else {
                 continue;
             };
+            let bad_path = ("400", "A path or query parameter that is not one");
             let shared = keyed
                 .iter()
                 .filter(|_| secured)
-                .chain(with_body.iter().filter(|_| body));
+                .chain(with_body.iter().filter(|_| body))
+                .chain(std::iter::once(&bad_path).filter(|_| lg && secured))
+                .filter(|(status, _)| !(lg && *status == "415"));
             for (status, what) in shared {
                 responses
                     .entry(status.to_string())
-                    .or_insert_with(|| error(what));
+                    .or_insert_with(|| error(what, schema));
             }
             for response in responses.values_mut() {
                 let Some(stream) = response

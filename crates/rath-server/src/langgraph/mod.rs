@@ -188,6 +188,21 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for LgJson<T> {
     }
 }
 
+/// Path parameters; a bad one is a 400 in this API's error shape.
+#[derive(Debug)]
+pub(crate) struct LgPath<T>(pub(crate) T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for LgPath<T> {
+    type Rejection = LgError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| LgPath(p.0))
+            .map_err(|e| LgError(ServerError::BadRequest(e.body_text())))
+    }
+}
+
 /// A UUID-shaped id (version 8: "custom") from the sha256 of `parts`: the same parts give
 /// the same id on every call, in every process.
 pub(crate) fn derived_uuid(parts: &[&str]) -> String {

@@ -19,9 +19,8 @@ use utoipa::ToSchema;
 
 use super::convert::{self, settled};
 use super::threads::{self, Loaded, assistant_id, interrupts, reached, resolve};
-use super::{LgError, LgErrorBody, LgJson, LgPrincipal, not_found, rfc3339, unprocessable};
+use super::{LgError, LgErrorBody, LgJson, LgPath, LgPrincipal, not_found, rfc3339, unprocessable};
 use crate::db::{Principal, ThreadRunRow};
-use crate::extract::ApiPath;
 use crate::{AppState, ServerError};
 
 /// A new run on a thread (other keys, such as `config`, `context`, `stream_subgraphs`,
@@ -287,7 +286,7 @@ async fn continue_state(
 pub(crate) async fn create(
     State(state): State<Arc<AppState>>,
     LgPrincipal(who): LgPrincipal,
-    ApiPath(tid): ApiPath<String>,
+    LgPath(tid): LgPath<String>,
     LgJson(req): LgJson<RunCreate>,
 ) -> Result<Response, LgError> {
     let sub = submit(&state, &who, &tid, req).await?;
@@ -310,7 +309,7 @@ pub(crate) async fn create(
 pub(crate) async fn list(
     State(state): State<Arc<AppState>>,
     LgPrincipal(who): LgPrincipal,
-    ApiPath(tid): ApiPath<String>,
+    LgPath(tid): LgPath<String>,
 ) -> Result<axum::Json<Vec<LgRun>>, LgError> {
     let t = threads::load(&state, &who.tenant, &tid).await?;
     let mut out = Vec::new();
@@ -344,7 +343,7 @@ async fn thread_run(
 pub(crate) async fn get(
     State(state): State<Arc<AppState>>,
     LgPrincipal(who): LgPrincipal,
-    ApiPath((tid, rid)): ApiPath<(String, String)>,
+    LgPath((tid, rid)): LgPath<(String, String)>,
 ) -> Result<axum::Json<LgRun>, LgError> {
     let (row, run) = thread_run(&state, &who, &tid, &rid).await?;
     Ok(axum::Json(run_view(&state, &row, &run).await?))
@@ -522,7 +521,7 @@ fn stream_response(follow: Follow, tid: &str, rid: &str) -> Response {
 pub(crate) async fn stream(
     State(state): State<Arc<AppState>>,
     LgPrincipal(who): LgPrincipal,
-    ApiPath(tid): ApiPath<String>,
+    LgPath(tid): LgPath<String>,
     LgJson(req): LgJson<RunCreate>,
 ) -> Result<Response, LgError> {
     let sub = submit(&state, &who, &tid, req).await?;
@@ -542,7 +541,7 @@ pub(crate) async fn stream(
 pub(crate) async fn join_stream(
     State(state): State<Arc<AppState>>,
     LgPrincipal(who): LgPrincipal,
-    ApiPath((tid, rid)): ApiPath<(String, String)>,
+    LgPath((tid, rid)): LgPath<(String, String)>,
 ) -> Result<Response, LgError> {
     let (row, run) = thread_run(&state, &who, &tid, &rid).await?;
     let modes = serde_json::from_str::<Value>(&row.kwargs)
@@ -666,7 +665,7 @@ fn waiting_response(state: Arc<AppState>, tid: &str, rid: &str) -> Response {
 pub(crate) async fn wait(
     State(state): State<Arc<AppState>>,
     LgPrincipal(who): LgPrincipal,
-    ApiPath(tid): ApiPath<String>,
+    LgPath(tid): LgPath<String>,
     LgJson(req): LgJson<RunCreate>,
 ) -> Result<Response, LgError> {
     let sub = submit(&state, &who, &tid, req).await?;
@@ -684,7 +683,7 @@ pub(crate) async fn wait(
 pub(crate) async fn join(
     State(state): State<Arc<AppState>>,
     LgPrincipal(who): LgPrincipal,
-    ApiPath((tid, rid)): ApiPath<(String, String)>,
+    LgPath((tid, rid)): LgPath<(String, String)>,
 ) -> Result<Response, LgError> {
     thread_run(&state, &who, &tid, &rid).await?;
     Ok(waiting_response(state.clone(), &tid, &rid))
@@ -705,7 +704,7 @@ pub(crate) async fn join(
 pub(crate) async fn cancel(
     State(state): State<Arc<AppState>>,
     LgPrincipal(who): LgPrincipal,
-    ApiPath((tid, rid)): ApiPath<(String, String)>,
+    LgPath((tid, rid)): LgPath<(String, String)>,
     query: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> Result<Response, LgError> {
     let Query(q) = query.map_err(|e| LgError(ServerError::BadRequest(e.body_text())))?;

@@ -10,10 +10,9 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use super::convert::{self, settled};
-use super::{LgError, LgErrorBody, LgJson, LgPrincipal, derived_uuid, not_found, rfc3339};
+use super::{LgError, LgErrorBody, LgJson, LgPath, LgPrincipal, derived_uuid, not_found, rfc3339};
 use crate::AppState;
 use crate::db::{ThreadRow, ThreadRunRow};
-use crate::extract::ApiPath;
 
 /// An assistant: a registered workflow.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -122,7 +121,7 @@ pub(crate) async fn search_assistants(
 pub(crate) async fn get_assistant(
     State(state): State<Arc<AppState>>,
     _who: LgPrincipal,
-    ApiPath(id): ApiPath<String>,
+    LgPath(id): LgPath<String>,
 ) -> Result<axum::Json<Assistant>, LgError> {
     let def = resolve(&state, &id).ok_or_else(|| not_found("assistant", &id))?;
     Ok(axum::Json(assistant(&state, def)))
@@ -496,8 +495,10 @@ pub(crate) async fn create_thread(
         }
     };
     let id = match req.thread_id {
-        Some(id) if id.trim().is_empty() || id.len() > 128 => {
-            return Err(super::unprocessable("a thread id is 1 to 128 characters"));
+        Some(id) if id.trim().is_empty() || id.len() > 128 || id.chars().any(char::is_control) => {
+            return Err(super::unprocessable(
+                "a thread id is 1 to 128 characters, none a control character",
+            ));
         }
         Some(id) => id,
         None => derived_uuid(&["thread", &state.config.stamper.next_token("thread")]),
@@ -524,7 +525,7 @@ pub(crate) async fn create_thread(
 pub(crate) async fn get_thread(
     State(state): State<Arc<AppState>>,
     LgPrincipal(who): LgPrincipal,
-    ApiPath(tid): ApiPath<String>,
+    LgPath(tid): LgPath<String>,
 ) -> Result<axum::Json<Thread>, LgError> {
     let t = load(&state, &who.tenant, &tid).await?;
     Ok(axum::Json(thread_view(&state, &t).await?))
@@ -539,7 +540,7 @@ pub(crate) async fn get_thread(
 pub(crate) async fn get_state(
     State(state): State<Arc<AppState>>,
     LgPrincipal(who): LgPrincipal,
-    ApiPath(tid): ApiPath<String>,
+    LgPath(tid): LgPath<String>,
 ) -> Result<axum::Json<ThreadState>, LgError> {
     let t = load(&state, &who.tenant, &tid).await?;
     let mut states = checkpoints(&state, &t).await?;
@@ -582,7 +583,7 @@ fn checkpoint_id_of(v: &Value) -> Option<&str> {
 pub(crate) async fn history(
     State(state): State<Arc<AppState>>,
     LgPrincipal(who): LgPrincipal,
-    ApiPath(tid): ApiPath<String>,
+    LgPath(tid): LgPath<String>,
     LgJson(req): LgJson<HistoryRequest>,
 ) -> Result<axum::Json<Vec<ThreadState>>, LgError> {
     let t = load(&state, &who.tenant, &tid).await?;
