@@ -152,7 +152,9 @@ fn is_outage(e: &RuntimeError) -> bool {
         e,
         RuntimeError::Db { .. }
             | RuntimeError::Persist(
-                PersistError::Io { .. } | PersistError::Locked { .. } | PersistError::Backend { .. }
+                PersistError::Io { .. }
+                    | PersistError::Locked { .. }
+                    | PersistError::Backend { .. }
             )
     )
 }

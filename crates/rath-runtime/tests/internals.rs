@@ -275,8 +275,15 @@ async fn a_session_store_failure_ends_the_attempt_instead_of_holding_the_lease()
     assert_eq!((run.status, run.failures), (RunStatus::Failed, 2));
     let detail = run.detail.unwrap();
     assert!(detail.starts_with("session store:"), "{detail}");
-    assert!(detail.contains(&input), "the detail names the session: {detail}");
-    assert_eq!(env.ctl.calls.load(Ordering::SeqCst), 0, "no model call was made");
+    assert!(
+        detail.contains(&input),
+        "the detail names the session: {detail}"
+    );
+    assert_eq!(
+        env.ctl.calls.load(Ordering::SeqCst),
+        0,
+        "no model call was made"
+    );
     assert!(w.run_once().await.unwrap().is_none());
 }
 

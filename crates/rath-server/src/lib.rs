@@ -185,9 +185,84 @@ fn api_router() -> OpenApiRouter<Arc<AppState>> {
 }
 
 /// The OpenAPI document of every route, generated from the handlers (what
-/// `GET /openapi.json` serves).
-pub fn openapi() -> utoipa::openapi::OpenApi {
-    api_router().split_for_parts().1
+/// `GET /openapi.json` serves), with what every route shares written in once: the answers
+/// of the key check (401, 429) on every keyed route, those of the JSON body check (400,
+/// 413, 415, 422) on every route that takes one, and each event stream described per
+/// event (`id`, `event`, and `data` as JSON of the handler's schema).
+pub fn openapi() -> serde_json::Value {
+    complete(api_router().split_for_parts().1)
+}
+
+fn complete(api: utoipa::openapi::OpenApi) -> serde_json::Value {
+    use serde_json::{Value, json};
+    let mut doc = serde_json::to_value(api).unwrap_or_default();
+    let error = |what: &str| {
+        json!({"description": what, "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/ErrorBody"}}}})
+    };
+    let keyed = [
+        ("401", "No key, or an unknown or revoked key"),
+        (
+            "429",
+            "The key's rate limit is spent (`Retry-After` says when to retry)",
+        ),
+    ];
+    let with_body = [
+        ("400", "The body is not JSON"),
+        ("413", "The body is over the server's limit"),
+        ("415", "The body is not `application/json`"),
+        ("422", "JSON of the wrong shape"),
+    ];
+    let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else {
+        return doc;
+    };
+    for op in paths.values_mut().filter_map(Value::as_object_mut) {
+        for op in op.values_mut().filter_map(Value::as_object_mut) {
+            let secured = op
+                .get("security")
+                .and_then(Value::as_array)
+                .is_some_and(|s| !s.is_empty());
+            let body = op.contains_key("requestBody");
+            let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else {
+                continue;
+            };
+            let shared = keyed
+                .iter()
+                .filter(|_| secured)
+                .chain(with_body.iter().filter(|_| body));
+            for (status, what) in shared {
+                responses
+                    .entry(status.to_string())
+                    .or_insert_with(|| error(what));
+            }
+            for response in responses.values_mut() {
+                let Some(stream) = response
+                    .pointer_mut("/content/text~1event-stream")
+                    .and_then(Value::as_object_mut)
+                else {
+                    continue;
+                };
+                let data = stream.remove("schema").unwrap_or(json!({}));
+                stream.insert(
+                    "schema".into(),
+                    json!({
+                        "type": "object",
+                        "required": ["data"],
+                        "properties": {
+                            "id": {"type": "string", "description": "The event's id (`Last-Event-ID`)"},
+                            "event": {"type": "string", "description": "The event's kind"},
+                            "data": {
+                                "type": "string",
+                                "contentMediaType": "application/json",
+                                "contentSchema": data,
+                            },
+                        },
+                    }),
+                );
+            }
+        }
+    }
+    doc
 }
 
 async fn not_found() -> Response {
@@ -284,7 +359,7 @@ impl Server {
     /// when configured), for serving or for a test.
     pub fn router(&self) -> Result<Router, ServerError> {
         let (router, api) = api_router().split_for_parts();
-        let api = Arc::new(api);
+        let api = Arc::new(complete(api));
         let state = self.state.clone();
         let mut router = router
             .route(

@@ -433,7 +433,9 @@ fn tree_rows(rows: Vec<LineageRow>, id: &str) -> Vec<LineageRow> {
 #[utoipa::path(get, path = "/v1/sessions/{id}/lineage", tag = "sessions",
     security(("bearer" = [])),
     params(("id" = String, Path, description = "Any session of the tree"), LineageQuery),
-    responses((status = 200, description = "The rendering", body = String),
+    responses((status = 200, description = "The rendering: JSONL, DOT or Mermaid text",
+            content((String = "application/x-ndjson"), (String = "text/vnd.graphviz"),
+                (String = "text/plain"))),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody)))]
 pub(crate) async fn lineage(
