@@ -198,7 +198,7 @@ const PARALLEL_MIN_BYTES: usize = 256 * 1024;
 
 /// Where to split `bytes` for a two-thread parse: just after the first line break past the
 /// middle, or `bytes.len()` (no split) for small files or a single core.
-fn parallel_split(bytes: &[u8]) -> usize {
+pub(crate) fn parallel_split(bytes: &[u8]) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if bytes.len() < PARALLEL_MIN_BYTES || cores < 2 {
         return bytes.len();

@@ -17,6 +17,9 @@ macro_rules! sql_store {
         for_update: $for_update:expr,
         for_share: $for_share:expr,
         octets: $octets:expr,
+        docs_agg: $docs_agg:expr,
+        hash_in: $hash_in:expr,
+        hash_out: $hash_out:expr,
         kind: $kind:expr $(,)?
     ) => {
         use std::path::PathBuf;
@@ -34,6 +37,7 @@ macro_rules! sql_store {
             EncodedChunk, empty_digest, encode_from, encode_one, encode_state,
             prefix_digests,
         };
+        use crate::known::{Known, KnownSessions};
         use crate::schema::SCHEMA_VERSION;
 
         type Pool = sqlx::Pool<$db>;
@@ -41,6 +45,11 @@ macro_rules! sql_store {
 
         /// Rows per multi-row insert.
         const BATCH: usize = 400;
+
+        /// The SQL that turns parameter `p` (16 bytes) into a stored chunk address.
+        fn hash_in(p: &str) -> String {
+            $hash_in.replace("{}", p)
+        }
 
         pub(crate) fn backend(store: &str, op: &'static str, e: sqlx::Error) -> PersistError {
             PersistError::Backend {
@@ -124,8 +133,9 @@ macro_rules! sql_store {
 
         async fn stored_row(tx: &mut Tx, name: &str, id: &str) -> Result<Option<Stored>, PersistError> {
             let sql = format!(
-                "SELECT key, len, digest, last_hash, content, created_us FROM rath_sessions \
+                "SELECT key, len, digest, {} AS last_hash, content, created_us FROM rath_sessions \
                  WHERE id = $1{}",
+                $hash_out,
                 $for_update
             );
             let row = sqlx::query(&sql)
@@ -154,7 +164,8 @@ macro_rules! sql_store {
                     if i > 0 {
                         sql.push(',');
                     }
-                    sql.push_str(&format!("(${}, ${})", 2 * i + 1, 2 * i + 2));
+                    let hash = hash_in(&format!("${}", 2 * i + 1));
+                    sql.push_str(&format!("({hash}, ${})", 2 * i + 2));
                 }
                 sql.push_str(" ON CONFLICT (hash) DO NOTHING");
                 let mut q = sqlx::query(&sql);
@@ -181,7 +192,8 @@ macro_rules! sql_store {
                     if i > 0 {
                         sql.push(',');
                     }
-                    sql.push_str(&format!("($1, ${}, ${})", 2 * i + 2, 2 * i + 3));
+                    let hash = hash_in(&format!("${}", 2 * i + 3));
+                    sql.push_str(&format!("($1, ${}, {hash})", 2 * i + 2));
                 }
                 let mut q = sqlx::query(&sql).bind(key);
                 for (i, c) in part.iter().enumerate() {
@@ -229,7 +241,8 @@ macro_rules! sql_store {
             let n = digests.len() - 1;
             if n > 0 && best.is_none_or(|(_, l)| l < n) {
                 let sql = format!(
-                    "SELECT key FROM rath_sessions WHERE digest = $1 AND len = $2 LIMIT 1{}",
+                    "SELECT key FROM rath_sessions WHERE saved_digest = $1 AND digest = $1 \
+                     AND len = $2 LIMIT 1{}",
                     $for_share
                 );
                 let same: Option<i64> = sqlx::query_scalar(&sql)
@@ -256,21 +269,76 @@ macro_rules! sql_store {
             }
         }
 
-        /// A session not stored yet (or, when stored, the very same one: a no-op).
+        /// Sessions a write learned, remembered once it commits.
+        type Learned = Vec<(String, Known)>;
+
+        /// The base a remembered session offers `s`, when its row still has the remembered
+        /// length and digest: `(key, len, digest)`.
+        async fn remembered_base(
+            tx: &mut Tx,
+            name: &str,
+            known: &KnownSessions,
+            s: &Session,
+        ) -> Result<Option<(i64, usize, Vec<u8>)>, PersistError> {
+            let Some(k) = known.base_of(s) else {
+                return Ok(None);
+            };
+            let sql = format!(
+                "SELECT len, digest FROM rath_sessions WHERE key = $1{}",
+                $for_share
+            );
+            let row = sqlx::query(&sql)
+                .bind(k.key)
+                .fetch_optional(&mut **tx)
+                .await
+                .map_err(|e| backend(name, "read", e))?;
+            let Some(row) = row else { return Ok(None) };
+            let get = |e: sqlx::Error| backend(name, "read", e);
+            let len = row.try_get::<i64, _>("len").map_err(get)? as usize;
+            let digest: Vec<u8> = row.try_get("digest").map_err(get)?;
+            Ok((len == k.chunks.len() && digest == k.digest).then_some((k.key, len, digest)))
+        }
+
+        /// A session not stored yet (or, when stored, the very same one: a no-op). The
+        /// chunks it shares with a remembered session are neither encoded nor hashed.
         async fn save_new(
             tx: &mut Tx,
             name: &str,
+            known: &KnownSessions,
+            learned: &mut Learned,
             s: &Session,
             times: Times,
         ) -> Result<WriteReport, PersistError> {
             let id = s.id();
-            let chunks = encode_from(s, 0)?;
-            let digests = prefix_digests(empty_digest(), &chunks);
-            let digest = &digests[chunks.len()];
+            let (base, own, digest) = match remembered_base(tx, name, known, s).await? {
+                Some((key, len, start)) => {
+                    let own = encode_from(s, len)?;
+                    let mut digests = prefix_digests(start, &own);
+                    let digest = digests.pop().unwrap_or_else(empty_digest);
+                    (Some((key, len)), own, digest)
+                }
+                None => {
+                    let mut chunks = encode_from(s, 0)?;
+                    let digests = prefix_digests(empty_digest(), &chunks);
+                    let base = shared_base(tx, name, s, &digests).await?;
+                    let own = chunks.split_off(base.map_or(0, |(_, l)| l));
+                    let digest = digests.last().cloned().unwrap_or_else(empty_digest);
+                    (base, own, digest)
+                }
+            };
+            let digest = &digest;
             if let Some(row) = stored_row(tx, name, id.as_str()).await? {
                 let epoch = Timestamp::from_unix_micros(0);
                 let content = encode_state(s, epoch, None, digest)?.content;
                 if row.content == content {
+                    learned.push((
+                        id.to_string(),
+                        Known {
+                            key: row.key,
+                            digest: row.digest,
+                            chunks: s.chunks().clone(),
+                        },
+                    ));
                     return Ok(report(s, 0, true));
                 }
                 return Err(exists(name, id));
@@ -282,22 +350,30 @@ macro_rules! sql_store {
                 }
                 Times::Given(c, closed) => (c, closed),
             };
-            let base = shared_base(tx, name, s, &digests).await?;
             let base_len = base.map_or(0, |(_, l)| l);
-            let own = &chunks[base_len..];
-            let written = insert_chunks(tx, name, own).await?;
+            let written = insert_chunks(tx, name, &own).await?;
             let state = encode_state(s, created, closed, digest)?;
-            let insert = sqlx::query_scalar::<_, i64>(
-                "INSERT INTO rath_sessions (id, base_key, base_len, len, digest, last_hash, \
-                 content, created_us, header, trailer, failure, conversation, evidence) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING key",
-            )
+            let last_hash = match own.last() {
+                Some(c) => Some(c.hash.clone()),
+                None => match s.chunks().last() {
+                    Some(c) => Some(encode_one(c)?.hash),
+                    None => None,
+                },
+            };
+            let sql = format!(
+                "INSERT INTO rath_sessions (id, base_key, base_len, len, digest, saved_digest, \
+                 last_hash, content, created_us, header, trailer, failure, conversation, \
+                 evidence) VALUES ($1, $2, $3, $4, $5, $5, {}, $7, $8, $9, $10, $11, $12, $13) \
+                 RETURNING key",
+                hash_in("$6")
+            );
+            let insert = sqlx::query_scalar::<_, i64>(&sql)
             .bind(id.as_str())
             .bind(base.map(|(k, _)| k))
             .bind(base_len as i64)
-            .bind(chunks.len() as i64)
+            .bind(s.len() as i64)
             .bind(digest)
-            .bind(chunks.last().map(|c| c.hash.clone()))
+            .bind(last_hash)
             .bind(&state.content)
             .bind(created.unix_micros())
             .bind(&state.header)
@@ -312,7 +388,15 @@ macro_rules! sql_store {
                 Err(e) if is_unique_violation(&e) => return Err(exists(name, id)),
                 Err(e) => return Err(backend(name, "write session", e)),
             };
-            insert_refs(tx, name, key, base_len, own).await?;
+            insert_refs(tx, name, key, base_len, &own).await?;
+            learned.push((
+                id.to_string(),
+                Known {
+                    key,
+                    digest: digest.clone(),
+                    chunks: s.chunks().clone(),
+                },
+            ));
             Ok(report(s, written, false))
         }
 
@@ -326,6 +410,8 @@ macro_rules! sql_store {
         async fn append(
             tx: &mut Tx,
             name: &str,
+            known: &KnownSessions,
+            learned: &mut Learned,
             s: &Session,
             expected: usize,
         ) -> Result<WriteReport, PersistError> {
@@ -339,7 +425,7 @@ macro_rules! sql_store {
                 if expected != 0 {
                     return Err(conflict(None));
                 }
-                return match save_new(tx, name, s, Times::Now).await {
+                return match save_new(tx, name, known, learned, s, Times::Now).await {
                     Err(PersistError::Exists { .. }) => Err(conflict(Some(0))),
                     other => other,
                 };
@@ -372,11 +458,13 @@ macro_rules! sql_store {
             let created = Timestamp::from_unix_micros(row.created_us);
             let state = encode_state(s, created, Some(s.stamper().now()), digest)?;
             let last_hash = new.last().map(|c| c.hash.clone()).or(row.last_hash);
-            sqlx::query(
-                "UPDATE rath_sessions SET len = $1, digest = $2, last_hash = $3, content = $4, \
+            let sql = format!(
+                "UPDATE rath_sessions SET len = $1, digest = $2, last_hash = {}, content = $4, \
                  header = $5, trailer = $6, failure = $7, conversation = $8, evidence = $9 \
                  WHERE key = $10",
-            )
+                hash_in("$3")
+            );
+            sqlx::query(&sql)
             .bind(s.len() as i64)
             .bind(digest)
             .bind(last_hash)
@@ -390,6 +478,14 @@ macro_rules! sql_store {
             .execute(&mut **tx)
             .await
             .map_err(|e| backend(name, "write session", e))?;
+            learned.push((
+                s.id().to_string(),
+                Known {
+                    key: row.key,
+                    digest: digest.clone(),
+                    chunks: s.chunks().clone(),
+                },
+            ));
             Ok(report(s, written, false))
         }
 
@@ -425,8 +521,10 @@ macro_rules! sql_store {
         async fn write_in(
             pool: &Pool,
             name: &str,
+            known: &KnownSessions,
             batch: WriteBatch<'_>,
         ) -> Result<Vec<WriteReport>, PersistError> {
+            let mut learned = Learned::new();
             let mut tx = begin(pool, name, $begin_write).await?;
             exec(&mut tx, name, "lock", $write_lock).await?;
             if let Some(fence) = &batch.fence {
@@ -435,18 +533,20 @@ macro_rules! sql_store {
             let mut reports = Vec::with_capacity(batch.writes.len());
             for w in &batch.writes {
                 let r = match *w {
-                    Write::Save(s) => save_new(&mut tx, name, s, Times::Now).await?,
+                    Write::Save(s) => {
+                        save_new(&mut tx, name, known, &mut learned, s, Times::Now).await?
+                    }
                     Write::Restore(l) => {
                         let closed = l
                             .closed
                             .then(|| l.closed_at.unwrap_or_else(|| l.session.stamper().now()));
-                        save_new(&mut tx, name, &l.session, Times::Given(l.created_at, closed))
-                            .await?
+                        let times = Times::Given(l.created_at, closed);
+                        save_new(&mut tx, name, known, &mut learned, &l.session, times).await?
                     }
                     Write::Append {
                         session,
                         expected_len,
-                    } => append(&mut tx, name, session, expected_len).await?,
+                    } => append(&mut tx, name, known, &mut learned, session, expected_len).await?,
                     _ => {
                         return Err(PersistError::Unsupported {
                             store: name.to_owned(),
@@ -457,6 +557,9 @@ macro_rules! sql_store {
                 reports.push(r);
             }
             tx.commit().await.map_err(|e| backend(name, "commit", e))?;
+            for (id, k) in learned {
+                known.remember(&id, k);
+            }
             Ok(reports)
         }
 
@@ -468,14 +571,23 @@ macro_rules! sql_store {
             }
         }
 
-        /// Loads a session: its row, then its chunks along its base chain in one query.
-        async fn load_in(pool: &Pool, name: &str, id: &SessionId) -> Result<LoadedSession, PersistError> {
+        /// Loads a session: its row, then its chunks along its base chain in one query that
+        /// returns them as one value (the documents in order, joined by line breaks), decoded
+        /// in one pass.
+        async fn load_in(
+            pool: &Pool,
+            name: &str,
+            known: &KnownSessions,
+            id: &SessionId,
+        ) -> Result<LoadedSession, PersistError> {
             let mut tx = begin(pool, name, $begin_read).await?;
-            let row = sqlx::query("SELECT key, len, header, trailer FROM rath_sessions WHERE id = $1")
-                .bind(id.as_str())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(|e| backend(name, "load", e))?;
+            let row = sqlx::query(
+                "SELECT key, len, digest, header, trailer FROM rath_sessions WHERE id = $1",
+            )
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| backend(name, "load", e))?;
             let Some(row) = row else {
                 return Err(PersistError::NotFound {
                     id: id.to_string(),
@@ -485,41 +597,62 @@ macro_rules! sql_store {
             let get = |e: sqlx::Error| backend(name, "load", e);
             let key: i64 = row.try_get("key").map_err(get)?;
             let len = row.try_get::<i64, _>("len").map_err(get)? as usize;
+            let digest: Vec<u8> = row.try_get("digest").map_err(get)?;
             let header: String = row.try_get("header").map_err(get)?;
             let trailer: Option<String> = row.try_get("trailer").map_err(get)?;
-            let docs: Vec<String> = sqlx::query_scalar(
+            let sql = format!(
                 "WITH RECURSIVE chain (key, base_key, lo, hi) AS ( \
                    SELECT key, base_key, base_len, len FROM rath_sessions WHERE key = $1 \
                    UNION ALL \
                    SELECT s.key, s.base_key, s.base_len, c.lo FROM rath_sessions s \
                    JOIN chain c ON s.key = c.base_key \
                  ) \
-                 SELECT d.doc FROM chain c \
+                 SELECT count(*), {} FROM chain c \
                  JOIN rath_refs r ON r.session_key = c.key AND r.pos >= c.lo AND r.pos < c.hi \
-                 JOIN rath_chunks d ON d.hash = r.hash \
-                 ORDER BY r.pos",
-            )
-            .bind(key)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(get)?;
+                 JOIN rath_chunks d ON d.hash = r.hash",
+                $docs_agg
+            );
+            let (found, docs): (i64, Option<String>) = sqlx::query_as(&sql)
+                .bind(key)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(get)?;
             tx.commit().await.map_err(get)?;
-            if docs.len() != len {
+            if found as usize != len {
                 return Err(corrupt(
                     name,
                     id,
-                    format!("{} of its {len} chunks are stored", docs.len()),
+                    format!("{found} of its {len} chunks are stored"),
                 ));
             }
-            let mut chunks = ChunkList::new();
-            for (pos, d) in docs.iter().enumerate() {
-                let chunk = doc::decode_chunk(d.as_bytes())
-                    .map_err(|e| corrupt(name, id, format!("chunk {pos}: {e}")))?;
-                chunks.push_back(chunk);
+            let chunks: ChunkList = doc::decode_chunks(docs.as_deref().unwrap_or("").as_bytes())
+                .map_err(|e| corrupt(name, id, e.to_string()))?
+                .into_iter()
+                .collect();
+            if chunks.len() != len {
+                return Err(corrupt(
+                    name,
+                    id,
+                    format!("{} of its {len} chunks decode", chunks.len()),
+                ));
             }
             let path = PathBuf::from(format!("{name}#{id}"));
-            doc::assemble(&path, header.as_bytes(), trailer.as_deref().map(str::as_bytes), chunks)
-                .map_err(|e| corrupt(name, id, e.to_string()))
+            let loaded = doc::assemble(
+                &path,
+                header.as_bytes(),
+                trailer.as_deref().map(str::as_bytes),
+                chunks,
+            )
+            .map_err(|e| corrupt(name, id, e.to_string()))?;
+            known.remember(
+                id.as_str(),
+                Known {
+                    key,
+                    digest,
+                    chunks: loaded.session.chunks().clone(),
+                },
+            );
+            Ok(loaded)
         }
 
         async fn stored_len_in(pool: &Pool, name: &str, id: &SessionId) -> Result<Option<usize>, PersistError> {
@@ -574,7 +707,13 @@ macro_rules! sql_store {
 
         /// Deletes a session: its row and refs when nothing shares them, else only its id
         /// (the row stays, unnamed, for its sharers until `gc` finds it unreachable).
-        async fn delete_in(pool: &Pool, name: &str, id: &SessionId) -> Result<bool, PersistError> {
+        async fn delete_in(
+            pool: &Pool,
+            name: &str,
+            known: &KnownSessions,
+            id: &SessionId,
+        ) -> Result<bool, PersistError> {
+            known.forget(id.as_str());
             let mut tx = begin(pool, name, $begin_write).await?;
             exec(&mut tx, name, "lock", $write_lock).await?;
             let Some(row) = stored_row(&mut tx, name, id.as_str()).await? else {
@@ -653,18 +792,24 @@ macro_rules! sql_store {
         pub(crate) async fn write(
             pool: &Pool,
             name: &str,
+            known: &KnownSessions,
             batch: WriteBatch<'_>,
         ) -> Result<Vec<WriteReport>, PersistError> {
             let span = spans::write_op($kind, &batch);
-            let result = write_in(pool, name, batch).instrument(span.clone()).await;
+            let result = write_in(pool, name, known, batch).instrument(span.clone()).await;
             spans::record_written(&span, &result);
             result
         }
 
         /// Loads a session, in a `load rath_sessions` span.
-        pub(crate) async fn load(pool: &Pool, name: &str, id: &SessionId) -> Result<LoadedSession, PersistError> {
+        pub(crate) async fn load(
+            pool: &Pool,
+            name: &str,
+            known: &KnownSessions,
+            id: &SessionId,
+        ) -> Result<LoadedSession, PersistError> {
             let span = spans::session_op($kind, "load", id.as_str());
-            let result = load_in(pool, name, id).instrument(span.clone()).await;
+            let result = load_in(pool, name, known, id).instrument(span.clone()).await;
             spans::record_loaded(&span, result.as_ref().ok().map(|l| l.session.len()));
             spans::record_outcome(&span, &result);
             result
@@ -687,9 +832,14 @@ macro_rules! sql_store {
         }
 
         /// Deletes a session, in a `delete rath_sessions` span.
-        pub(crate) async fn delete(pool: &Pool, name: &str, id: &SessionId) -> Result<bool, PersistError> {
+        pub(crate) async fn delete(
+            pool: &Pool,
+            name: &str,
+            known: &KnownSessions,
+            id: &SessionId,
+        ) -> Result<bool, PersistError> {
             let span = spans::session_op($kind, "delete", id.as_str());
-            let result = delete_in(pool, name, id).instrument(span.clone()).await;
+            let result = delete_in(pool, name, known, id).instrument(span.clone()).await;
             spans::record_outcome(&span, &result);
             result
         }

@@ -33,6 +33,7 @@
 pub mod admin;
 mod codec;
 mod core;
+mod known;
 pub mod postgres;
 pub mod schema;
 pub mod sqlite;

@@ -4,6 +4,7 @@
 //! `gc` that locks out writers while it decides what is unreachable.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,6 +14,8 @@ use rath_persist::{
 };
 use rath_session::SessionId;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::known::KnownSessions;
 
 mod imp {
     crate::core::sql_store! {
@@ -26,6 +29,9 @@ mod imp {
         for_update: " FOR UPDATE",
         for_share: " FOR SHARE",
         octets: "octet_length(doc)::BIGINT",
+        docs_agg: "string_agg(d.doc, E'\\n' ORDER BY r.pos)",
+        hash_in: "encode({}, 'hex')::uuid",
+        hash_out: "uuid_send(last_hash)",
         kind: rath_persist::spans::StoreKind::Postgres,
     }
 }
@@ -36,6 +42,7 @@ mod imp {
 pub struct PgStore {
     pool: sqlx::PgPool,
     name: String,
+    known: Arc<KnownSessions>,
 }
 
 impl PgStore {
@@ -91,7 +98,11 @@ impl PgStore {
             .await
             .map_err(|e| imp::backend(&name, "connect", e))?;
         imp::migrate(&pool, &name).await?;
-        Ok(Self { pool, name })
+        Ok(Self {
+            pool,
+            name,
+            known: Arc::default(),
+        })
     }
 
     /// Rows and bytes (`pg_total_relation_size`: heap, TOAST and indexes) per table.
@@ -153,11 +164,11 @@ impl SessionStore for PgStore {
     }
 
     async fn write(&self, batch: WriteBatch<'_>) -> Result<Vec<WriteReport>, PersistError> {
-        imp::write(&self.pool, &self.name, batch).await
+        imp::write(&self.pool, &self.name, &self.known, batch).await
     }
 
     async fn load(&self, id: &SessionId) -> Result<LoadedSession, PersistError> {
-        imp::load(&self.pool, &self.name, id).await
+        imp::load(&self.pool, &self.name, &self.known, id).await
     }
 
     async fn stored_len(&self, id: &SessionId) -> Result<Option<usize>, PersistError> {
@@ -169,7 +180,7 @@ impl SessionStore for PgStore {
     }
 
     async fn delete(&self, id: &SessionId) -> Result<bool, PersistError> {
-        imp::delete(&self.pool, &self.name, id).await
+        imp::delete(&self.pool, &self.name, &self.known, id).await
     }
 
     async fn gc(&self) -> Result<GcReport, PersistError> {

@@ -3,6 +3,7 @@
 //! write are one step).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -12,6 +13,8 @@ use rath_persist::{
 };
 use rath_session::SessionId;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+
+use crate::known::KnownSessions;
 
 mod imp {
     crate::core::sql_store! {
@@ -25,6 +28,9 @@ mod imp {
         for_update: "",
         for_share: "",
         octets: "length(CAST(doc AS BLOB))",
+        docs_agg: "group_concat(d.doc, char(10) ORDER BY r.pos)",
+        hash_in: "{}",
+        hash_out: "last_hash",
         kind: rath_persist::spans::StoreKind::Sqlite,
     }
 }
@@ -35,6 +41,7 @@ pub struct SqliteStore {
     pool: sqlx::SqlitePool,
     name: String,
     path: PathBuf,
+    known: Arc<KnownSessions>,
 }
 
 /// The file name of the default SQLite store under `$OPENRATH_HOME`.
@@ -68,7 +75,12 @@ impl SqliteStore {
             .await
             .map_err(|e| imp::backend(&name, "open", e))?;
         imp::migrate(&pool, &name).await?;
-        Ok(Self { pool, name, path })
+        Ok(Self {
+            pool,
+            name,
+            path,
+            known: Arc::default(),
+        })
     }
 
     /// The default store: `$OPENRATH_HOME/store.sqlite` (see [`rath_persist::openrath_home`]).
@@ -118,11 +130,11 @@ impl SessionStore for SqliteStore {
     }
 
     async fn write(&self, batch: WriteBatch<'_>) -> Result<Vec<WriteReport>, PersistError> {
-        imp::write(&self.pool, &self.name, batch).await
+        imp::write(&self.pool, &self.name, &self.known, batch).await
     }
 
     async fn load(&self, id: &SessionId) -> Result<LoadedSession, PersistError> {
-        imp::load(&self.pool, &self.name, id).await
+        imp::load(&self.pool, &self.name, &self.known, id).await
     }
 
     async fn stored_len(&self, id: &SessionId) -> Result<Option<usize>, PersistError> {
@@ -134,7 +146,7 @@ impl SessionStore for SqliteStore {
     }
 
     async fn delete(&self, id: &SessionId) -> Result<bool, PersistError> {
-        imp::delete(&self.pool, &self.name, id).await
+        imp::delete(&self.pool, &self.name, &self.known, id).await
     }
 
     async fn gc(&self) -> Result<GcReport, PersistError> {

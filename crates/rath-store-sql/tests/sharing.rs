@@ -151,3 +151,89 @@ async fn a_reopened_sqlite_store_keeps_everything() {
         s.chunks()
     );
 }
+
+/// What a store remembers of the sessions it wrote is checked against the row: after another
+/// handle (another process) appends to a session, a fork of the version this handle saved
+/// neither shares the grown row nor loses a chunk; a fork of what it loaded shares the row.
+async fn remembered_rows_are_checked(
+    a: &dyn SessionStore,
+    b: &dyn SessionStore,
+    stats: impl AsyncFn() -> Vec<TableStats>,
+) {
+    let name = a.name();
+    let mut s = Session::user_with("question", Stamper::counter());
+    for i in 0..10 {
+        s = s.push(Chunk::assistant_text(format!("answer {i}")));
+    }
+    a.save(&s).await.expect("save");
+    // Another handle grows the stored session by two chunks.
+    let grown = s
+        .push(Chunk::user("more"))
+        .push(Chunk::assistant_text("and more"));
+    b.append(&grown, s.len()).await.expect("append elsewhere");
+    // This handle still remembers 11 chunks; the row has 13: no sharing, every chunk kept.
+    let before = stats().await;
+    let fork = s.fork();
+    a.save(&fork).await.expect("fork of the old version");
+    let after = stats().await;
+    assert_eq!(
+        rows(&after, "rath_refs") - rows(&before, "rath_refs"),
+        s.len() as u64,
+        "{name}: the stale row is not shared"
+    );
+    assert_eq!(
+        a.load(fork.id()).await.expect("load").session.chunks(),
+        s.chunks(),
+        "{name}"
+    );
+    // Loading refreshes what this handle knows: a fork of the loaded session is one row.
+    let loaded = a
+        .load(s.id())
+        .await
+        .expect("load the grown session")
+        .session;
+    assert_eq!(loaded.chunks(), grown.chunks(), "{name}");
+    let before = stats().await;
+    let fork = loaded.fork().push(Chunk::user("branch"));
+    assert_eq!(
+        a.save(&fork).await.expect("fork").chunks_written,
+        1,
+        "{name}"
+    );
+    let after = stats().await;
+    assert_eq!(
+        rows(&after, "rath_refs") - rows(&before, "rath_refs"),
+        1,
+        "{name}: the fork shares the loaded row"
+    );
+    assert_eq!(
+        b.load(fork.id()).await.expect("load").session.chunks(),
+        fork.chunks(),
+        "{name}"
+    );
+}
+
+#[tokio::test]
+async fn remembered_rows_are_checked_on_sqlite() {
+    let (dir, a) = common::sqlite().await;
+    let b = SqliteStore::open(dir.path().join("store.sqlite"))
+        .await
+        .expect("second handle");
+    let st = a.clone();
+    remembered_rows_are_checked(&a, &b, async || st.table_stats().await.expect("stats")).await;
+}
+
+#[tokio::test]
+async fn remembered_rows_are_checked_on_postgres() {
+    let Some((schema, a)) = common::postgres("remembered").await else {
+        return;
+    };
+    let b = rath_store_sql::PgStore::connect_in(&schema.url, Some(&schema.name))
+        .await
+        .expect("second handle");
+    let st = a.clone();
+    remembered_rows_are_checked(&a, &b, async || st.table_stats().await.expect("stats")).await;
+    a.close().await;
+    b.close().await;
+    schema.drop_now().await;
+}
