@@ -94,7 +94,7 @@ async fn the_langgraph_python_sdk_runs_the_whole_flow() {
         .iter()
         .map(|a| a["graph_id"].as_str().unwrap())
         .collect();
-    assert_eq!(graphs, BTreeSet::from(["echo", "gated", "slow"]));
+    assert_eq!(graphs, BTreeSet::from(["broken", "echo", "gated", "slow"]));
     for a in v["assistants"].as_array().unwrap() {
         assert_eq!(a["assistant_id"].as_str().unwrap().len(), 36, "{a}");
     }
@@ -207,6 +207,41 @@ async fn the_langgraph_python_sdk_runs_the_whole_flow() {
         assert_eq!(r["status"], 404, "{what}: {r}");
     }
     assert_eq!(v["tenant_b_own"]["metadata"]["owner"], "b");
+
+    // A failed run: wait raises with the run's error, the stream's last event is `error`,
+    // the thread reads `error`, and a later run continues the thread (without the failure).
+    let fw = &v["failed_wait"];
+    assert_eq!(fw["error"], "Exception", "{fw}");
+    assert!(
+        fw["message"].as_str().unwrap().starts_with("RunFailed: "),
+        "{fw}"
+    );
+    assert!(fw["message"].as_str().unwrap().contains("refuses"), "{fw}");
+    assert_eq!(v["failed_thread"]["status"], "error");
+    assert_eq!(v["failed_thread"]["error"]["error"], "RunFailed");
+    let fs = v["failed_stream"].as_array().unwrap();
+    assert_eq!(fs[0]["event"], "metadata");
+    assert_eq!(
+        fs.last().unwrap()["event"],
+        "error",
+        "{}",
+        v["failed_stream"]
+    );
+    assert_eq!(fs.last().unwrap()["data"]["error"], "RunFailed");
+    let after = texts(&v["after_failure"]);
+    assert_eq!(
+        after[after.len() - 2..],
+        pairs(&[("human", "after"), ("ai", "hello")])[..],
+        "{}",
+        v["after_failure"]
+    );
+    assert_eq!(
+        after[0],
+        ("human".to_owned(), "boom".to_owned()),
+        "{}",
+        v["after_failure"]
+    );
+    ids(&v["after_failure"]);
     h.stop().await;
 }
 

@@ -1,6 +1,6 @@
 //! The tables of the LangGraph-compatible API (migration 2): threads, owned by a tenant,
 //! and the runs each thread made, in order. A thread holds no state of its own: its state
-//! is the output session of its newest run that has one (see `crate::langgraph`).
+//! is the session its newest started run reached (see `crate::langgraph`).
 
 use sqlx::Row;
 

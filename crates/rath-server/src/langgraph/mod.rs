@@ -20,9 +20,10 @@
 //! The mapping (the routes are in [`crate::openapi`] under the `langgraph` tag):
 //! - an **assistant** is a registered workflow: `graph_id` is its name, `assistant_id` a
 //!   UUID derived from its name and definition hash (a body may name either);
-//! - a **thread** belongs to the key's tenant (`sv_threads`); its **state** is the output
-//!   session of its newest run that has one, and each new run's input session continues it
-//!   (a child of that session with the new messages appended);
+//! - a **thread** belongs to the key's tenant (`sv_threads`); its **state** is the session
+//!   its newest started run reached (the output session, or the newest one the run wrote),
+//!   and each new run's input session continues it (a fork of that session with the new
+//!   messages appended);
 //! - a **run** is a durable run of the runtime (also visible at `/v1/runs/{id}`);
 //! - a **checkpoint** is a state we can show: each run's input session, then the prefix of
 //!   its output session after each conversation message the run added.

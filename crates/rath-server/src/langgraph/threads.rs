@@ -196,12 +196,13 @@ pub(crate) async fn load(state: &AppState, tenant: &str, id: &str) -> Result<Loa
     Ok(Loaded { row, runs })
 }
 
-/// The session a run has reached: its output session, or, while it runs, the newest
-/// session it wrote (the worker stores a run's sessions as they grow).
+/// The session a run has reached: its output session, or else the newest session it
+/// wrote (the worker stores a run's sessions as they grow): while it runs, and for a run
+/// that failed or was cancelled on the way. `None` for a run that never started.
 pub(crate) async fn reached(state: &AppState, run: &Run) -> Result<Option<Session>, LgError> {
     let id = match &run.output_session {
         Some(s) => Some(s.clone()),
-        None if run.status == RunStatus::Running => {
+        None => {
             let events = state.runtime.runs().events(&run.id, 0).await?;
             events
                 .iter()
@@ -215,7 +216,6 @@ pub(crate) async fn reached(state: &AppState, run: &Run) -> Result<Option<Sessio
                         .map(str::to_owned)
                 })
         }
-        None => None,
     };
     match id {
         None => Ok(None),

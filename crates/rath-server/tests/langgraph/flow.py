@@ -89,6 +89,24 @@ def main():
     tb = b.threads.create(metadata={"owner": "b"})
     out["tenant_b_own"] = b.threads.get(tb["thread_id"])
     out["tenant_a_on_b"] = not_found(lambda: a.threads.get(tb["thread_id"]))
+
+    # A run that fails: wait raises (the SDK's reading of __error__), the stream ends with an
+    # error event, the thread is in error, and the next run continues it.
+    tf = a.threads.create()["thread_id"]
+    try:
+        out["failed_wait"] = {"returned": a.runs.wait(
+            tf, "broken", input={"messages": [{"role": "user", "content": "boom"}]}
+        )}
+    except Exception as e:  # the SDK raises a bare Exception on __error__
+        out["failed_wait"] = {"error": type(e).__name__, "message": str(e)}
+    out["failed_thread"] = a.threads.get(tf)
+    out["failed_stream"] = [
+        {"event": p.event, "data": p.data}
+        for p in a.runs.stream(
+            tf, "broken", input={"messages": ["boom again"]}, stream_mode="updates"
+        )
+    ]
+    out["after_failure"] = a.runs.wait(tf, "echo", input={"messages": ["after"]})
     print(json.dumps(out))
 
 
