@@ -13,7 +13,11 @@ use serde_json::json;
 
 /// Runs schemathesis against `base` with `key`; returns its exit status and output.
 async fn fuzz(bin: &str, base: &str, key: &str, seed: u32) -> (bool, String) {
+    // schemathesis and hypothesis keep caches in the working directory: a scratch one, so
+    // nothing is left in the checkout.
+    let scratch = tempfile::tempdir().expect("scratch dir");
     let out = tokio::process::Command::new(bin)
+        .current_dir(scratch.path())
         .arg("run")
         .arg(format!("{base}/openapi.json"))
         .args(["--url", base])
