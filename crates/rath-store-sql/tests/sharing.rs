@@ -214,7 +214,11 @@ async fn remembered_rows_are_checked(
     // A second fork growing into exactly the first one's chunks shares that row whole.
     let twin = loaded.fork().push(Chunk::user("branch"));
     let before = stats().await;
-    assert_eq!(a.save(&twin).await.expect("twin").chunks_written, 0, "{name}");
+    assert_eq!(
+        a.save(&twin).await.expect("twin").chunks_written,
+        0,
+        "{name}"
+    );
     let after = stats().await;
     assert_eq!(
         rows(&after, "rath_refs"),
