@@ -240,22 +240,32 @@ macro_rules! sql_store {
             // starts as): share all of them.
             let n = digests.len() - 1;
             if n > 0 && best.is_none_or(|(_, l)| l < n) {
-                let sql = format!(
-                    "SELECT key FROM rath_sessions WHERE saved_digest = $1 AND digest = $1 \
-                     AND len = $2 LIMIT 1{}",
-                    $for_share
-                );
-                let same: Option<i64> = sqlx::query_scalar(&sql)
-                    .bind(&digests[n])
-                    .bind(n as i64)
-                    .fetch_optional(&mut **tx)
-                    .await
-                    .map_err(|e| backend(name, "read", e))?;
-                if let Some(key) = same {
+                if let Some(key) = same_chunks(tx, name, &digests[n], n).await? {
                     best = Some((key, n));
                 }
             }
             Ok(best)
+        }
+
+        /// A stored session holding exactly `len` chunks of chain digest `digest`, found by
+        /// the digest it was saved with (indexed; an append does not change it).
+        async fn same_chunks(
+            tx: &mut Tx,
+            name: &str,
+            digest: &[u8],
+            len: usize,
+        ) -> Result<Option<i64>, PersistError> {
+            let sql = format!(
+                "SELECT key FROM rath_sessions WHERE saved_digest = $1 AND digest = $1 \
+                 AND len = $2 LIMIT 1{}",
+                $for_share
+            );
+            sqlx::query_scalar(&sql)
+                .bind(digest)
+                .bind(len as i64)
+                .fetch_optional(&mut **tx)
+                .await
+                .map_err(|e| backend(name, "read", e))
         }
 
         enum Times {
@@ -315,7 +325,17 @@ macro_rules! sql_store {
                     let own = encode_from(s, len)?;
                     let mut digests = prefix_digests(start, &own);
                     let digest = digests.pop().unwrap_or_else(empty_digest);
-                    (Some((key, len)), own, digest)
+                    // A stored session with exactly these chunks shares them all, as on the
+                    // path without a remembered base.
+                    let same = if own.is_empty() {
+                        None
+                    } else {
+                        same_chunks(tx, name, &digest, s.len()).await?
+                    };
+                    match same {
+                        Some(same) => (Some((same, s.len())), Vec::new(), digest),
+                        None => (Some((key, len)), own, digest),
+                    }
                 }
                 None => {
                     let mut chunks = encode_from(s, 0)?;

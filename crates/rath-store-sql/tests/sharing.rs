@@ -211,6 +211,25 @@ async fn remembered_rows_are_checked(
         fork.chunks(),
         "{name}"
     );
+    // A second fork growing into exactly the first one's chunks shares that row whole.
+    let twin = loaded.fork().push(Chunk::user("branch"));
+    let before = stats().await;
+    assert_eq!(
+        a.save(&twin).await.expect("twin").chunks_written,
+        0,
+        "{name}"
+    );
+    let after = stats().await;
+    assert_eq!(
+        rows(&after, "rath_refs"),
+        rows(&before, "rath_refs"),
+        "{name}: the twin shares the first fork's row"
+    );
+    assert_eq!(
+        b.load(twin.id()).await.expect("load").session.chunks(),
+        twin.chunks(),
+        "{name}"
+    );
 }
 
 #[tokio::test]
