@@ -6,200 +6,19 @@
 //! `RATH_CHROMIUM`); without it the test prints a `RATH-SKIP:` line and returns, and under
 //! `RATH_CI=1` it fails.
 
+#[path = "common/chromium.rs"]
+mod chromium;
 mod common;
 
 use std::collections::BTreeSet;
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
+use chromium::{Cdp, chromium, launch};
 use serde_json::{Value, json};
-use tungstenite::{Message, WebSocket};
 
 fn interop() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/interop/openrath-1.3.0")
-}
-
-fn chromium() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var_os("RATH_CHROMIUM").map(PathBuf::from),
-        Some(PathBuf::from("/usr/bin/chromium")),
-        Some(PathBuf::from("/usr/bin/chromium-browser")),
-    ];
-    candidates.into_iter().flatten().find(|p| p.is_file())
-}
-
-/// Kills the browser however the test ends.
-struct Browser(Child);
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A DevTools connection (flattened sessions over the browser socket).
-struct Cdp {
-    ws: WebSocket<TcpStream>,
-    next: u64,
-    events: Vec<Value>,
-}
-
-impl Cdp {
-    fn connect(url: &str) -> Self {
-        let rest = url.strip_prefix("ws://").expect("ws url");
-        let host = rest.split('/').next().expect("host");
-        let stream = TcpStream::connect(host).expect("connect to DevTools");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .expect("timeout");
-        let (ws, _) = tungstenite::client(url, stream).expect("websocket handshake");
-        // Short reads from now on, so waiting loops can check their deadlines.
-        ws.get_ref()
-            .set_read_timeout(Some(Duration::from_millis(200)))
-            .expect("timeout");
-        Cdp {
-            ws,
-            next: 1,
-            events: Vec::new(),
-        }
-    }
-
-    fn read(&mut self) -> Option<Value> {
-        match self.ws.read() {
-            Ok(Message::Text(t)) => serde_json::from_str(t.as_str()).ok(),
-            Ok(_) => None,
-            Err(tungstenite::Error::Io(e))
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                None
-            }
-            Err(e) => panic!("DevTools connection failed: {e}"),
-        }
-    }
-
-    fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
-        let id = self.next;
-        self.next += 1;
-        let mut msg = json!({"id": id, "method": method, "params": params});
-        if let Some(s) = session {
-            msg["sessionId"] = json!(s);
-        }
-        self.ws
-            .send(Message::text(msg.to_string()))
-            .expect("send to DevTools");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            let Some(v) = self.read() else { continue };
-            if v.get("id").and_then(Value::as_u64) == Some(id) {
-                assert!(v.get("error").is_none(), "{method} failed: {v}");
-                return v["result"].clone();
-            }
-            if v.get("method").is_some() {
-                self.events.push(v);
-            }
-        }
-        panic!("no answer to {method} in 20 s");
-    }
-
-    fn wait_event(&mut self, method: &str) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if self.events.iter().any(|e| e["method"] == method) {
-                return;
-            }
-            if let Some(v) = self.read()
-                && v.get("method").is_some()
-            {
-                self.events.push(v);
-            }
-        }
-        panic!("no {method} event in 20 s");
-    }
-
-    /// Drains pending events for a moment (console messages arrive asynchronously).
-    fn settle(&mut self) {
-        let until = Instant::now() + Duration::from_millis(400);
-        while Instant::now() < until {
-            if let Some(v) = self.read()
-                && v.get("method").is_some()
-            {
-                self.events.push(v);
-            }
-        }
-    }
-
-    fn eval(&mut self, session: &str, expr: &str) -> Value {
-        let r = self.call(
-            Some(session),
-            "Runtime.evaluate",
-            json!({"expression": expr, "returnByValue": true}),
-        );
-        assert!(r.get("exceptionDetails").is_none(), "{expr} threw: {r}");
-        r["result"]["value"].clone()
-    }
-
-    /// Console errors, uncaught exceptions and error log entries seen so far.
-    fn errors(&self) -> Vec<String> {
-        self.events
-            .iter()
-            .filter_map(|e| match e["method"].as_str() {
-                Some("Runtime.exceptionThrown") => {
-                    Some(e["params"]["exceptionDetails"].to_string())
-                }
-                Some("Runtime.consoleAPICalled") if e["params"]["type"] == "error" => {
-                    Some(e["params"]["args"].to_string())
-                }
-                Some("Log.entryAdded") if e["params"]["entry"]["level"] == "error" => {
-                    Some(e["params"]["entry"].to_string())
-                }
-                _ => None,
-            })
-            .collect()
-    }
-}
-
-fn launch(exe: &Path, profile: &Path) -> (Browser, String) {
-    let child = Command::new(exe)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--remote-debugging-port=0",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg("about:blank")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start chromium");
-    let browser = Browser(child);
-    let port_file = profile.join("DevToolsActivePort");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&port_file) {
-            let mut lines = text.lines();
-            if let (Some(port), Some(path)) = (lines.next(), lines.next()) {
-                return (browser, format!("ws://127.0.0.1:{port}{path}"));
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "chromium did not open DevTools in 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]
@@ -245,20 +64,7 @@ fn viewer_in_headless_chromium() {
     std::fs::create_dir_all(&profile).expect("profile dir");
     let (_browser, ws_url) = launch(&exe, &profile);
     let mut cdp = Cdp::connect(&ws_url);
-    let target = cdp.call(None, "Target.createTarget", json!({"url": "about:blank"}));
-    let target_id = target["targetId"].as_str().expect("targetId").to_owned();
-    let attached = cdp.call(
-        None,
-        "Target.attachToTarget",
-        json!({"targetId": target_id, "flatten": true}),
-    );
-    let s = attached["sessionId"]
-        .as_str()
-        .expect("sessionId")
-        .to_owned();
-    for m in ["Runtime.enable", "Log.enable", "Page.enable"] {
-        cdp.call(Some(&s), m, json!({}));
-    }
+    let s = cdp.page();
     let url = format!("file://{}", page.display());
     cdp.call(Some(&s), "Page.navigate", json!({"url": url}));
     cdp.wait_event("Page.loadEventFired");
@@ -298,20 +104,7 @@ fn viewer_in_headless_chromium() {
 
     // A real mouse click on the loop session's node shows its transcript, and only it.
     let loop_id = "00000000-0000-4000-8000-000000000005";
-    let rect = cdp.eval(
-        &s,
-        &format!(
-            "(() => {{ const n = document.querySelector('g.node[data-session-id=\"{loop_id}\"]'); n.scrollIntoView({{block: 'center'}}); const r = n.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; }})()"
-        ),
-    );
-    let (x, y) = (rect[0].as_f64().expect("x"), rect[1].as_f64().expect("y"));
-    for kind in ["mousePressed", "mouseReleased"] {
-        cdp.call(
-            Some(&s),
-            "Input.dispatchMouseEvent",
-            json!({"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1}),
-        );
-    }
+    cdp.click(&s, &format!("g.node[data-session-id=\"{loop_id}\"]"));
     let shown = cdp.eval(
         &s,
         "Array.from(document.querySelectorAll('article.transcript')).filter(a => !a.hidden && a.offsetHeight > 0).map(a => a.getAttribute('data-session-id'))",

@@ -26,6 +26,7 @@
 //! ```
 //!
 //! Routes (every `/v1` route needs `Authorization: Bearer <key>`; see `GET /openapi.json`):
+//! - the live viewer: `GET /` (an HTML page that reads the API with a key it is given);
 //! - operations: `GET /health/live`, `GET /health/ready` (every store answers),
 //!   `GET /metrics` (Prometheus text), `GET /openapi.json`;
 //! - keys (admin keys only): `POST /v1/keys`, `GET /v1/keys`, `DELETE /v1/keys/{id}`;
@@ -52,6 +53,7 @@ mod metrics;
 mod ops;
 mod runs;
 mod sessions;
+mod viewer;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -362,6 +364,7 @@ impl Server {
         let api = Arc::new(complete(api));
         let state = self.state.clone();
         let mut router = router
+            .route("/", get(viewer::page))
             .route(
                 "/openapi.json",
                 get(move || {
