@@ -98,6 +98,18 @@ impl PgStore {
             .await
             .map_err(|e| imp::backend(&name, "connect", e))?;
         imp::migrate(&pool, &name).await?;
+        // A server process reads the catalog entries of a table and its indexes the first
+        // time a statement on it is planned (measured: ~2.7 ms for the first statement on
+        // `rath_sessions`, 0.2 ms after); planning one statement on every table here, on
+        // the connection the pool keeps, moves that cost from the first write to connecting.
+        sqlx::query(
+            "SELECT 1 FROM rath_sessions WHERE id = '' UNION ALL \
+             SELECT 1 FROM rath_refs WHERE session_key = 0 UNION ALL \
+             SELECT 1 FROM rath_chunks WHERE hash IS NULL",
+        )
+        .execute(&pool)
+        .await
+        .map_err(|e| imp::backend(&name, "connect", e))?;
         Ok(Self {
             pool,
             name,
