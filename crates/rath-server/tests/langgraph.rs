@@ -177,7 +177,11 @@ async fn the_langgraph_python_sdk_runs_the_whole_flow() {
     assert_eq!(hist[3]["parent_checkpoint"], Value::Null);
 
     // create + join, then the run reads success.
-    assert_eq!(v["created"]["status"], "pending");
+    assert!(
+        matches!(v["created"]["status"].as_str(), Some("pending" | "running")),
+        "{}",
+        v["created"]
+    );
     assert_eq!(v["created"]["thread_id"], tid);
     assert_eq!(texts(&v["joined"]).len(), 6);
     assert_eq!(v["created_after_join"]["status"], "success");
@@ -443,9 +447,11 @@ async fn plain_http(h: &Harness) {
             .unwrap(),
     )
     .await;
-    assert_eq!(
-        (s, run["status"].as_str()),
-        (StatusCode::OK, Some("pending"))
+    // Pending as submitted, or already running when a worker claimed it in between.
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        matches!(run["status"].as_str(), Some("pending" | "running")),
+        "{run}"
     );
     let rid = run["run_id"].as_str().unwrap();
     let (s, _) = json_of(
