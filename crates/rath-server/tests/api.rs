@@ -652,25 +652,24 @@ async fn runs_api_postgres() {
     h.stop().await;
 }
 
-/// A server restart between a client's reads: the run submitted to the first server (which
-/// runs no worker) finishes on the second one's worker, and the client that reconnects with
-/// its last event id sees every remaining event exactly once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_reconnecting_after_a_restart_sees_the_rest_of_the_events_once() {
-    let first = Harness::sqlite(ServerConfig {
-        workers: 0,
+/// A server restart during a run: a client follows the events of a run in flight on the
+/// first server's worker and its connection drops when that server shuts down (the run is
+/// handed back to the queue); the second server's worker finishes the run, and the client
+/// that reconnects there with its last event id sees every remaining event exactly once.
+async fn a_restart_during_a_run(stores: common::Stores) {
+    let cfg = ServerConfig {
+        grace: Duration::from_millis(100),
         ..config()
-    })
-    .await;
+    };
+    let first = Harness::start(stores, cfg, None).await;
     let (_, run) = first
         .post(
             "/v1/runs",
             &first.a,
-            json!({"workflow": "echo", "input": "hi"}),
+            json!({"workflow": "slow", "input": "hm"}),
         )
         .await;
     let id = run["id"].as_str().unwrap().to_owned();
-    // The first event is there; read it as a client whose connection then drops.
     let resp = first
         .http
         .get(format!("{}/v1/runs/{id}/events", first.base))
@@ -680,32 +679,61 @@ async fn a_client_reconnecting_after_a_restart_sees_the_rest_of_the_events_once(
         .unwrap();
     let mut stream = resp.bytes_stream();
     let mut seen = String::new();
-    while !seen.contains("\n\n") {
+    // Read until the run is claimed: it is in flight on the first server's worker.
+    while !common::parse_sse(&seen).iter().any(|e| e.1 == "claimed") {
         use futures::StreamExt as _;
         let chunk = tokio::time::timeout(Duration::from_secs(10), stream.next())
             .await
-            .unwrap()
+            .expect("events arrive")
             .unwrap()
             .unwrap();
         seen.push_str(std::str::from_utf8(&chunk).unwrap());
     }
-    drop(stream);
     let firsts = common::parse_sse(&seen);
-    assert_eq!(firsts[0].0, 1);
+    let last = firsts.last().unwrap().0;
     let (keys, stores) = first.stop().await;
+    // The shutdown ended the stream; whatever else was sent before it closed is dropped
+    // with the connection, as a client whose connection breaks would lose it.
+    drop(stream);
 
     let second = Harness::start(stores, config(), Some(keys)).await;
-    let rest = second
-        .events(&id, &second.a, Some(firsts.last().unwrap().0))
-        .await;
+    let rest = second.events(&id, &second.a, Some(last)).await;
     let seqs: Vec<i64> = rest.iter().map(|e| e.0).collect();
     assert_eq!(
         seqs,
-        (2..2 + seqs.len() as i64).collect::<Vec<_>>(),
-        "{rest:?}"
+        (last + 1..last + 1 + seqs.len() as i64).collect::<Vec<_>>(),
+        "every later event once, in order: {firsts:?} then {rest:?}"
     );
-    assert_eq!(rest.last().unwrap().2["detail"]["status"], "succeeded");
+    let statuses: Vec<&str> = rest
+        .iter()
+        .filter(|e| e.1 == "status")
+        .filter_map(|e| e.2["detail"]["status"].as_str())
+        .collect();
+    assert_eq!(statuses.first(), Some(&"queued"), "handed back: {rest:?}");
+    assert_eq!(statuses.last(), Some(&"succeeded"), "{rest:?}");
+    assert!(
+        rest.iter().any(|e| e.1 == "claimed"),
+        "claimed again on the second server: {rest:?}"
+    );
+    let (_, done) = second.get(&format!("/v1/runs/{id}"), &second.a).await;
+    assert_eq!(
+        (done["status"].as_str(), done["attempts"].as_i64()),
+        (Some("succeeded"), Some(2))
+    );
     second.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_during_a_run_sqlite() {
+    a_restart_during_a_run(common::Stores::sqlite()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_during_a_run_postgres() {
+    let Some(stores) = common::Stores::postgres("restart").await else {
+        return;
+    };
+    a_restart_during_a_run(stores).await;
 }
 
 /// A graceful shutdown while a run is in flight on an embedded worker: the server stops
