@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use async_trait::async_trait;
-use rath_flow::{Agent, CancellationToken, SharedWorkflow, ToolContext, ToolError, typed_tool};
+use rath_flow::{
+    Agent, CancellationToken, LoopOptions, SharedWorkflow, ToolContext, ToolError, typed_tool,
+};
 use rath_persist::SessionStore;
 use rath_provider::{
     Provider, ProviderError, ProviderManifest, ProviderRequest, ProviderResponse, ScriptedProvider,
@@ -91,8 +93,12 @@ fn registry(tool_ms: u64) -> WorkflowRegistry {
                         Ok::<_, ToolError>(json!({}))
                     },
                 );
+                // Every step is a tool round: the loop's default cap (16 rounds) would end a
+                // long run early. The no-op is declared idempotent (it is): a call a killed
+                // worker left unanswered is run again, not sent to review.
                 let agent = Agent::new("a", "Step.", scope.provider(StepsModel { steps: k }))
-                    .with_tool(scope.tool(noop))?;
+                    .with_tool(scope.idempotent_tool(noop))?
+                    .with_options(LoopOptions::default().max_tool_rounds(k));
                 Ok(Arc::new(agent) as SharedWorkflow)
             },
         );
@@ -234,6 +240,15 @@ async fn writes_after(dir: &Path, k: usize) -> Result<(i64, i64, u64, u64)> {
     let rt = runtime(&t, 0).await?;
     let ids = submit_many(&rt, &format!("steps_{k}"), 1, 77).await?;
     drain(&rt, &ids, 1).await?;
+    let out = rt.output(&ids[0]).await?.context("the run's output")?;
+    let calls = out
+        .chunks()
+        .iter()
+        .filter(|c| c.kind() == rath_session::ChunkKind::ModelCall)
+        .count();
+    if calls != k {
+        bail!("a run of steps_{k} made {calls} model calls, not {k}");
+    }
     let (mut rows, mut bytes) = (0, 0);
     for (_, r, b) in rt.runs().table_stats().await? {
         rows += r;
@@ -270,8 +285,17 @@ pub fn child_main() -> Option<std::process::ExitCode> {
                         .lease(LEASE)
                         .poll(Duration::from_millis(10)),
                 );
-                w.run(CancellationToken::new()).await?;
-                Ok(())
+                // Claim by claim, so a failing claim is said (Worker::run only logs it).
+                loop {
+                    match w.run_once().await {
+                        Ok(Some(_)) => {}
+                        Ok(None) => tokio::time::sleep(Duration::from_millis(10)).await,
+                        Err(e) => {
+                            eprintln!("bench child: {e}");
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                    }
+                }
             })
     };
     Some(match go() {
@@ -301,8 +325,15 @@ async fn kill_to_progress(kind: &str, dir: &Path) -> Result<Option<f64>> {
     let until = Instant::now() + Duration::from_secs(30);
     while rt.runs().journal(&id).await?.len() < 20 {
         if Instant::now() > until {
+            let exited = child.try_wait()?;
             let _ = child.kill();
-            bail!("the child worker made no progress");
+            let run = rt.runs().get(&id).await?;
+            bail!(
+                "the child worker made no progress in 30 s (child exited: {exited:?}; run {}: {}, {} journal rows)",
+                id.0,
+                run.status,
+                rt.runs().journal(&id).await?.len()
+            );
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

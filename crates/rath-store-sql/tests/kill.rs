@@ -373,9 +373,14 @@ fn sigkill_postgres_writers_at_random_points() {
     let schema = common::fresh_schema("kill");
     let sep = if base.contains('?') { '&' } else { '?' };
     let url = format!("{base}{sep}schema={schema}");
-    let pool = runtime()
-        .block_on(sqlx::PgPool::connect(&base))
-        .expect("connect");
+    // Lazy: its connection opens on the runtime that first uses it (`kill_writers`' own), not
+    // on a runtime dropped right away, whose sockets then fail ("A Tokio 1.x context was
+    // found, but it is being shutdown"), now and then, when `settle` reuses one.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_lifetime(None)
+        .idle_timeout(None)
+        .connect_lazy(&base)
+        .expect("pool");
     // A round takes ~6 ms on PostgreSQL (well under 1 ms on SQLite): the delays span the
     // whole write; eight children at a time keep the test short.
     let target = Target {
