@@ -1,5 +1,6 @@
 //! The server's own tables (`sv_*`, beside the runtime's `rt_*` in the run store's database):
-//! API keys, and which tenant owns which session and run.
+//! API keys, which tenant owns which session and run, and the threads of the
+//! LangGraph-compatible API (`sv_threads`, `sv_thread_runs`).
 //!
 //! The session store's schema is not touched: a session belongs to a tenant when the server
 //! recorded it (`sv_sessions`: created, forked, detached or merged through the API, or the
@@ -21,20 +22,31 @@ use utoipa::ToSchema;
 use crate::ServerError;
 
 /// The schema version these migrations reach.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Forward-only migrations: (version, what, statements). Written once for both databases.
-pub const MIGRATIONS: &[(i64, &str, &[&str])] = &[(
-    1,
-    "api keys, tenant ownership of sessions and runs",
-    &[
-        "CREATE TABLE IF NOT EXISTS sv_keys (id TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, tenant TEXT NOT NULL, admin BIGINT NOT NULL, label TEXT NOT NULL, created_ms BIGINT NOT NULL, revoked_ms BIGINT)",
-        "CREATE TABLE IF NOT EXISTS sv_sessions (session_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, created_ms BIGINT NOT NULL)",
-        "CREATE INDEX IF NOT EXISTS sv_sessions_tenant ON sv_sessions (tenant)",
-        "CREATE TABLE IF NOT EXISTS sv_runs (run_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, created_ms BIGINT NOT NULL)",
-        "CREATE INDEX IF NOT EXISTS sv_runs_tenant ON sv_runs (tenant)",
-    ],
-)];
+pub const MIGRATIONS: &[(i64, &str, &[&str])] = &[
+    (
+        1,
+        "api keys, tenant ownership of sessions and runs",
+        &[
+            "CREATE TABLE IF NOT EXISTS sv_keys (id TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, tenant TEXT NOT NULL, admin BIGINT NOT NULL, label TEXT NOT NULL, created_ms BIGINT NOT NULL, revoked_ms BIGINT)",
+            "CREATE TABLE IF NOT EXISTS sv_sessions (session_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, created_ms BIGINT NOT NULL)",
+            "CREATE INDEX IF NOT EXISTS sv_sessions_tenant ON sv_sessions (tenant)",
+            "CREATE TABLE IF NOT EXISTS sv_runs (run_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, created_ms BIGINT NOT NULL)",
+            "CREATE INDEX IF NOT EXISTS sv_runs_tenant ON sv_runs (tenant)",
+        ],
+    ),
+    (
+        2,
+        "threads of the LangGraph-compatible API and the runs each made",
+        &[
+            "CREATE TABLE IF NOT EXISTS sv_threads (thread_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, metadata TEXT NOT NULL, created_ms BIGINT NOT NULL, updated_ms BIGINT NOT NULL)",
+            "CREATE INDEX IF NOT EXISTS sv_threads_tenant ON sv_threads (tenant)",
+            "CREATE TABLE IF NOT EXISTS sv_thread_runs (run_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL, seq BIGINT NOT NULL, assistant_id TEXT NOT NULL, metadata TEXT NOT NULL, kwargs TEXT NOT NULL, created_ms BIGINT NOT NULL, UNIQUE (thread_id, seq))",
+        ],
+    ),
+];
 
 #[derive(Clone, Debug)]
 enum Pool {
@@ -51,6 +63,10 @@ macro_rules! on_pool {
         }
     }};
 }
+
+mod threads;
+
+pub(crate) use threads::{ThreadRow, ThreadRunRow};
 
 /// The server's tables. Cheap to clone (a connection pool).
 #[derive(Clone, Debug)]

@@ -34,7 +34,12 @@
 //!   `.../lineage?format=jsonl|dot|mermaid`, `POST .../fork|detach|merge`, `GET .../export`;
 //! - runs: `GET|POST /v1/runs`, `GET /v1/runs/{id}`, `POST .../wait|cancel`,
 //!   `GET .../events` (SSE, `Last-Event-ID`), `GET .../interrupts`,
-//!   `POST .../interrupts/{call_id}`.
+//!   `POST .../interrupts/{call_id}`;
+//! - the LangGraph-compatible subset ([`langgraph`], `x-api-key` or a bearer key):
+//!   `POST /assistants/search`, `GET /assistants/{id}`, `POST /threads`,
+//!   `GET /threads/{id}`, `.../state`, `POST .../history`, `GET|POST .../runs`,
+//!   `POST .../runs/stream|wait`, `GET .../runs/{run_id}`, `.../join`, `.../stream`,
+//!   `POST .../runs/{run_id}/cancel`.
 //!
 //! **Tenants.** A key belongs to one tenant and reaches only that tenant's sessions and runs:
 //! another tenant's id answers 404, exactly as an id that does not exist. Ownership lives in
@@ -49,6 +54,7 @@ mod auth;
 mod db;
 mod error;
 mod extract;
+pub mod langgraph;
 mod metrics;
 mod ops;
 mod runs;
@@ -70,13 +76,14 @@ use rath_session::Stamper;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use utoipa::OpenApi;
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use auth::{Admin, RateLimit};
 pub use db::{KeyInfo, MIGRATIONS, MintedKey, Principal, SCHEMA_VERSION, ServerDb, key_hash};
 pub use error::{ErrorBody, ErrorDetail, ServerError};
+pub use langgraph::langgraph_messages;
 pub use ops::{Health, NewKey};
 pub use runs::{Decision, EventData, NewRun, RunPage, RunResult, RunView};
 pub use sessions::{
@@ -107,6 +114,9 @@ pub struct ServerConfig {
     /// On shutdown, how long an embedded worker's in-flight runs may go on before they are
     /// handed back to the queue.
     pub grace: Duration,
+    /// The silence after which a LangGraph event stream sends a `: heartbeat` comment and a
+    /// LangGraph `wait`/`join` a `\n` (default 5 s, as LangGraph's server).
+    pub heartbeat: Duration,
 }
 
 impl Default for ServerConfig {
@@ -121,6 +131,7 @@ impl Default for ServerConfig {
             poll: Duration::from_millis(50),
             wait_max: Duration::from_secs(60),
             grace: Duration::from_secs(10),
+            heartbeat: Duration::from_secs(5),
         }
     }
 }
@@ -134,6 +145,9 @@ pub(crate) struct AppState {
     pub(crate) limiter: auth::Limiter,
     pub(crate) metrics: metrics::Metrics,
     pub(crate) shutdown: CancellationToken,
+    /// When the server was made (ms since the Unix epoch; 0 with a deterministic stamper,
+    /// so deterministic output stays byte-identical): the assistants' creation time.
+    pub(crate) started_ms: i64,
 }
 
 /// The agent server: a runtime, the server's tables and its configuration.
@@ -158,6 +172,10 @@ impl utoipa::Modify for BearerAuth {
         components.add_security_scheme(
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        components.add_security_scheme(
+            "api_key",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("x-api-key"))),
         );
     }
 }
@@ -184,6 +202,7 @@ fn api_router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(runs::interrupts))
         .routes(routes!(runs::decide))
         .routes(routes!(runs::events))
+        .merge(langgraph::router())
 }
 
 /// The OpenAPI document of every route, generated from the handlers (what
@@ -198,9 +217,11 @@ pub fn openapi() -> serde_json::Value {
 fn complete(api: utoipa::openapi::OpenApi) -> serde_json::Value {
     use serde_json::{Value, json};
     let mut doc = serde_json::to_value(api).unwrap_or_default();
-    let error = |what: &str| {
+    // The LangGraph-compatible routes answer errors as `{"detail"}`, read any content type
+    // as JSON (no 415) and refuse a bad path or query with a 400.
+    let error = |what: &str, schema: &str| {
         json!({"description": what, "content": {"application/json": {
-            "schema": {"$ref": "#/components/schemas/ErrorBody"}}}})
+            "schema": {"$ref": format!("#/components/schemas/{schema}")}}}})
     };
     let keyed = [
         ("401", "No key, or an unknown or revoked key"),
@@ -225,17 +246,25 @@ fn complete(api: utoipa::openapi::OpenApi) -> serde_json::Value {
                 .and_then(Value::as_array)
                 .is_some_and(|s| !s.is_empty());
             let body = op.contains_key("requestBody");
+            let lg = op
+                .get("tags")
+                .and_then(Value::as_array)
+                .is_some_and(|t| t.iter().any(|t| t == "langgraph"));
+            let schema = if lg { "LgErrorBody" } else { "ErrorBody" };
             let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else {
                 continue;
             };
+            let bad_path = ("400", "A path or query parameter that is not one");
             let shared = keyed
                 .iter()
                 .filter(|_| secured)
-                .chain(with_body.iter().filter(|_| body));
+                .chain(with_body.iter().filter(|_| body))
+                .chain(std::iter::once(&bad_path).filter(|_| lg && secured))
+                .filter(|(status, _)| !(lg && *status == "415"));
             for (status, what) in shared {
                 responses
                     .entry(status.to_string())
-                    .or_insert_with(|| error(what));
+                    .or_insert_with(|| error(what, schema));
             }
             for response in responses.values_mut() {
                 let Some(stream) = response
@@ -314,10 +343,15 @@ impl Server {
             state: Arc::new(AppState {
                 runtime,
                 db,
-                config,
                 limiter: auth::Limiter::default(),
                 metrics: metrics::Metrics::default(),
                 shutdown: CancellationToken::new(),
+                started_ms: if config.stamper.is_deterministic() {
+                    0
+                } else {
+                    rath_runtime::now_ms()
+                },
+                config,
             }),
         }
     }

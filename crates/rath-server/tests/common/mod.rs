@@ -66,13 +66,35 @@ impl Provider for Slow {
     }
 }
 
+/// Refuses every request: the model of a run that fails.
+#[derive(Debug)]
+struct Refuses;
+
+#[async_trait]
+impl Provider for Refuses {
+    fn name(&self) -> &str {
+        "refuses"
+    }
+    async fn complete(&self, _req: &ProviderRequest) -> Result<ProviderResponse, ProviderError> {
+        Err(ProviderError::Http {
+            status: 400,
+            message: "the test model refuses".into(),
+            retry_after: None,
+        })
+    }
+    fn manifest(&self) -> ProviderManifest {
+        ProviderManifest::new("refuses")
+    }
+}
+
 #[derive(serde::Deserialize, schemars::JsonSchema)]
 struct Args {
     text: String,
 }
 
 /// `echo` answers `hello`; `gated` stops on an approval-gated `record` call, then answers
-/// `done`; `slow` thinks for [`SLOW_MS`], then answers `slow done`.
+/// `done`; `slow` thinks for [`SLOW_MS`], then answers `slow done`; `broken`'s model refuses
+/// every request (a run that fails).
 pub fn registry() -> WorkflowRegistry {
     WorkflowRegistry::new()
         .register("echo", "echo v1", |scope| {
@@ -82,6 +104,9 @@ pub fn registry() -> WorkflowRegistry {
         })
         .register("slow", "slow v1", |scope| {
             Ok(Arc::new(Agent::new("thinker", "Think.", scope.provider(Slow))) as SharedWorkflow)
+        })
+        .register("broken", "broken v1: its model refuses", |scope| {
+            Ok(Arc::new(Agent::new("broken", "Fail.", scope.provider(Refuses))) as SharedWorkflow)
         })
         .register("gated", "gated v1: record needs approval", |scope| {
             let record = typed_tool(

@@ -1,0 +1,174 @@
+//! The tables of the LangGraph-compatible API (migration 2): threads, owned by a tenant,
+//! and the runs each thread made, in order. A thread holds no state of its own: its state
+//! is the session its newest started run reached (see `crate::langgraph`).
+
+use sqlx::Row;
+
+use super::{Pool, ServerDb, now_ms};
+use crate::ServerError;
+
+/// A thread as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ThreadRow {
+    /// The thread's id (a UUID string).
+    pub(crate) thread_id: String,
+    /// The tenant that owns it.
+    pub(crate) tenant: String,
+    /// The metadata given at creation (JSON text of an object).
+    pub(crate) metadata: String,
+    /// Creation time (ms since the Unix epoch).
+    pub(crate) created_ms: i64,
+    /// The last time a run was added (ms since the Unix epoch).
+    pub(crate) updated_ms: i64,
+}
+
+/// One run of a thread.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ThreadRunRow {
+    /// The run's id (a run of the runtime: `/v1/runs/{id}` shows it too).
+    pub(crate) run_id: String,
+    /// The thread.
+    pub(crate) thread_id: String,
+    /// Its place among the thread's runs (1, 2, ...).
+    pub(crate) seq: i64,
+    /// The assistant id it was started with, as the client gave it resolved to the UUID.
+    pub(crate) assistant_id: String,
+    /// The run's metadata (JSON text of an object).
+    pub(crate) metadata: String,
+    /// What the run was asked for: input, stream modes (JSON text of an object).
+    pub(crate) kwargs: String,
+    /// Creation time (ms since the Unix epoch).
+    pub(crate) created_ms: i64,
+}
+
+fn thread_from<R: Row>(r: &R) -> Result<ThreadRow, ServerError>
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(ThreadRow {
+        thread_id: r.try_get("thread_id")?,
+        tenant: r.try_get("tenant")?,
+        metadata: r.try_get("metadata")?,
+        created_ms: r.try_get("created_ms")?,
+        updated_ms: r.try_get("updated_ms")?,
+    })
+}
+
+fn run_from<R: Row>(r: &R) -> Result<ThreadRunRow, ServerError>
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(ThreadRunRow {
+        run_id: r.try_get("run_id")?,
+        thread_id: r.try_get("thread_id")?,
+        seq: r.try_get("seq")?,
+        assistant_id: r.try_get("assistant_id")?,
+        metadata: r.try_get("metadata")?,
+        kwargs: r.try_get("kwargs")?,
+        created_ms: r.try_get("created_ms")?,
+    })
+}
+
+const RUN_COLS: &str = "run_id, thread_id, seq, assistant_id, metadata, kwargs, created_ms";
+
+impl ServerDb {
+    /// Creates thread `id` for `tenant` with `metadata` (JSON text); returns the stored row
+    /// and whether this call created it. An id another tenant holds is a 409 (the id is
+    /// taken), as for sessions and runs.
+    pub(crate) async fn create_thread(
+        &self,
+        tenant: &str,
+        id: &str,
+        metadata: &str,
+    ) -> Result<(ThreadRow, bool), ServerError> {
+        let now = now_ms();
+        let insert = "INSERT INTO sv_threads (thread_id, tenant, metadata, created_ms, updated_ms) \
+                      VALUES ($1, $2, $3, $4, $4) ON CONFLICT (thread_id) DO NOTHING";
+        let n = on_pool!(self, p, {
+            sqlx::query(insert)
+                .bind(id)
+                .bind(tenant)
+                .bind(metadata)
+                .bind(now)
+                .execute(p)
+                .await?
+                .rows_affected()
+        });
+        match self.thread(tenant, id).await? {
+            Some(row) => Ok((row, n > 0)),
+            None => Err(ServerError::Conflict(format!("thread id {id} is taken"))),
+        }
+    }
+
+    /// Thread `id` when `tenant` owns it.
+    pub(crate) async fn thread(
+        &self,
+        tenant: &str,
+        id: &str,
+    ) -> Result<Option<ThreadRow>, ServerError> {
+        let sql = "SELECT thread_id, tenant, metadata, created_ms, updated_ms FROM sv_threads \
+                   WHERE thread_id = $1 AND tenant = $2";
+        on_pool!(self, p, {
+            let row = sqlx::query(sql)
+                .bind(id)
+                .bind(tenant)
+                .fetch_optional(p)
+                .await?;
+            row.as_ref().map(thread_from).transpose()
+        })
+    }
+
+    /// The runs of thread `id`, oldest first.
+    pub(crate) async fn thread_runs(&self, id: &str) -> Result<Vec<ThreadRunRow>, ServerError> {
+        let sql =
+            format!("SELECT {RUN_COLS} FROM sv_thread_runs WHERE thread_id = $1 ORDER BY seq");
+        on_pool!(self, p, {
+            let rows = sqlx::query(&sql).bind(id).fetch_all(p).await?;
+            rows.iter().map(run_from).collect()
+        })
+    }
+
+    /// Records `run` as the thread's run number `run.seq`. Two runs racing for one place
+    /// both read the same newest run; the second insert is refused (409), so a thread never
+    /// forks into two runs continuing one state.
+    pub(crate) async fn add_thread_run(&self, run: &ThreadRunRow) -> Result<(), ServerError> {
+        let sql =
+            format!("INSERT INTO sv_thread_runs ({RUN_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7)");
+        let done = on_pool!(self, p, {
+            sqlx::query(&sql)
+                .bind(&run.run_id)
+                .bind(&run.thread_id)
+                .bind(run.seq)
+                .bind(&run.assistant_id)
+                .bind(&run.metadata)
+                .bind(&run.kwargs)
+                .bind(run.created_ms)
+                .execute(p)
+                .await
+                .map(|r| r.rows_affected())
+        });
+        match done {
+            Ok(_) => {}
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                return Err(ServerError::Conflict(format!(
+                    "thread {} got another run at the same time",
+                    run.thread_id
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let touch = "UPDATE sv_threads SET updated_ms = $1 WHERE thread_id = $2";
+        on_pool!(self, p, {
+            sqlx::query(touch)
+                .bind(run.created_ms)
+                .bind(&run.thread_id)
+                .execute(p)
+                .await?;
+        });
+        Ok(())
+    }
+}
