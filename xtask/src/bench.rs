@@ -31,6 +31,10 @@ pub struct BenchArgs {
     /// LocalRuntime and write `docs/bench-runtime.md` (or `--out`).
     #[arg(long)]
     pub runtime: bool,
+    /// Run only the agent-server workload (issue 21) against Python OpenRath 2.0's server
+    /// and write `docs/bench-server.md` (or `--out`).
+    #[arg(long)]
+    pub server: bool,
     /// Run one workload only and replace its section of the page: `store` (issue 19's
     /// session stores vs LangGraph's Postgres checkpointer; see `bench_store.rs`).
     #[arg(long, value_name = "WORKLOAD")]
@@ -445,6 +449,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .clone()
             .unwrap_or_else(|| root.join("docs/bench-runtime.md"));
         return crate::bench_runtime::run(&out, if args.quick { 1 } else { 3 });
+    }
+    if args.server {
+        let out = args
+            .out
+            .clone()
+            .unwrap_or_else(|| root.join("docs/bench-server.md"));
+        return crate::bench_server::run(&out, args.quick);
     }
     let out = args
         .out

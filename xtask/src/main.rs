@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_runtime;
+mod bench_server;
 mod bench_store;
 
 /// openrath project automation.

@@ -79,6 +79,13 @@ fn get(addr: &str, path: &str, key: Option<&str>) -> u16 {
     call(addr, reqwest::Method::GET, path, key, None).0
 }
 
+/// A GET that must answer 200; its JSON.
+fn get_json(addr: &str, path: &str, key: &str) -> Value {
+    let (status, v) = call(addr, reqwest::Method::GET, path, Some(key), None);
+    assert_eq!(status, 200, "GET {path}: {v}");
+    v
+}
+
 /// A JSON POST that must answer `want`; its answer.
 fn post(addr: &str, path: &str, key: &str, body: Value, want: u16) -> Value {
     let (status, v) = call(addr, reqwest::Method::POST, path, Some(key), Some(body));
@@ -275,13 +282,7 @@ fn the_live_viewer_in_headless_chromium() {
     let gated_id = gated["id"].as_str().unwrap().to_owned();
     let start = std::time::Instant::now();
     let waiting = loop {
-        let (_, run) = call(
-            &addr,
-            reqwest::Method::GET,
-            &format!("/v1/runs/{gated_id}"),
-            Some(&key),
-            None,
-        );
+        let run = get_json(&addr, &format!("/v1/runs/{gated_id}"), &key);
         if run["status"] == "waiting" {
             break run;
         }
@@ -294,14 +295,7 @@ fn the_live_viewer_in_headless_chromium() {
     assert_eq!(waiting["status"], "waiting");
 
     let sessions = |addr: &str| -> (BTreeSet<String>, BTreeSet<String>) {
-        let (status, page) = call(
-            addr,
-            reqwest::Method::GET,
-            "/v1/sessions?limit=200",
-            Some(&key),
-            None,
-        );
-        assert_eq!(status, 200);
+        let page = get_json(addr, "/v1/sessions?limit=200", &key);
         let rows = page["sessions"].as_array().unwrap().clone();
         let ids: BTreeSet<String> = rows
             .iter()
@@ -369,13 +363,7 @@ fn the_live_viewer_in_headless_chromium() {
     cdp.click(&s, &format!("g.node[data-session-id=\"{team_out}\"]"));
     let shown = "document.querySelector('#transcript').hidden ? null : document.querySelector('#transcript').getAttribute('data-session-id')";
     assert_eq!(cdp.eval_until(&s, shown, &json!(team_out)), json!(team_out));
-    let (_, detail) = call(
-        &addr,
-        reqwest::Method::GET,
-        &format!("/v1/sessions/{team_out}?limit=200"),
-        Some(&key),
-        None,
-    );
+    let detail = get_json(&addr, &format!("/v1/sessions/{team_out}?limit=200"), &key);
     let total = detail["chunks_total"].as_u64().unwrap();
     assert_eq!(
         cdp.eval(&s, "document.querySelectorAll('#transcript .chunk').length"),
@@ -398,13 +386,7 @@ fn the_live_viewer_in_headless_chromium() {
     // Live: the approvals (`gated` records twice), made over the API, reach the page
     // without a reload (the run's event stream, and the listing it polls for new runs).
     let run_status = |addr: &str| {
-        let (_, run) = call(
-            addr,
-            reqwest::Method::GET,
-            &format!("/v1/runs/{gated_id}"),
-            Some(&key),
-            None,
-        );
+        let run = get_json(addr, &format!("/v1/runs/{gated_id}"), &key);
         run["status"].as_str().unwrap().to_owned()
     };
     let start = std::time::Instant::now();
@@ -414,13 +396,7 @@ fn the_live_viewer_in_headless_chromium() {
             start.elapsed() < Duration::from_secs(30),
             "the gated run never finished"
         );
-        let (_, pending) = call(
-            &addr,
-            reqwest::Method::GET,
-            &format!("/v1/runs/{gated_id}/interrupts"),
-            Some(&key),
-            None,
-        );
+        let pending = get_json(&addr, &format!("/v1/runs/{gated_id}/interrupts"), &key);
         if let Some(call_id) = pending[0]["call_id"].as_str() {
             post(
                 &addr,
@@ -439,13 +415,7 @@ fn the_live_viewer_in_headless_chromium() {
     );
     let got = cdp.eval_until(&s, &row, &json!("succeeded"));
     if got != json!("succeeded") {
-        let (_, run) = call(
-            &addr,
-            reqwest::Method::GET,
-            &format!("/v1/runs/{gated_id}"),
-            Some(&key),
-            None,
-        );
+        let run = get_json(&addr, &format!("/v1/runs/{gated_id}"), &key);
         let status = cdp.eval(&s, "document.getElementById('status').textContent");
         panic!(
             "the page shows {got} for the approved run; the API: {run}; the page's status line: {status}; errors: {:?}",
