@@ -493,17 +493,24 @@ impl Follow {
     }
 }
 
-fn stream_response(follow: Follow, tid: &str, rid: &str) -> Response {
-    let body = Body::from_stream(futures::stream::unfold(follow, Follow::next));
+/// A 200 about run `rid` of thread `tid`: `body` as `content_type`, `Location` where the
+/// SDKs follow the run again (`.../{follow}`) and `Content-Location` the run itself.
+fn run_response(body: Body, content_type: &str, tid: &str, rid: &str, follow: &str) -> Response {
     let mut resp = (StatusCode::OK, body).into_response();
-    set_header(&mut resp, header::CONTENT_TYPE, "text/event-stream");
-    set_header(&mut resp, header::CACHE_CONTROL, "no-store");
+    set_header(&mut resp, header::CONTENT_TYPE, content_type);
     set_header(
         &mut resp,
         header::LOCATION,
-        &format!("{}/stream", run_path(tid, rid)),
+        &format!("{}/{follow}", run_path(tid, rid)),
     );
     set_header(&mut resp, header::CONTENT_LOCATION, &run_path(tid, rid));
+    resp
+}
+
+fn stream_response(follow: Follow, tid: &str, rid: &str) -> Response {
+    let body = Body::from_stream(futures::stream::unfold(follow, Follow::next));
+    let mut resp = run_response(body, "text/event-stream", tid, rid, "stream");
+    set_header(&mut resp, header::CACHE_CONTROL, "no-store");
     resp
 }
 
@@ -643,15 +650,7 @@ fn waiting_body(state: Arc<AppState>, tid: String, run: RunId) -> Body {
 
 fn waiting_response(state: Arc<AppState>, tid: &str, rid: &str) -> Response {
     let body = waiting_body(state, tid.to_owned(), RunId(rid.to_owned()));
-    let mut resp = (StatusCode::OK, body).into_response();
-    set_header(&mut resp, header::CONTENT_TYPE, "application/json");
-    set_header(
-        &mut resp,
-        header::LOCATION,
-        &format!("{}/join", run_path(tid, rid)),
-    );
-    set_header(&mut resp, header::CONTENT_LOCATION, &run_path(tid, rid));
-    resp
+    run_response(body, "application/json", tid, rid, "join")
 }
 
 /// Creates a run and answers its final state values once it settles (see `join`).
