@@ -251,6 +251,22 @@ fn rss_per_fork(n: usize, forks: usize) -> Option<f64> {
 
 // ------------------------------------------------------------------------------ the page
 
+/// One row of the page's summary of goals (issue 24): every workload reports its goals in
+/// this shape (`bench_store::goal_rows`, `bench_runtime::goal_rows`, `bench_server::goal_rows`).
+#[derive(Clone, Debug)]
+pub(crate) struct GoalRow {
+    /// The workload (`store`, `durable runs`, `server`, `wave 1`).
+    pub workload: String,
+    /// The goal as the issue states it, e.g. `steps/s vs LocalRuntime, SQLite (≥ 20×)`.
+    pub goal: String,
+    /// What this sitting measured, e.g. `3.3×`.
+    pub measured: String,
+    /// Met, missed, or not measured (`None`).
+    pub met: Option<bool>,
+    /// Where missed: why, in a sentence (what the profile says, what would fix it).
+    pub why: Option<String>,
+}
+
 struct Op {
     name: &'static str,
     what: &'static str,
@@ -440,6 +456,48 @@ fn svg_plot(series: &[PlotSeries<'_>]) -> String {
     s
 }
 
+/// Where the summary of goals goes in the page while the workloads are still being rendered.
+const SUMMARY_MARK: &str = "<!-- goals summary -->\n";
+
+/// The page's summary: every goal of every workload, met or missed, and why for each miss.
+fn summary(rows: &[GoalRow]) -> String {
+    let mut md = String::from(
+        "## Goals at a glance\n\nEvery goal of every workload below, in this sitting \
+         (ratios are the peer's time or rate over ours, as the issue states each).\n\n\
+         | workload | goal | measured | met |\n| --- | --- | --- | --- |\n",
+    );
+    for r in rows {
+        let met = match r.met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "not measured",
+        };
+        let _ = writeln!(md, "| {} | {} | {} | {met} |", r.workload, r.goal, r.measured);
+    }
+    let missed: Vec<&GoalRow> = rows.iter().filter(|r| r.met == Some(false)).collect();
+    let met = rows.iter().filter(|r| r.met == Some(true)).count();
+    let _ = writeln!(
+        md,
+        "\n{met} met, {} missed, {} not measured.\n",
+        missed.len(),
+        rows.iter().filter(|r| r.met.is_none()).count()
+    );
+    if !missed.is_empty() {
+        let _ = writeln!(md, "Why each miss:\n");
+        for r in missed {
+            let _ = writeln!(
+                md,
+                "- **{}, {}**: {}",
+                r.workload,
+                r.goal,
+                r.why.as_deref().unwrap_or("no reason recorded")
+            );
+        }
+        md.push('\n');
+    }
+    md
+}
+
 /// Runs everything and writes the page.
 pub fn run(args: &BenchArgs) -> Result<()> {
     let root = xtask::workspace_root();
@@ -468,6 +526,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             let results = crate::bench_store::run(&root, args.quick)?;
             let page = std::fs::read_to_string(&out).unwrap_or_default();
             let section = crate::bench_store::render(&results, args.quick);
+            let chart = out.with_file_name(crate::bench_store::CHART_FILE);
+            std::fs::write(&chart, crate::bench_store::chart(&results))
+                .with_context(|| format!("writing {}", chart.display()))?;
             std::fs::write(&out, crate::bench_store::splice(&page, &section))
                 .with_context(|| format!("writing {}", out.display()))?;
             eprintln!("xtask bench: wrote the store section of {}", out.display());
@@ -596,18 +657,29 @@ pub fn run(args: &BenchArgs) -> Result<()> {
          script's medians (`../shared/peers/openrath_bench.py`, same workloads, sizes and \
          durability).\n"
     );
-    let _ = writeln!(md, "## Ratios against the goals (issue 11)\n");
+    md.push_str(SUMMARY_MARK);
+    let _ = writeln!(md, "## Session operations in one process (wave 1, issue 11)\n");
     let _ = writeln!(
         md,
         "| operation | workload | openrath | Python OpenRath | ratio | goal | met |"
     );
     let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- |");
     let mut misses = Vec::new();
+    let mut rows = Vec::new();
     for op in &ops {
         let ratio = match (op.ours, op.python) {
             (Some(o), Some(p)) if o > 0.0 => Some(p / o),
             _ => None,
         };
+        rows.push(GoalRow {
+            workload: "wave 1".to_owned(),
+            goal: format!("{}: Python OpenRath ÷ ours (≥ {}×)", op.what, op.goal),
+            measured: ratio.map_or_else(|| "—".to_owned(), |r| format!("{r:.1}×")),
+            met: ratio.map(|r| r >= op.goal),
+            why: ratio
+                .is_some_and(|r| r < op.goal)
+                .then(|| op.miss_note.to_owned()),
+        });
         let met = match ratio {
             Some(r) if r >= op.goal => "yes".to_owned(),
             Some(_) => {
@@ -634,6 +706,17 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             session.get(&format!("{key}/10000")),
             session.get(&format!("{key}/1000000")),
         );
+        let growth = a.zip(b).map(|(a, b)| b / a);
+        rows.push(GoalRow {
+            workload: "wave 1".to_owned(),
+            goal: format!("{name} time flat from 10⁴ to 10⁶ chunks (≤ 2×)"),
+            measured: growth.map_or_else(|| "—".to_owned(), |f| format!("{f:.2}×")),
+            met: growth.map(|f| f <= 2.0),
+            why: growth.is_some_and(|f| f > 2.0).then(|| {
+                "a persistent tree's operations grow with its depth; see the scaling table"
+                    .to_owned()
+            }),
+        });
         let line = match (a, b) {
             (Some(a), Some(b)) => {
                 let f = b / a;
@@ -657,7 +740,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     for l in flat_lines {
         let _ = writeln!(md, "{l}");
     }
-    let _ = writeln!(md, "\n## Goals missed\n");
+    let _ = writeln!(md, "\n### Wave-1 goals missed\n");
     if misses.is_empty() {
         let _ = writeln!(md, "None in this run.\n");
     } else {
@@ -726,7 +809,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             py_at("lineage_export_10k_sessions"),
         ),
     ];
-    let _ = writeln!(md, "## Scaling\n");
+    let _ = writeln!(md, "### Scaling\n");
     let _ = writeln!(
         md,
         "![scaling curves](bench-scaling.svg)\n\n`{}`: median time per operation at 10³–10⁶ \
@@ -750,7 +833,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .collect();
         let _ = writeln!(md, "| {name} | {} |", cells.join(" | "));
     }
-    let _ = writeln!(md, "\n## Resident memory per forked session\n");
+    let _ = writeln!(md, "\n### Resident memory per forked session\n");
     let _ = writeln!(
         md,
         "RSS growth (`/proc/self/statm`) over 100,000 live forks of one session, divided by \
@@ -760,7 +843,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         mem_10k.map_or_else(|| "—".to_owned(), |b| format!("{b:.0} B")),
         mem_1m.map_or_else(|| "—".to_owned(), |b| format!("{b:.0} B")),
     );
-    let _ = writeln!(md, "## Other figures from the same run\n");
+    let _ = writeln!(md, "### Other figures from the same run\n");
     let _ = writeln!(md, "| figure | value |");
     let _ = writeln!(md, "| --- | --- |");
     let extra_ours = [
@@ -796,6 +879,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         Ok(r) => {
             md.push('\n');
             md.push_str(&crate::bench_store::render(r, args.quick));
+            rows.extend(crate::bench_store::goal_rows(r));
+            let chart = out.with_file_name(crate::bench_store::CHART_FILE);
+            std::fs::write(&chart, crate::bench_store::chart(r))
+                .with_context(|| format!("writing {}", chart.display()))?;
         }
         Err(e) => {
             let _ = writeln!(
@@ -813,6 +900,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
          `pip install openrath==2.0.0`."
     );
 
+    let md = md.replacen(SUMMARY_MARK, &summary(&rows), 1);
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir)?;
     }

@@ -44,7 +44,10 @@ pub const SECTION_END: &str = "<!-- /bench:store -->";
 #[derive(Clone, Debug)]
 struct Plan {
     turns: u64,
+    /// Turns measured (the curves' points).
     report_at: Vec<u64>,
+    /// Turns shown in the tables.
+    table_at: Vec<u64>,
     fork_sizes: Vec<usize>,
 }
 
@@ -53,13 +56,15 @@ impl Plan {
         if quick {
             Plan {
                 turns: 100,
-                report_at: vec![10, 50, 100],
+                report_at: vec![10, 25, 50, 75, 100],
+                table_at: vec![10, 50, 100],
                 fork_sizes: vec![1_000, 10_000, 100_000],
             }
         } else {
             Plan {
                 turns: 500,
-                report_at: vec![10, 100, 500],
+                report_at: vec![10, 50, 100, 200, 300, 400, 500],
+                table_at: vec![10, 100, 500],
                 fork_sizes: vec![1_000, 10_000, 100_000, 1_000_000],
             }
         }
@@ -165,6 +170,75 @@ fn peer_versions(py: &Path) -> String {
         )
 }
 
+/// Python OpenRath's JSONL store on the same conversation (`xtask/py/openrath_jsonl_growth.py`,
+/// under `RATH_OPENRATH_PYTHON`): the main line alone, and with a branch every 10 turns.
+fn jsonl_peer_series(plan: &Plan) -> Vec<Series> {
+    let variants: [(&str, &[&str]); 2] = [
+        ("Python OpenRath 2.0, JSONL", &[]),
+        (
+            "Python OpenRath 2.0, JSONL, a branch every 10 turns",
+            &["--fork-every", "10"],
+        ),
+    ];
+    let Some(py) = env("RATH_OPENRATH_PYTHON") else {
+        return variants
+            .iter()
+            .map(|v| {
+                Series::missing(
+                    v.0,
+                    "RATH_OPENRATH_PYTHON is not set (.ci/install.d/30-persist-python.sh)",
+                )
+            })
+            .collect();
+    };
+    variants
+        .iter()
+        .map(|(label, extra)| match run_jsonl_peer(Path::new(&py), plan, extra) {
+            Ok(points) => Series {
+                label: (*label).to_owned(),
+                points,
+                missing: None,
+            },
+            Err(e) => Series::missing(label, format!("{e:#}")),
+        })
+        .collect()
+}
+
+fn run_jsonl_peer(py: &Path, plan: &Plan, extra: &[&str]) -> Result<Vec<Point>> {
+    let script = xtask::workspace_root().join("xtask/py/openrath_jsonl_growth.py");
+    eprintln!("xtask bench: openrath_jsonl_growth.py {}", extra.join(" "));
+    let dir = tempfile::tempdir().context("a directory for the JSONL peer")?;
+    let out = Command::new(py)
+        .arg(&script)
+        .arg("--dir")
+        .arg(dir.path().join("sessions"))
+        .args(["--turns", &plan.turns.to_string()])
+        .args(["--report-at", &csv(&plan.report_at)])
+        .args(extra)
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running openrath_jsonl_growth.py")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!("openrath_jsonl_growth.py failed ({}):\n{text}", out.status);
+    }
+    let v: Value = serde_json::from_str(text.trim()).context("JSONL peer output is not JSON")?;
+    let u = |p: &Value, k: &str| p[k].as_u64().unwrap_or(0);
+    Ok(v["points"]
+        .as_array()
+        .ok_or_else(|| anyhow!("JSONL peer output has no points"))?
+        .iter()
+        .map(|p| Point {
+            turn: u(p, "turn"),
+            bytes: u(p, "bytes"),
+            rows: u(p, "files"),
+            payload: u(p, "bytes"),
+            turn_ns: p["turn_ms_median"].as_f64().unwrap_or(0.0) * 1e6,
+            pages: None,
+        })
+        .collect())
+}
+
 // ------------------------------------------------------------------------------ ours
 
 /// What saving one fork added: rows and logical bytes (summed over the tables).
@@ -182,10 +256,10 @@ fn series_label(store: &str, mode: &str) -> String {
     } else {
         "SQLite"
     };
-    let mode = if mode == "append" {
-        "a loop round appended per turn"
-    } else {
-        "a session per turn (fork + round)"
+    let mode = match mode {
+        "append" => "a loop round appended per turn",
+        "fork_every_10" => "appended, a branch every 10 turns",
+        _ => "a session per turn (fork + round)",
     };
     format!("openrath {store}, {mode}")
 }
@@ -295,6 +369,8 @@ pub struct StoreResults {
     peer_versions: String,
     pg: Vec<Series>,
     sqlite: Vec<Series>,
+    /// Python OpenRath's JSONL store (rows: files).
+    files: Vec<Series>,
     forks: Vec<ForkRow>,
     divan: Result<BTreeMap<String, f64>, String>,
     load_before: String,
@@ -315,10 +391,14 @@ fn env(name: &str) -> Option<String> {
 }
 
 fn peer_series(plan: &Plan, pg_url: Option<&str>) -> (String, Vec<Series>) {
-    let variants: [(&str, &[&str]); 3] = [
+    let variants: [(&str, &[&str]); 4] = [
         ("LangGraph, default durability", &[]),
         ("LangGraph, durability=exit", &["--durability", "exit"]),
         ("LangGraph, DeltaChannel (beta)", &["--channel", "delta"]),
+        (
+            "LangGraph, default, a fork every 10 turns",
+            &["--fork-every", "10"],
+        ),
     ];
     let (py, url) = match (env("RATH_LANGGRAPH_PYTHON"), pg_url) {
         (Some(py), Some(url)) => (PathBuf::from(py), url),
@@ -355,6 +435,7 @@ pub fn run(root: &Path, quick: bool) -> Result<StoreResults> {
     let (peer_versions, mut pg) = peer_series(&plan, pg_url.as_deref());
     let (ours_pg, sqlite, forks, raw_bytes) = run_growth(root, &plan)?;
     pg.extend(ours_pg);
+    let files = jsonl_peer_series(&plan);
     let divan =
         run_divan(root, "rath-store-sql", "store", &[], quick).map_err(|e| format!("{e:#}"));
     Ok(StoreResults {
@@ -363,6 +444,7 @@ pub fn run(root: &Path, quick: bool) -> Result<StoreResults> {
         peer_versions,
         pg,
         sqlite,
+        files,
         forks,
         divan,
         load_before,
@@ -380,7 +462,7 @@ fn kb(b: u64) -> String {
     }
 }
 
-fn growth_table(md: &mut String, series: &[Series], pages: bool) {
+fn growth_table(md: &mut String, series: &[Series], pages: bool, table_at: &[u64]) {
     let _ = writeln!(
         md,
         "| store | turn | bytes | rows | logical bytes |{} ms per turn (median of last 10) |",
@@ -401,7 +483,7 @@ fn growth_table(md: &mut String, series: &[Series], pages: bool) {
             );
             continue;
         }
-        for p in &s.points {
+        for p in s.points.iter().filter(|p| table_at.contains(&p.turn)) {
             let page = match (pages, p.pages) {
                 (false, _) => String::new(),
                 (true, Some(b)) => format!(" {} |", kb(b)),
@@ -478,6 +560,41 @@ fn goals(r: &StoreResults) -> Vec<Goal> {
     out
 }
 
+/// The store goals for the page's summary (issue 24's table: bytes vs LangGraph and the raw
+/// messages, per-turn flatness; issue 19's load goals).
+pub(crate) fn goal_rows(r: &StoreResults) -> Vec<crate::bench::GoalRow> {
+    goals(r)
+        .into_iter()
+        .map(|g| {
+            let why = (g.met == Some(false)).then(|| miss_reason(&g.what).to_owned());
+            crate::bench::GoalRow {
+                workload: "store".to_owned(),
+                goal: g.what,
+                measured: g.shown,
+                met: g.met,
+                why,
+            }
+        })
+        .collect()
+}
+
+/// Why a store goal is missed, from the profile of issue 19's work.
+fn miss_reason(goal: &str) -> &'static str {
+    if goal.contains("raw message bytes") {
+        "each chunk is a row of its own, with a tuple header, a digest and index entries, and \
+         the empty schema alone is about 100 kB; packing a session's chunks contiguously, \
+         many to a compressed row, is the fix"
+    } else if goal.contains("load") {
+        "a load reads one row per chunk and decodes each JSON value separately (the JSONL \
+         load is one sequential read and a parse); a contiguous chunk layout would make the \
+         load one read too"
+    } else if goal.contains("per turn") {
+        "the per-turn time grows with the session's index depth; see the table"
+    } else {
+        "see the table above"
+    }
+}
+
 /// The store section of `docs/benchmarks.md`, between [`SECTION_START`] and [`SECTION_END`].
 pub fn render(r: &StoreResults, quick: bool) -> String {
     let mut md = String::new();
@@ -500,7 +617,14 @@ pub fn render(r: &StoreResults, quick: bool) -> String {
         r.plan.turns,
         kb(r.raw_bytes),
     );
-    growth_table(&mut md, &r.pg, false);
+    let _ = writeln!(
+        md,
+        "![store bytes vs turns]({CHART_FILE})\n\nEvery series at turns {}; the tables show \
+         turns {}.\n",
+        csv(&r.plan.report_at),
+        csv(&r.plan.table_at)
+    );
+    growth_table(&mut md, &r.pg, false, &r.plan.table_at);
     let _ = writeln!(
         md,
         "\n### Goals\n\n| goal | measured | met |\n| --- | --- | --- |"
@@ -518,12 +642,94 @@ pub fn render(r: &StoreResults, quick: bool) -> String {
         "\n### SQLite, same workload\n\nBytes: the file after `PRAGMA wal_checkpoint(TRUNCATE)`; \
          logical bytes: the stored values' lengths (`SqliteStore::table_stats`).\n"
     );
-    growth_table(&mut md, &r.sqlite, true);
+    growth_table(&mut md, &r.sqlite, true, &r.plan.table_at);
+    render_files(&mut md, r);
     render_forks(&mut md, r);
     render_times(&mut md, r);
     let _ = writeln!(md, "{SECTION_END}");
     md
 }
+
+fn render_files(md: &mut String, r: &StoreResults) {
+    let _ = writeln!(
+        md,
+        "\n### Python OpenRath's JSONL store, same workload\n\nOne `SessionWriter` for the \
+         thread, its two chunks written (and flushed) per turn; a branch is `Session.fork()` \
+         plus one user message, written whole as a file of its own \
+         (`xtask/py/openrath_jsonl_growth.py`). Bytes: every file of the store directory. \
+         Time: the two `write_chunk` calls of a turn.\n\n\
+         | store | turn | bytes | files | ÷ raw message bytes | ms per turn (median of last 10) |\n\
+         | --- | --- | --- | --- | --- | --- |"
+    );
+    for s in &r.files {
+        if let Some(why) = &s.missing {
+            let _ = writeln!(md, "| {} | — | not measured: {why} | | | |", s.label);
+            continue;
+        }
+        for p in s.points.iter().filter(|p| r.plan.table_at.contains(&p.turn)) {
+            let raw = raw_bytes_until(p.turn) as f64;
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {:.2}× | {:.3} |",
+                s.label,
+                p.turn,
+                kb(p.bytes),
+                p.rows,
+                p.bytes as f64 / raw,
+                p.turn_ns / 1e6
+            );
+        }
+    }
+}
+
+/// Raw message bytes of the first `turns` turns (100 + 200 per turn, the generator's sizes).
+fn raw_bytes_until(turns: u64) -> u64 {
+    turns * 300
+}
+
+/// Store bytes vs turns, every series of the workload (ours solid, the peers dashed), as SVG.
+pub fn chart(r: &StoreResults) -> String {
+    let mut series = Vec::new();
+    let groups = [(&r.pg, " (PostgreSQL)"), (&r.sqlite, " (SQLite)"), (&r.files, "")];
+    for (group, suffix) in groups {
+        for s in group.iter().filter(|s| s.missing.is_none()) {
+            let ours = s.label.starts_with("openrath");
+            let label = if ours {
+                s.label.clone()
+            } else {
+                format!("{}{suffix}", s.label)
+            };
+            let points = s.points.iter().map(|p| (p.turn as f64, p.bytes as f64)).collect();
+            let color = crate::chart::COLORS[series.len() % crate::chart::COLORS.len()];
+            series.push(if ours {
+                crate::chart::Series::solid(label, color, points)
+            } else {
+                crate::chart::Series::dashed(label, color, points)
+            });
+        }
+    }
+    series.push(crate::chart::Series::dashed(
+        "raw message bytes",
+        "#000000",
+        r.plan
+            .report_at
+            .iter()
+            .map(|t| (*t as f64, raw_bytes_until(*t) as f64))
+            .collect(),
+    ));
+    crate::chart::render(&crate::chart::Chart {
+        title: "Store bytes vs turns (solid: openrath; dashed: peers)",
+        x_label: "turns (a checkpoint per turn)",
+        y_label: "bytes on disk",
+        x_log: false,
+        y_log: true,
+        y_unit: crate::chart::Unit::Bytes,
+        series,
+    })
+}
+
+/// File name of [`chart`]'s SVG, beside the page.
+pub const CHART_FILE: &str = "bench-store-growth.svg";
 
 fn render_forks(md: &mut String, r: &StoreResults) {
     let _ = writeln!(

@@ -8,6 +8,7 @@ mod bench;
 mod bench_runtime;
 mod bench_server;
 mod bench_store;
+mod chart;
 
 /// openrath project automation.
 #[derive(Parser, Debug)]

@@ -7,7 +7,9 @@
 //! - **Growth.** A conversation of `--turns` turns: one user message (100 bytes) and one
 //!   assistant message (200 bytes) per turn, the very texts the peer's generator makes (an
 //!   ANSI-C LCG over 64 words). Variant `append`: one session, each turn a loop round appended
-//!   (`SessionStore::append`). Variant `fork_per_turn`: every turn addressable as LangGraph's
+//!   (`SessionStore::append`). Variant `fork_every_10`: `append`, and after every 10th turn a
+//!   branch (a fork of the thread plus one user message, `text("fork", turn, 100)`) saved as a
+//!   session of its own, the peer's `--fork-every 10`. Variant `fork_per_turn`: every turn addressable as LangGraph's
 //!   checkpoints are: each turn a new session, a fork of the previous turn's plus its round.
 //!   At each `--report-at` turn: bytes (PostgreSQL: summed `pg_total_relation_size` of every
 //!   table of the store's schema; SQLite: the file after a WAL checkpoint), rows, logical
@@ -162,13 +164,20 @@ enum Mode {
     /// Each turn a new session: a fork of the previous turn's plus the round (every turn
     /// addressable, like LangGraph's checkpoints).
     ForkPerTurn,
+    /// [`Mode::Append`], and after every [`FORK_EVERY`]-th turn a branch: a fork of the thread
+    /// plus one user message, saved as a session of its own (the peer's `--fork-every`).
+    ForkEvery,
 }
+
+/// Turns between two branches in [`Mode::ForkEvery`] (the peer's `--fork-every 10`).
+const FORK_EVERY: u64 = 10;
 
 impl Mode {
     fn label(self) -> &'static str {
         match self {
             Mode::Append => "append",
             Mode::ForkPerTurn => "fork_per_turn",
+            Mode::ForkEvery => "fork_every_10",
         }
     }
 }
@@ -194,11 +203,11 @@ async fn converse(
         let t0 = Instant::now();
         let stored = s.len();
         let next = match mode {
-            Mode::Append => s.push(user).push(reply),
+            Mode::Append | Mode::ForkEvery => s.push(user).push(reply),
             Mode::ForkPerTurn => s.fork().push(user).push(reply),
         };
         let r = match mode {
-            Mode::Append => store.append(&next, stored).await?,
+            Mode::Append | Mode::ForkEvery => store.append(&next, stored).await?,
             Mode::ForkPerTurn => store.save(&next).await?,
         };
         times.push(t0.elapsed().as_nanos() as f64);
@@ -206,6 +215,13 @@ async fn converse(
             bail!("turn {turn} wrote {} chunks, not 2", r.chunks_written);
         }
         s = next;
+        if mode == Mode::ForkEvery && turn % FORK_EVERY == 0 {
+            let branch = s.fork().push(Chunk::user(text("fork", turn, 100)));
+            let r = store.save(&branch).await?;
+            if r.chunks_written != 1 {
+                bail!("the branch at turn {turn} wrote {} chunks, not 1", r.chunks_written);
+            }
+        }
         if plan.report_at.contains(&turn) {
             let (bytes, rows, payload, pages) = meter.measure().await?;
             let last = &times[times.len().saturating_sub(10)..];
@@ -408,7 +424,7 @@ fn series(store: &str, mode: Mode, points: Result<Vec<Point>>) -> Value {
 
 async fn growth(plan: &Plan, pg_url: Option<&str>) -> Vec<Value> {
     let mut out = Vec::new();
-    for mode in [Mode::Append, Mode::ForkPerTurn] {
+    for mode in [Mode::Append, Mode::ForkEvery, Mode::ForkPerTurn] {
         let pg = match pg_url {
             None => Err("RATH_TEST_POSTGRES_URL is not set".into()),
             Some(url) => {
