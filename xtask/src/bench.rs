@@ -35,6 +35,10 @@ pub struct BenchArgs {
     /// and write `docs/bench-server.md` (or `--out`).
     #[arg(long)]
     pub server: bool,
+    /// Cargo profile for the bench targets (default `bench`, optimised). CI's smoke run uses
+    /// `dev`, reusing the test build: it checks that every workload runs, not its figures.
+    #[arg(long, default_value = "bench")]
+    pub profile: String,
     /// Run one workload only and replace its section of the page: `store` (issue 19's
     /// session stores vs LangGraph's Postgres checkpointer; see `bench_store.rs`).
     #[arg(long, value_name = "WORKLOAD")]
@@ -114,6 +118,22 @@ fn cargo() -> String {
     std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
 }
 
+/// The cargo profile the bench targets are built with (`--profile`; `bench` by default).
+static PROFILE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// `cargo bench -q -p PACKAGE --bench BENCH [--profile P] --` in the workspace root: every
+/// bench target of every workload is built and run through this.
+pub(crate) fn bench_command(root: &Path, package: &str, bench: &str) -> Command {
+    let mut cmd = Command::new(cargo());
+    cmd.current_dir(root)
+        .args(["bench", "-q", "-p", package, "--bench", bench]);
+    if let Some(p) = PROFILE.get().filter(|p| p.as_str() != "bench") {
+        cmd.args(["--profile", p]);
+    }
+    cmd.arg("--").env("CARGO_TERM_COLOR", "never");
+    cmd
+}
+
 /// Runs one divan bench target and returns its medians.
 pub(crate) fn run_divan(
     root: &Path,
@@ -122,10 +142,8 @@ pub(crate) fn run_divan(
     filters: &[&str],
     quick: bool,
 ) -> Result<BTreeMap<String, f64>> {
-    let mut cmd = Command::new(cargo());
-    cmd.current_dir(root)
-        .args(["bench", "-q", "-p", package, "--bench", bench, "--"])
-        .args(["--color", "never"])
+    let mut cmd = bench_command(root, package, bench);
+    cmd.args(["--color", "never"])
         .args(["--max-time", if quick { "1" } else { "4" }]);
     if quick {
         cmd.args(["--sample-count", "10"]);
@@ -501,6 +519,7 @@ fn summary(rows: &[GoalRow]) -> String {
 /// Runs everything and writes the page.
 pub fn run(args: &BenchArgs) -> Result<()> {
     let root = xtask::workspace_root();
+    let _ = PROFILE.set(args.profile.clone());
     if args.runtime {
         let out = args
             .out

@@ -289,17 +289,7 @@ type Growth = (Vec<Series>, Vec<Series>, Vec<ForkRow>, u64);
 /// Runs `benches/growth.rs` (release) and splits its series by store.
 fn run_growth(root: &Path, plan: &Plan) -> Result<Growth> {
     eprintln!("xtask bench: cargo bench -p rath-store-sql --bench growth");
-    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
-        .current_dir(root)
-        .args([
-            "bench",
-            "-q",
-            "-p",
-            "rath-store-sql",
-            "--bench",
-            "growth",
-            "--",
-        ])
+    let out = crate::bench::bench_command(root, "rath-store-sql", "growth")
         .args(["--turns", &plan.turns.to_string()])
         .args(["--report-at", &csv(&plan.report_at)])
         .args(["--fork-sizes", &csv(&plan.fork_sizes)])
