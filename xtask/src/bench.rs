@@ -490,7 +490,11 @@ fn summary(rows: &[GoalRow]) -> String {
             Some(false) => "**no**",
             None => "not measured",
         };
-        let _ = writeln!(md, "| {} | {} | {} | {met} |", r.workload, r.goal, r.measured);
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {met} |",
+            r.workload, r.goal, r.measured
+        );
     }
     let missed: Vec<&GoalRow> = rows.iter().filter(|r| r.met == Some(false)).collect();
     let met = rows.iter().filter(|r| r.met == Some(true)).count();
@@ -677,7 +681,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
          durability).\n"
     );
     md.push_str(SUMMARY_MARK);
-    let _ = writeln!(md, "## Session operations in one process (wave 1, issue 11)\n");
+    let _ = writeln!(
+        md,
+        "## Session operations in one process (wave 1, issue 11)\n"
+    );
     let _ = writeln!(
         md,
         "| operation | workload | openrath | Python OpenRath | ratio | goal | met |"

@@ -111,49 +111,69 @@ impl Series {
 
 // ------------------------------------------------------------------------------ the peer
 
-fn run_peer(py: &Path, dsn: &str, plan: &Plan, extra: &[&str]) -> Result<Vec<Point>> {
-    let script = xtask::shared_dir().join("peers/langgraph_checkpoint_bench.py");
+/// Runs a growth script (`script` under `py`, with `--turns` and `--report-at` from the plan,
+/// then `args`) and returns its `points`, each read by `point`.
+fn run_growth_script(
+    py: &Path,
+    script: &Path,
+    plan: &Plan,
+    args: &[std::ffi::OsString],
+    point: impl Fn(&Value) -> Point,
+) -> Result<Vec<Point>> {
+    let name = script.file_name().map_or_else(
+        || script.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
     if !script.exists() {
         bail!("{} not found", script.display());
     }
     eprintln!(
-        "xtask bench: langgraph_checkpoint_bench.py {}",
-        extra.join(" ")
+        "xtask bench: {name} {}",
+        args.join(" ".as_ref()).to_string_lossy()
     );
     let out = Command::new(py)
-        .arg(&script)
-        .args(["--dsn", dsn, "--schema", PEER_SCHEMA])
+        .arg(script)
         .args(["--turns", &plan.turns.to_string()])
         .args(["--report-at", &csv(&plan.report_at)])
-        .args(extra)
+        .args(args)
         .stderr(Stdio::inherit())
         .output()
-        .context("running langgraph_checkpoint_bench.py")?;
+        .with_context(|| format!("running {name}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
-        bail!(
-            "langgraph_checkpoint_bench.py failed ({}):\n{text}",
-            out.status
-        );
+        bail!("{name} failed ({}):\n{text}", out.status);
     }
-    let v: Value = serde_json::from_str(text.trim()).context("peer output is not JSON")?;
-    let points = v["points"]
+    let v: Value =
+        serde_json::from_str(text.trim()).with_context(|| format!("{name} printed no JSON"))?;
+    Ok(v["points"]
         .as_array()
-        .ok_or_else(|| anyhow!("peer output has no points"))?;
-    let u = |p: &Value, k: &str| p[k].as_u64().unwrap_or(0);
-    Ok(points
+        .ok_or_else(|| anyhow!("{name} printed no points"))?
         .iter()
-        .map(|p| Point {
-            turn: u(p, "turn"),
-            bytes: u(p, "bytes"),
+        .map(point)
+        .collect())
+}
+
+fn os_args(args: &[&str]) -> Vec<std::ffi::OsString> {
+    args.iter().map(Into::into).collect()
+}
+
+fn run_peer(py: &Path, dsn: &str, plan: &Plan, extra: &[&str]) -> Result<Vec<Point>> {
+    let script = xtask::shared_dir().join("peers/langgraph_checkpoint_bench.py");
+    let mut args = os_args(&["--dsn", dsn, "--schema", PEER_SCHEMA]);
+    args.extend(os_args(extra));
+    run_growth_script(py, &script, plan, &args, |p| {
+        let u = |k: &str| p[k].as_u64().unwrap_or(0);
+        Point {
+            turn: u("turn"),
+            bytes: u("bytes"),
             rows: p["rows"]
                 .as_object()
                 .map_or(0, |m| m.values().filter_map(Value::as_u64).sum()),
-            payload: u(p, "payload_bytes"),
+            payload: u("payload_bytes"),
             turn_ns: p["turn_ms_median"].as_f64().unwrap_or(0.0) * 1e6,
             pages: None,
-        })
-        .collect())
+        }
+    })
 }
 
 fn peer_versions(py: &Path) -> String {
@@ -193,50 +213,35 @@ fn jsonl_peer_series(plan: &Plan) -> Vec<Series> {
     };
     variants
         .iter()
-        .map(|(label, extra)| match run_jsonl_peer(Path::new(&py), plan, extra) {
-            Ok(points) => Series {
-                label: (*label).to_owned(),
-                points,
-                missing: None,
+        .map(
+            |(label, extra)| match run_jsonl_peer(Path::new(&py), plan, extra) {
+                Ok(points) => Series {
+                    label: (*label).to_owned(),
+                    points,
+                    missing: None,
+                },
+                Err(e) => Series::missing(label, format!("{e:#}")),
             },
-            Err(e) => Series::missing(label, format!("{e:#}")),
-        })
+        )
         .collect()
 }
 
 fn run_jsonl_peer(py: &Path, plan: &Plan, extra: &[&str]) -> Result<Vec<Point>> {
     let script = xtask::workspace_root().join("xtask/py/openrath_jsonl_growth.py");
-    eprintln!("xtask bench: openrath_jsonl_growth.py {}", extra.join(" "));
     let dir = tempfile::tempdir().context("a directory for the JSONL peer")?;
-    let out = Command::new(py)
-        .arg(&script)
-        .arg("--dir")
-        .arg(dir.path().join("sessions"))
-        .args(["--turns", &plan.turns.to_string()])
-        .args(["--report-at", &csv(&plan.report_at)])
-        .args(extra)
-        .stderr(Stdio::inherit())
-        .output()
-        .context("running openrath_jsonl_growth.py")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        bail!("openrath_jsonl_growth.py failed ({}):\n{text}", out.status);
-    }
-    let v: Value = serde_json::from_str(text.trim()).context("JSONL peer output is not JSON")?;
-    let u = |p: &Value, k: &str| p[k].as_u64().unwrap_or(0);
-    Ok(v["points"]
-        .as_array()
-        .ok_or_else(|| anyhow!("JSONL peer output has no points"))?
-        .iter()
-        .map(|p| Point {
-            turn: u(p, "turn"),
-            bytes: u(p, "bytes"),
-            rows: u(p, "files"),
-            payload: u(p, "bytes"),
+    let mut args = vec!["--dir".into(), dir.path().join("sessions").into_os_string()];
+    args.extend(os_args(extra));
+    run_growth_script(py, &script, plan, &args, |p| {
+        let u = |k: &str| p[k].as_u64().unwrap_or(0);
+        Point {
+            turn: u("turn"),
+            bytes: u("bytes"),
+            rows: u("files"),
+            payload: u("bytes"),
             turn_ns: p["turn_ms_median"].as_f64().unwrap_or(0.0) * 1e6,
             pages: None,
-        })
-        .collect())
+        }
+    })
 }
 
 // ------------------------------------------------------------------------------ ours
@@ -656,7 +661,11 @@ fn render_files(md: &mut String, r: &StoreResults) {
             let _ = writeln!(md, "| {} | — | not measured: {why} | | | |", s.label);
             continue;
         }
-        for p in s.points.iter().filter(|p| r.plan.table_at.contains(&p.turn)) {
+        for p in s
+            .points
+            .iter()
+            .filter(|p| r.plan.table_at.contains(&p.turn))
+        {
             let raw = raw_bytes_until(p.turn) as f64;
             let _ = writeln!(
                 md,
@@ -680,7 +689,11 @@ fn raw_bytes_until(turns: u64) -> u64 {
 /// Store bytes vs turns, every series of the workload (ours solid, the peers dashed), as SVG.
 pub fn chart(r: &StoreResults) -> String {
     let mut series = Vec::new();
-    let groups = [(&r.pg, " (PostgreSQL)"), (&r.sqlite, " (SQLite)"), (&r.files, "")];
+    let groups = [
+        (&r.pg, " (PostgreSQL)"),
+        (&r.sqlite, " (SQLite)"),
+        (&r.files, ""),
+    ];
     for (group, suffix) in groups {
         for s in group.iter().filter(|s| s.missing.is_none()) {
             let ours = s.label.starts_with("openrath");
@@ -689,7 +702,11 @@ pub fn chart(r: &StoreResults) -> String {
             } else {
                 format!("{}{suffix}", s.label)
             };
-            let points = s.points.iter().map(|p| (p.turn as f64, p.bytes as f64)).collect();
+            let points = s
+                .points
+                .iter()
+                .map(|p| (p.turn as f64, p.bytes as f64))
+                .collect();
             let color = crate::chart::COLORS[series.len() % crate::chart::COLORS.len()];
             series.push(if ours {
                 crate::chart::Series::solid(label, color, points)

@@ -163,7 +163,9 @@ pub fn render(c: &Chart<'_>) -> String {
         v.dedup();
         v
     } else {
-        (0..=5).map(|i| x0 + (x1 - x0) * f64::from(i) / 5.0).collect()
+        (0..=5)
+            .map(|i| x0 + (x1 - x0) * f64::from(i) / 5.0)
+            .collect()
     };
     for x in x_ticks {
         let gx = px(x);
