@@ -45,6 +45,26 @@ pub struct BenchArgs {
     pub only: Option<String>,
 }
 
+impl BenchArgs {
+    /// The `cargo xtask bench ...` command these options spell.
+    fn command_line(&self) -> String {
+        let mut c = "cargo xtask bench".to_owned();
+        if self.quick {
+            c.push_str(" --quick");
+        }
+        if self.no_python {
+            c.push_str(" --no-python");
+        }
+        if self.profile != "bench" {
+            c.push_str(&format!(" --profile {}", self.profile));
+        }
+        if let Some(o) = &self.only {
+            c.push_str(&format!(" --only {o}"));
+        }
+        c
+    }
+}
+
 /// Scaling points (chunks per session, sessions per export).
 const SIZES: [u64; 4] = [1_000, 10_000, 100_000, 1_000_000];
 /// The Python loop runs 200 tool rounds + 1 final answer and divides by 201.
@@ -474,9 +494,6 @@ fn svg_plot(series: &[PlotSeries<'_>]) -> String {
     s
 }
 
-/// Where the summary of goals goes in the page while the workloads are still being rendered.
-const SUMMARY_MARK: &str = "<!-- goals summary -->\n";
-
 /// The page's summary: every goal of every workload, met or missed, and why for each miss.
 fn summary(rows: &[GoalRow]) -> String {
     let mut md = String::from(
@@ -542,30 +559,226 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| root.join("docs/benchmarks.md"));
-    let svg_path = out.with_file_name("bench-scaling.svg");
-    match args.only.as_deref() {
-        None => {}
-        Some("store") => {
-            let results = crate::bench_store::run(&root, args.quick)?;
-            let page = std::fs::read_to_string(&out).unwrap_or_default();
-            let section = crate::bench_store::render(&results, args.quick);
-            let chart = out.with_file_name(crate::bench_store::CHART_FILE);
-            std::fs::write(&chart, crate::bench_store::chart(&results))
-                .with_context(|| format!("writing {}", chart.display()))?;
-            std::fs::write(&out, crate::bench_store::splice(&page, &section))
-                .with_context(|| format!("writing {}", out.display()))?;
-            eprintln!("xtask bench: wrote the store section of {}", out.display());
-            return Ok(());
-        }
-        Some(other) => bail!("unknown workload {other:?} (known: store)"),
+    let workloads: Vec<&str> = match args.only.as_deref() {
+        None => WORKLOADS.to_vec(),
+        Some(list) => list.split(',').map(str::trim).collect(),
+    };
+    if let Some(bad) = workloads.iter().find(|w| !WORKLOADS.contains(w)) {
+        bail!("unknown workload {bad:?} (known: {})", WORKLOADS.join(", "));
     }
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut page = std::fs::read_to_string(&out).unwrap_or_default();
+    for w in workloads {
+        let (body, rows) = match w {
+            "wave1" => wave1(&root, args, &out)?,
+            "store" => store_section(&root, args, &out)?,
+            "runtime" => runtime_section(args),
+            _ => server_section(args, &out)?,
+        };
+        page = splice(&page, w, &with_goals(&body, &rows));
+        // Written after every workload, so a failure later keeps what was measured.
+        std::fs::write(&out, render_page(&page, args))
+            .with_context(|| format!("writing {}", out.display()))?;
+        eprintln!("xtask bench: wrote the {w} section of {}", out.display());
+    }
+    Ok(())
+}
+
+/// The workloads of the page, in page order (`--only` takes a comma-separated subset).
+const WORKLOADS: [&str; 4] = ["wave1", "store", "runtime", "server"];
+
+/// Markers of workload `name`'s section in the page.
+fn markers(name: &str) -> (String, String) {
+    (
+        format!("<!-- bench:{name} -->"),
+        format!("<!-- /bench:{name} -->"),
+    )
+}
+
+/// Replaces workload `name`'s section of `page`, or inserts it in [`WORKLOADS`] order.
+fn splice(page: &str, name: &str, body: &str) -> String {
+    let (start, end) = markers(name);
+    let section = format!("{start}\n{}\n{end}\n", body.trim_end());
+    if let (Some(a), Some(b)) = (page.find(&start), page.find(&end))
+        && b > a
+    {
+        let tail = page[b + end.len()..].trim_start_matches('\n');
+        return format!("{}{section}\n{tail}", &page[..a]);
+    }
+    // Before the first section that comes later in page order, else at the end.
+    let later = WORKLOADS
+        .iter()
+        .skip_while(|w| **w != name)
+        .skip(1)
+        .find_map(|w| page.find(&markers(w).0));
+    match later {
+        Some(at) => format!("{}{section}\n{}", &page[..at], &page[at..]),
+        None => {
+            let head = page.trim_end();
+            if head.is_empty() {
+                section
+            } else {
+                format!("{head}\n\n{section}")
+            }
+        }
+    }
+}
+
+/// Prefix of the line that carries a section's goals as JSON (read back for the summary).
+const GOALS_PREFIX: &str = "<!-- goals ";
+
+fn with_goals(body: &str, rows: &[GoalRow]) -> String {
+    let json: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "workload": r.workload, "goal": r.goal, "measured": r.measured,
+                "met": r.met, "why": r.why,
+            })
+        })
+        .collect();
+    let text = serde_json::to_string(&json)
+        .unwrap_or_default()
+        .replace("--", "\\u002d\\u002d");
+    format!("{}\n\n{GOALS_PREFIX}{text} -->\n", body.trim_end())
+}
+
+/// Every goal row recorded in the page's sections, in page order.
+fn page_goals(page: &str) -> Vec<GoalRow> {
+    page.lines()
+        .filter_map(|l| l.strip_prefix(GOALS_PREFIX)?.strip_suffix(" -->"))
+        .filter_map(|j| serde_json::from_str::<Vec<serde_json::Value>>(j).ok())
+        .flatten()
+        .map(|v| GoalRow {
+            workload: v["workload"].as_str().unwrap_or("").to_owned(),
+            goal: v["goal"].as_str().unwrap_or("").to_owned(),
+            measured: v["measured"].as_str().unwrap_or("").to_owned(),
+            met: v["met"].as_bool(),
+            why: v["why"].as_str().map(str::to_owned),
+        })
+        .collect()
+}
+
+/// The page: the title, how it was made, the summary of every section's goals, then the
+/// sections (everything from the first section marker on).
+fn render_page(page: &str, args: &BenchArgs) -> String {
+    let first = WORKLOADS
+        .iter()
+        .filter_map(|w| page.find(&markers(w).0))
+        .min();
+    let last = WORKLOADS
+        .iter()
+        .filter_map(|w| {
+            let end = markers(w).1;
+            page.find(&end).map(|at| at + end.len())
+        })
+        .max();
+    let sections = match (first, last) {
+        (Some(a), Some(b)) if b > a => format!("{}\n", &page[a..b]),
+        _ => String::new(),
+    };
+    let sections = sections.as_str();
+    let mut md = String::new();
+    let _ = writeln!(md, "# Benchmarks: openrath against its peers\n");
+    let _ = writeln!(
+        md,
+        "Written by `cargo xtask bench` (last: `{}` on {}) — do not edit by hand; re-run it. \
+         Each section below was measured in one sitting, ours and the peer's side by side on \
+         the same machine, and says when and under what load; absolute times drift between \
+         machines and runs, the ratios are the figures of merit. `--only wave1,store,runtime,\
+         server` re-measures some sections and keeps the others. `--quick` is a short run \
+         (minutes) whose figures are for smoke tests, not for this page.\n",
+        args.command_line(),
+        today()
+    );
+    md.push_str(&summary(&page_goals(sections)));
+    md.push_str(sections);
+    let _ = writeln!(
+        md,
+        "\nReproduce: `cargo xtask bench` (the four workloads one after the other, about 40 \
+         minutes on 2 cores). Peers: `RATH_OPENRATH_PYTHON` (a venv with \
+         `openrath[postgres]==2.0.0`; else one is created under `target/`), \
+         `RATH_LANGGRAPH_PYTHON` (`.ci/install.d/65-langgraph-peer.sh`), \
+         `RATH_TEST_POSTGRES_URL`; `wrk` for the server (installed by the bench when missing)."
+    );
+    md
+}
+
+/// The store workload (issue 19 against LangGraph and Python OpenRath's JSONL store) and
+/// its chart.
+fn store_section(root: &Path, args: &BenchArgs, out: &Path) -> Result<(String, Vec<GoalRow>)> {
+    Ok(match crate::bench_store::run(root, args.quick) {
+        Ok(r) => {
+            let chart = out.with_file_name(crate::bench_store::CHART_FILE);
+            std::fs::write(&chart, crate::bench_store::chart(&r))
+                .with_context(|| format!("writing {}", chart.display()))?;
+            (
+                crate::bench_store::render(&r, args.quick),
+                crate::bench_store::goal_rows(&r),
+            )
+        }
+        Err(e) => (
+            format!("## Session stores (issue 19)\n\nNot measured: {e:#}\n"),
+            Vec::new(),
+        ),
+    })
+}
+
+/// A detail page written by `write(path)` (the `--runtime` and `--server` workloads), as a
+/// section of this page: its headings one level down.
+fn detail_section(title: &str, write: impl FnOnce(&Path) -> Result<()>) -> (String, Vec<GoalRow>) {
+    let body = tempfile::tempdir()
+        .map_err(anyhow::Error::from)
+        .and_then(|dir| {
+            let path = dir.path().join("page.md");
+            write(&path)?;
+            Ok(std::fs::read_to_string(&path)?)
+        });
+    match body {
+        Ok(text) => {
+            let demoted: Vec<String> = text
+                .lines()
+                .map(|l| {
+                    if l.starts_with('#') {
+                        format!("#{l}")
+                    } else {
+                        l.to_owned()
+                    }
+                })
+                .collect();
+            (demoted.join("\n"), Vec::new())
+        }
+        Err(e) => (format!("## {title}\n\nNot measured: {e:#}\n"), Vec::new()),
+    }
+}
+
+/// Durable runs against Python OpenRath 2.0's LocalRuntime (issue 20).
+fn runtime_section(args: &BenchArgs) -> (String, Vec<GoalRow>) {
+    detail_section("Durable runs (issue 20)", |p| {
+        crate::bench_runtime::run(p, if args.quick { 1 } else { 3 })
+    })
+}
+
+/// The agent server against Python OpenRath 2.0's server (issue 21).
+fn server_section(args: &BenchArgs, _out: &Path) -> Result<(String, Vec<GoalRow>)> {
+    Ok(detail_section("The agent server (issue 21)", |p| {
+        crate::bench_server::run(p, args.quick)
+    }))
+}
+
+/// Wave 1: session operations in one process against Python OpenRath (issue 11), and the
+/// scaling chart.
+fn wave1(root: &Path, args: &BenchArgs, out: &Path) -> Result<(String, Vec<GoalRow>)> {
+    let svg_path = out.with_file_name("bench-scaling.svg");
     let (cores, mem, cpu, load_before) = machine();
 
     // The Python peer first, then ours, in one sitting.
     let (py, py_header) = if args.no_python {
         (BTreeMap::new(), "not run (--no-python)".to_owned())
     } else {
-        match run_python(&root, args.quick) {
+        match run_python(root, args.quick) {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("xtask bench: Python peer not measured: {e:#}");
@@ -574,19 +787,17 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
     };
     let session = run_divan(
-        &root,
+        root,
         "rath-session",
         "session_ops",
         &["fork", "merge_halves"],
         args.quick,
     )?;
-    let persist = run_divan(&root, "rath-persist", "persist", &[], args.quick)?;
-    let flow =
-        run_divan(&root, "rath-flow", "loop_overhead", &[], args.quick).unwrap_or_else(|e| {
-            eprintln!("xtask bench: loop bench not measured: {e:#}");
-            BTreeMap::new()
-        });
-    let store = crate::bench_store::run(&root, args.quick);
+    let persist = run_divan(root, "rath-persist", "persist", &[], args.quick)?;
+    let flow = run_divan(root, "rath-flow", "loop_overhead", &[], args.quick).unwrap_or_else(|e| {
+        eprintln!("xtask bench: loop bench not measured: {e:#}");
+        BTreeMap::new()
+    });
     let mem_10k = rss_per_fork(10_000, 100_000);
     let mem_1m = rss_per_fork(1_000_000, 100_000);
     let (_, _, _, load_after) = machine();
@@ -662,28 +873,20 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         },
     ];
 
-    // ---- the page
+    // ---- the section
     let mut md = String::new();
-    let _ = writeln!(md, "# Benchmarks: openrath vs Python OpenRath\n");
-    let _ = writeln!(
-        md,
-        "Generated by `cargo xtask bench{}` on {} — do not edit by hand; re-run it instead.\n",
-        if args.quick { " --quick" } else { "" },
-        today()
-    );
-    let _ = writeln!(
-        md,
-        "Machine: {cores} cores ({cpu}), {mem} memory; load average before/after the run: \
-         {load_before} / {load_after}. Python: {py_header}. Both sides ran in this sitting on \
-         this machine; absolute times drift between machines and runs, the ratios are the \
-         figures of merit. Ours are divan medians (`cargo bench`), Python's are the peer \
-         script's medians (`../shared/peers/openrath_bench.py`, same workloads, sizes and \
-         durability).\n"
-    );
-    md.push_str(SUMMARY_MARK);
     let _ = writeln!(
         md,
         "## Session operations in one process (wave 1, issue 11)\n"
+    );
+    let _ = writeln!(
+        md,
+        "Measured on {}{}. Machine: {cores} cores ({cpu}), {mem} memory; load average \
+         before/after: {load_before} / {load_after}. Python: {py_header}. Ours are divan \
+         medians (`cargo bench`), Python's are the peer script's medians \
+         (`../shared/peers/openrath_bench.py`, same workloads, sizes and durability).\n",
+        today(),
+        if args.quick { " (--quick)" } else { "" }
     );
     let _ = writeln!(
         md,
@@ -901,49 +1104,53 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             let _ = writeln!(md, "| Python `{k}` | {} |", fmt_ns(*v));
         }
     }
-    match &store {
-        Ok(r) => {
-            md.push('\n');
-            md.push_str(&crate::bench_store::render(r, args.quick));
-            rows.extend(crate::bench_store::goal_rows(r));
-            let chart = out.with_file_name(crate::bench_store::CHART_FILE);
-            std::fs::write(&chart, crate::bench_store::chart(r))
-                .with_context(|| format!("writing {}", chart.display()))?;
-        }
-        Err(e) => {
-            let _ = writeln!(
-                md,
-                "\n{}\n## Session stores (issue 19)\n\nNot measured: {e:#}\n{}",
-                crate::bench_store::SECTION_START,
-                crate::bench_store::SECTION_END
-            );
-        }
-    }
-    let _ = writeln!(
-        md,
-        "\nReproduce: `cargo xtask bench` (about a quarter hour; `--quick` for a short run). It \
-         uses `RATH_OPENRATH_PYTHON` when set, else a venv it creates under `target/` with \
-         `pip install openrath==2.0.0`."
-    );
-
-    let md = md.replacen(SUMMARY_MARK, &summary(&rows), 1);
-    if let Some(dir) = out.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
     std::fs::write(&svg_path, svg_plot(&series))
         .with_context(|| format!("writing {}", svg_path.display()))?;
-    std::fs::write(&out, md).with_context(|| format!("writing {}", out.display()))?;
-    eprintln!(
-        "xtask bench: wrote {} and {}",
-        out.display(),
-        svg_path.display()
-    );
-    Ok(())
+    Ok((md, rows))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn row(workload: &str, met: Option<bool>) -> GoalRow {
+        GoalRow {
+            workload: workload.to_owned(),
+            goal: format!("{workload} goal -- (≥ 2×)"),
+            measured: "3×".to_owned(),
+            met,
+            why: (met == Some(false)).then(|| "because".to_owned()),
+        }
+    }
+
+    #[test]
+    fn sections_splice_in_page_order_and_the_summary_reads_their_goals() {
+        let server = with_goals("## Server\nfigures", &[row("server", Some(false))]);
+        let store = with_goals("## Store\nold", &[row("store", Some(true))]);
+        let mut page = splice("", "server", &server);
+        page = splice(&page, "store", &store);
+        assert!(page.find("## Store").unwrap() < page.find("## Server").unwrap());
+        // Replacing a section keeps the others and their order.
+        let store2 = with_goals("## Store\nnew", &[row("store", None)]);
+        page = splice(&page, "store", &store2);
+        assert!(!page.contains("old") && page.contains("new"));
+        assert_eq!(page.matches("<!-- bench:store -->").count(), 1);
+        let goals = page_goals(&page);
+        assert_eq!(goals.len(), 2);
+        assert_eq!(goals[0].workload, "store");
+        assert_eq!(goals[0].met, None);
+        assert_eq!(goals[1].goal, "server goal -- (≥ 2×)");
+        let args = BenchArgs {
+            profile: "bench".to_owned(),
+            ..BenchArgs::default()
+        };
+        let full = render_page(&page, &args);
+        assert!(full.starts_with("# Benchmarks"));
+        assert!(full.contains("0 met, 1 missed, 1 not measured."));
+        assert!(full.contains("- **server, server goal -- (≥ 2×)**: because"));
+        // Rendering again from the rendered page gives the same page.
+        assert_eq!(render_page(&full, &args), full);
+    }
 
     #[test]
     fn parses_divan_trees() {

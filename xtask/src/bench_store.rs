@@ -35,11 +35,6 @@ use crate::bench::{fmt_ns, run_divan};
 
 /// The peer's schema.
 const PEER_SCHEMA: &str = "rath_bench_langgraph";
-/// Where a section of `docs/benchmarks.md` written by this workload starts and ends.
-pub const SECTION_START: &str = "<!-- bench:store -->";
-/// See [`SECTION_START`].
-pub const SECTION_END: &str = "<!-- /bench:store -->";
-
 /// Sizes of a run: turns and the turns measured, fork sizes.
 #[derive(Clone, Debug)]
 struct Plan {
@@ -590,10 +585,9 @@ fn miss_reason(goal: &str) -> &'static str {
     }
 }
 
-/// The store section of `docs/benchmarks.md`, between [`SECTION_START`] and [`SECTION_END`].
+/// The store section of `docs/benchmarks.md`.
 pub fn render(r: &StoreResults, quick: bool) -> String {
     let mut md = String::new();
-    let _ = writeln!(md, "{SECTION_START}");
     let _ = writeln!(
         md,
         "## Session stores vs LangGraph's Postgres checkpointer (issue 19)\n\n\
@@ -641,7 +635,6 @@ pub fn render(r: &StoreResults, quick: bool) -> String {
     render_files(&mut md, r);
     render_forks(&mut md, r);
     render_times(&mut md, r);
-    let _ = writeln!(md, "{SECTION_END}");
     md
 }
 
@@ -782,39 +775,5 @@ fn render_times(md: &mut String, r: &StoreResults) {
                 );
             }
         }
-    }
-}
-
-/// Replaces the store section of `page` (or appends it when the page has none).
-pub fn splice(page: &str, section: &str) -> String {
-    match (page.find(SECTION_START), page.find(SECTION_END)) {
-        (Some(a), Some(b)) if b > a => {
-            let end = b + SECTION_END.len();
-            let tail = page[end..].strip_prefix('\n').unwrap_or(&page[end..]);
-            format!("{}{section}{tail}", &page[..a])
-        }
-        _ => {
-            let sep = if page.is_empty() || page.ends_with("\n\n") {
-                ""
-            } else if page.ends_with('\n') {
-                "\n"
-            } else {
-                "\n\n"
-            };
-            format!("{page}{sep}{section}")
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn splice_replaces_or_appends() {
-        let sec = format!("{SECTION_START}\nnew\n{SECTION_END}\n");
-        let page = format!("# T\n\n{SECTION_START}\nold\n{SECTION_END}\nafter\n");
-        assert_eq!(splice(&page, &sec), format!("# T\n\n{sec}after\n"));
-        assert_eq!(splice("# T\n", &sec), format!("# T\n\n{sec}"));
     }
 }
