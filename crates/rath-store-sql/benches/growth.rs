@@ -219,7 +219,10 @@ async fn converse(
             let branch = s.fork().push(Chunk::user(text("fork", turn, 100)));
             let r = store.save(&branch).await?;
             if r.chunks_written != 1 {
-                bail!("the branch at turn {turn} wrote {} chunks, not 1", r.chunks_written);
+                bail!(
+                    "the branch at turn {turn} wrote {} chunks, not 1",
+                    r.chunks_written
+                );
             }
         }
         if plan.report_at.contains(&turn) {
