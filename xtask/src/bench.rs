@@ -570,18 +570,28 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         std::fs::create_dir_all(dir)?;
     }
     let mut page = std::fs::read_to_string(&out).unwrap_or_default();
+    let mut failed = false;
     for w in workloads {
-        let (body, rows) = match w {
-            "wave1" => wave1(&root, args, &out)?,
-            "store" => store_section(&root, args, &out)?,
+        let measured = match w {
+            "wave1" => wave1(&root, args, &out),
+            "store" => store_section(&root, args, &out),
             "runtime" => runtime_section(args),
-            _ => server_section(args, &out)?,
+            _ => server_section(args, &out),
         };
+        // A workload that cannot run says why in its section; the others still run.
+        failed |= measured.is_err();
+        let (body, rows) = measured.unwrap_or_else(|e| {
+            eprintln!("xtask bench: the {w} workload failed: {e:#}");
+            (format!("## {w}\n\nNot measured: {e:#}\n"), Vec::new())
+        });
         page = splice(&page, w, &with_goals(&body, &rows));
         // Written after every workload, so a failure later keeps what was measured.
         std::fs::write(&out, render_page(&page, args))
             .with_context(|| format!("writing {}", out.display()))?;
         eprintln!("xtask bench: wrote the {w} section of {}", out.display());
+    }
+    if failed {
+        bail!("a workload could not run; its section says why");
     }
     Ok(())
 }
@@ -709,63 +719,43 @@ fn render_page(page: &str, args: &BenchArgs) -> String {
 /// The store workload (issue 19 against LangGraph and Python OpenRath's JSONL store) and
 /// its chart.
 fn store_section(root: &Path, args: &BenchArgs, out: &Path) -> Result<(String, Vec<GoalRow>)> {
-    Ok(match crate::bench_store::run(root, args.quick) {
-        Ok(r) => {
-            let chart = out.with_file_name(crate::bench_store::CHART_FILE);
-            std::fs::write(&chart, crate::bench_store::chart(&r))
-                .with_context(|| format!("writing {}", chart.display()))?;
-            (
-                crate::bench_store::render(&r, args.quick),
-                crate::bench_store::goal_rows(&r),
-            )
-        }
-        Err(e) => (
-            format!("## Session stores (issue 19)\n\nNot measured: {e:#}\n"),
-            Vec::new(),
-        ),
-    })
+    let r = crate::bench_store::run(root, args.quick)?;
+    let chart = out.with_file_name(crate::bench_store::CHART_FILE);
+    std::fs::write(&chart, crate::bench_store::chart(&r))
+        .with_context(|| format!("writing {}", chart.display()))?;
+    Ok((
+        crate::bench_store::render(&r, args.quick),
+        crate::bench_store::goal_rows(&r),
+    ))
 }
 
 /// A detail page written by `write(path)` (the `--runtime` and `--server` workloads), as a
 /// section of this page: its headings one level down.
-fn detail_section(title: &str, write: impl FnOnce(&Path) -> Result<()>) -> (String, Vec<GoalRow>) {
-    let body = tempfile::tempdir()
-        .map_err(anyhow::Error::from)
-        .and_then(|dir| {
-            let path = dir.path().join("page.md");
-            write(&path)?;
-            Ok(std::fs::read_to_string(&path)?)
-        });
-    match body {
-        Ok(text) => {
-            let demoted: Vec<String> = text
-                .lines()
-                .map(|l| {
-                    if l.starts_with('#') {
-                        format!("#{l}")
-                    } else {
-                        l.to_owned()
-                    }
-                })
-                .collect();
-            (demoted.join("\n"), Vec::new())
-        }
-        Err(e) => (format!("## {title}\n\nNot measured: {e:#}\n"), Vec::new()),
-    }
+fn detail_section(write: impl FnOnce(&Path) -> Result<()>) -> Result<(String, Vec<GoalRow>)> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("page.md");
+    write(&path)?;
+    let demoted: Vec<String> = std::fs::read_to_string(&path)?
+        .lines()
+        .map(|l| {
+            if l.starts_with('#') {
+                format!("#{l}")
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect();
+    Ok((demoted.join("\n"), Vec::new()))
 }
 
 /// Durable runs against Python OpenRath 2.0's LocalRuntime (issue 20).
-fn runtime_section(args: &BenchArgs) -> (String, Vec<GoalRow>) {
-    detail_section("Durable runs (issue 20)", |p| {
-        crate::bench_runtime::run(p, if args.quick { 1 } else { 3 })
-    })
+fn runtime_section(args: &BenchArgs) -> Result<(String, Vec<GoalRow>)> {
+    detail_section(|p| crate::bench_runtime::run(p, if args.quick { 1 } else { 3 }))
 }
 
 /// The agent server against Python OpenRath 2.0's server (issue 21).
 fn server_section(args: &BenchArgs, _out: &Path) -> Result<(String, Vec<GoalRow>)> {
-    Ok(detail_section("The agent server (issue 21)", |p| {
-        crate::bench_server::run(p, args.quick)
-    }))
+    detail_section(|p| crate::bench_server::run(p, args.quick))
 }
 
 /// Wave 1: session operations in one process against Python OpenRath (issue 11), and the

@@ -52,8 +52,10 @@ fn session_of(n: usize) -> Session {
     Session::from_chunks(rows(n), Lineage::implicit(), Stamper::system())
 }
 
+/// Writes `s` whole; every iteration writes over the previous one's file (`replace`, as the
+/// Python script unlinks the file before each write).
 fn write_all(store: &Store, s: &Session, opts: &WriterOptions) -> PathBuf {
-    let mut w = store.writer(s, opts.clone()).expect("open");
+    let mut w = store.writer(s, opts.clone().replace(true)).expect("open");
     for c in s.chunks() {
         w.append(c).expect("append");
     }
