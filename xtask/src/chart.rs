@@ -100,15 +100,15 @@ pub struct Chart<'a> {
 }
 
 /// Palette for series, in legend order.
-pub const COLORS: [&str; 10] = [
+pub const COLORS: [&str; 14] = [
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-    "#bcbd22", "#17becf",
+    "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39",
 ];
 
 /// The chart as a standalone SVG document.
 pub fn render(c: &Chart<'_>) -> String {
     let legend_rows = c.series.len().max(1) as f64;
-    let (w, l, r, t) = (860.0, 80.0, 300.0, 36.0);
+    let (w, l, r, t) = (1040.0, 80.0, 440.0, 36.0);
     let h = (420.0f64).max(t + 30.0 + legend_rows * 18.0 + 60.0);
     let b = 50.0;
     let xs: Vec<f64> = c
