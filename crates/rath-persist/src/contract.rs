@@ -220,6 +220,19 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     /// `expected_len`.
     async fn stored_len(&self, id: &SessionId) -> Result<Option<usize>, PersistError>;
 
+    /// A token that changes whenever what [`SessionStore::load`] returns for `id` changes
+    /// (an append, a close, a delete and a new save under the same id), with one cheap read:
+    /// what a cache of loaded or rendered sessions checks before it answers from memory.
+    /// `None`: not stored. A store that cannot say it cheaply answers
+    /// [`PersistError::Unsupported`] (the default), and a caller loads instead.
+    async fn revision(&self, id: &SessionId) -> Result<Option<Vec<u8>>, PersistError> {
+        let _ = id;
+        Err(PersistError::Unsupported {
+            store: self.name(),
+            what: "a session's revision",
+        })
+    }
+
     /// Summaries of every stored session, oldest `created_at` first (ties by id).
     async fn list(&self) -> Result<Vec<SessionSummary>, PersistError>;
 

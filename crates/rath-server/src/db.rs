@@ -10,6 +10,7 @@
 
 use std::collections::BTreeSet;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -20,6 +21,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use utoipa::ToSchema;
 
 use crate::ServerError;
+use crate::cache::{KEYS, OWNERS};
 
 /// The schema version these migrations reach.
 pub const SCHEMA_VERSION: i64 = 2;
@@ -68,10 +70,17 @@ mod threads;
 
 pub(crate) use threads::{ThreadRow, ThreadRunRow};
 
+/// How long this process trusts a key check before it reads the key's row again (see
+/// [`ServerDb::key_cache`]).
+pub const KEY_CACHE_TTL: Duration = Duration::from_secs(1);
+
 /// The server's tables. Cheap to clone (a connection pool).
 #[derive(Clone, Debug)]
 pub struct ServerDb {
     pool: Pool,
+    /// The database, as the process-wide caches name it.
+    ident: Arc<str>,
+    key_ttl: Duration,
 }
 
 /// An API key as listed: never its secret, never its hash.
@@ -146,9 +155,23 @@ impl ServerDb {
                 "the runs URL is neither sqlite:<file> nor postgres://...".into(),
             ));
         };
-        let db = ServerDb { pool };
+        let db = ServerDb {
+            pool,
+            // A digest of the URL, never the URL (it may hold a password).
+            ident: Arc::from(key_hash(url)),
+            key_ttl: KEY_CACHE_TTL,
+        };
         db.migrate().await?;
         Ok(db)
+    }
+
+    /// How long a key check is trusted in this process ([`KEY_CACHE_TTL`] unless set; zero:
+    /// every request reads the key's row). A key revoked through any `ServerDb` of this
+    /// process is refused from the next request on; one revoked by another process
+    /// (`rath keys revoke`, another server) is refused at most `ttl` later.
+    pub fn key_cache(mut self, ttl: Duration) -> Self {
+        self.key_ttl = ttl;
+        self
     }
 
     async fn migrate(&self) -> Result<(), ServerError> {
@@ -255,14 +278,21 @@ impl ServerDb {
                 .await?
                 .rows_affected()
         });
+        // Forgotten after the update: a check that read the row before it and remembers
+        // it after this is a race lost only within one request of the revocation.
+        KEYS.forget(id);
         Ok(n > 0)
     }
 
-    /// The live key whose secret is `secret`, if any.
+    /// The live key whose secret is `secret`, if any (a key found is remembered for the
+    /// [`ServerDb::key_cache`] time; an unknown one is read again every time).
     pub async fn authenticate(&self, secret: &str) -> Result<Option<Principal>, ServerError> {
         let sql = "SELECT id, tenant, admin FROM sv_keys WHERE hash = $1 AND revoked_ms IS NULL";
         let hash = key_hash(secret);
-        on_pool!(self, p, {
+        if let Some(p) = KEYS.get(&self.ident, &hash, self.key_ttl) {
+            return Ok(Some(p));
+        }
+        let found = on_pool!(self, p, {
             let row = sqlx::query(sql).bind(&hash).fetch_optional(p).await?;
             row.map(|r| -> Result<Principal, ServerError> {
                 Ok(Principal {
@@ -271,8 +301,14 @@ impl ServerDb {
                     admin: r.try_get::<i64, _>("admin")? != 0,
                 })
             })
-            .transpose()
-        })
+            .transpose()?
+        });
+        if let Some(p) = &found
+            && !self.key_ttl.is_zero()
+        {
+            KEYS.put(&self.ident, hash, p.clone(), self.key_ttl);
+        }
+        Ok(found)
     }
 
     /// Records that `tenant` owns session `id` (a second record of the same id is a no-op
@@ -310,17 +346,25 @@ impl ServerDb {
         Ok(())
     }
 
-    /// True when `tenant` owns run `id`.
+    /// True when `tenant` owns run `id` (a yes is remembered: ownership is never taken
+    /// back).
     pub async fn owns_run(&self, tenant: &str, id: &str) -> Result<bool, ServerError> {
+        if OWNERS.owns(&self.ident, "run", tenant, id) {
+            return Ok(true);
+        }
         let sql = "SELECT 1 AS one FROM sv_runs WHERE tenant = $1 AND run_id = $2";
-        on_pool!(self, p, {
-            Ok(sqlx::query(sql)
+        let yes = on_pool!(self, p, {
+            sqlx::query(sql)
                 .bind(tenant)
                 .bind(id)
                 .fetch_optional(p)
                 .await?
-                .is_some())
-        })
+                .is_some()
+        });
+        if yes {
+            OWNERS.learn(&self.ident, "run", tenant, id);
+        }
+        Ok(yes)
     }
 
     /// The ids of `tenant`'s runs.
@@ -334,20 +378,28 @@ impl ServerDb {
         })
     }
 
-    /// True when `tenant` owns session `id` (recorded, or a session of one of its runs).
+    /// True when `tenant` owns session `id` (recorded, or a session of one of its runs; a
+    /// yes is remembered: ownership is never taken back).
     pub async fn owns_session(&self, tenant: &str, id: &str) -> Result<bool, ServerError> {
+        if OWNERS.owns(&self.ident, "session", tenant, id) {
+            return Ok(true);
+        }
         let sql = "SELECT 1 AS one FROM sv_sessions WHERE tenant = $1 AND session_id = $2 \
                    UNION ALL SELECT 1 AS one FROM sv_runs s JOIN rt_runs r ON r.id = s.run_id \
                    WHERE s.tenant = $1 AND (r.input_session = $2 OR r.output_session = $2 OR r.resume_session = $2) \
                    LIMIT 1";
-        on_pool!(self, p, {
-            Ok(sqlx::query(sql)
+        let yes = on_pool!(self, p, {
+            sqlx::query(sql)
                 .bind(tenant)
                 .bind(id)
                 .fetch_optional(p)
                 .await?
-                .is_some())
-        })
+                .is_some()
+        });
+        if yes {
+            OWNERS.learn(&self.ident, "session", tenant, id);
+        }
+        Ok(yes)
     }
 
     /// The ids of every session `tenant` owns.

@@ -51,6 +51,7 @@
 #![warn(missing_docs)]
 
 mod auth;
+mod cache;
 mod db;
 mod error;
 mod extract;
@@ -81,7 +82,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use auth::{Admin, RateLimit};
-pub use db::{KeyInfo, MIGRATIONS, MintedKey, Principal, SCHEMA_VERSION, ServerDb, key_hash};
+pub use db::{
+    KEY_CACHE_TTL, KeyInfo, MIGRATIONS, MintedKey, Principal, SCHEMA_VERSION, ServerDb, key_hash,
+};
 pub use error::{ErrorBody, ErrorDetail, ServerError};
 pub use langgraph::langgraph_messages;
 pub use ops::{Health, NewKey};
@@ -117,6 +120,14 @@ pub struct ServerConfig {
     /// The silence after which a LangGraph event stream sends a `: heartbeat` comment and a
     /// LangGraph `wait`/`join` a `\n` (default 5 s, as LangGraph's server).
     pub heartbeat: Duration,
+    /// How long a key check is trusted before its row is read again ([`KEY_CACHE_TTL`];
+    /// see [`ServerDb::key_cache`]).
+    pub key_cache: Duration,
+    /// Rendered session answers kept in memory at most (0: none kept). Each is served
+    /// only while the session store says the session is unchanged.
+    pub render_cache_entries: usize,
+    /// Bytes of rendered answers kept at most.
+    pub render_cache_bytes: usize,
 }
 
 impl Default for ServerConfig {
@@ -132,6 +143,9 @@ impl Default for ServerConfig {
             wait_max: Duration::from_secs(60),
             grace: Duration::from_secs(10),
             heartbeat: Duration::from_secs(5),
+            key_cache: KEY_CACHE_TTL,
+            render_cache_entries: 1024,
+            render_cache_bytes: 64 << 20,
         }
     }
 }
@@ -145,6 +159,8 @@ pub(crate) struct AppState {
     pub(crate) limiter: auth::Limiter,
     pub(crate) metrics: metrics::Metrics,
     pub(crate) shutdown: CancellationToken,
+    /// Rendered session answers (see [`ServerConfig::render_cache_entries`]).
+    pub(crate) rendered: cache::RenderCache,
     /// When the server was made (ms since the Unix epoch; 0 with a deterministic stamper,
     /// so deterministic output stays byte-identical): the assistants' creation time.
     pub(crate) started_ms: i64,
@@ -342,7 +358,11 @@ impl Server {
         Self {
             state: Arc::new(AppState {
                 runtime,
-                db,
+                db: db.key_cache(config.key_cache),
+                rendered: cache::RenderCache::new(
+                    config.render_cache_entries,
+                    config.render_cache_bytes,
+                ),
                 limiter: auth::Limiter::default(),
                 metrics: metrics::Metrics::default(),
                 shutdown: CancellationToken::new(),

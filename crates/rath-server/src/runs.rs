@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
-use rath_runtime::{Run, RunEvent, RunId, RunOptions, RunStatus};
+use rath_runtime::{EventSubscription, Run, RunEvent, RunId, RunOptions, RunStatus};
 use rath_session::{Session, SessionId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -289,6 +289,37 @@ pub(crate) async fn get(
     Ok(axum::Json(RunView::from(&run)))
 }
 
+/// The run once it is final, waiting or in review, or when `timeout` passed: read again
+/// at each status event of its subscription (woken by this process's writes at once, by
+/// other processes' within the server's poll).
+async fn wait_settled(state: &AppState, id: &RunId, timeout: Duration) -> Result<Run, ServerError> {
+    let until = tokio::time::Instant::now() + timeout;
+    let mut sub = state
+        .runtime
+        .runs()
+        .subscribe(id, 0)
+        .await?
+        .fallback(state.config.poll);
+    loop {
+        let run = state.runtime.runs().get(id).await?;
+        let settled = run.status.is_final()
+            || matches!(run.status, RunStatus::Waiting | RunStatus::NeedsReview);
+        let now = tokio::time::Instant::now();
+        if settled || now >= until {
+            return Ok(run);
+        }
+        // Events up to the next status change (or the end of the wait).
+        while let Some(e) = sub
+            .next_within(until.saturating_duration_since(tokio::time::Instant::now()))
+            .await?
+        {
+            if e.kind == "status" {
+                break;
+            }
+        }
+    }
+}
+
 /// Waits until the run is final, waiting for a decision or in review (or the timeout
 /// passed), then answers it with its final text.
 #[utoipa::path(post, path = "/v1/runs/{id}/wait", tag = "runs", security(("bearer" = [])),
@@ -309,7 +340,7 @@ pub(crate) async fn wait(
         .map_or(max, |ms| Duration::from_millis(ms).min(max));
     let rid = RunId(id);
     let waited = tokio::select! {
-        r = state.runtime.wait(&rid, timeout, state.config.poll) => Some(r?),
+        r = wait_settled(&state, &rid, timeout) => Some(r?),
         _ = state.shutdown.cancelled() => None,
     };
     let run = match waited {
@@ -482,51 +513,39 @@ fn resume_point(headers: &HeaderMap, q: &EventQuery) -> Result<i64, ServerError>
     }
 }
 
-/// What a stream keeps between polls.
+/// What a stream keeps between events: the run's event subscription (woken by the run
+/// store's notifications, read again every ten polls when none came: a writer in another
+/// process on SQLite notifies nobody here), or the events left of a run already final.
 struct Tail {
     state: Arc<AppState>,
-    run: RunId,
-    after: i64,
+    sub: Option<EventSubscription>,
     buf: VecDeque<RunEvent>,
     done: bool,
 }
 
 impl Tail {
-    /// One poll: the run's status, then the events after the last one sent (a final status
-    /// is written with its event, so events read after a final status are all of them).
-    async fn poll(&mut self) -> Result<(), ServerError> {
-        let run = self.state.runtime.runs().get(&self.run).await?;
-        let events = self
-            .state
-            .runtime
-            .runs()
-            .events(&self.run, self.after)
-            .await?;
-        self.buf.extend(events);
-        self.done = run.status.is_final();
-        Ok(())
-    }
-
     async fn next(mut self) -> Option<(Result<Event, Infallible>, Tail)> {
-        loop {
-            if let Some(e) = self.buf.pop_front() {
-                self.after = e.seq;
-                let ev = sse_event(&e);
-                return Some((Ok(ev), self));
+        if let Some(e) = self.buf.pop_front() {
+            return Some((Ok(sse_event(&e)), self));
+        }
+        if self.done || self.state.shutdown.is_cancelled() {
+            return None;
+        }
+        let sub = self.sub.as_mut()?;
+        let got = tokio::select! {
+            got = sub.next() => got,
+            _ = self.state.shutdown.cancelled() => return None,
+        };
+        match got {
+            Ok(e) => {
+                // A final status is the run's last event.
+                self.done = e.status().is_some_and(|s| s.is_final());
+                Some((Ok(sse_event(&e)), self))
             }
-            if self.done || self.state.shutdown.is_cancelled() {
-                return None;
-            }
-            if let Err(e) = self.poll().await {
+            Err(e) => {
                 self.done = true;
                 let ev = Event::default().event("error").data(e.to_string());
-                return Some((Ok(ev), self));
-            }
-            if self.buf.is_empty() && !self.done {
-                tokio::select! {
-                    _ = tokio::time::sleep(self.state.config.poll) => {}
-                    _ = self.state.shutdown.cancelled() => {}
-                }
+                Some((Ok(ev), self))
             }
         }
     }
@@ -551,12 +570,28 @@ pub(crate) async fn events(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ServerError> {
     let after = resume_point(&headers, &q)?;
     let run = owned_run(&state, &who.tenant, &id).await?;
-    let tail = Tail {
-        state: state.clone(),
-        run: run.id,
-        after,
-        buf: VecDeque::new(),
-        done: false,
+    let tail = if run.status.is_final() {
+        // Every event is written: what follows `after`, then the end.
+        let buf = state.runtime.runs().events(&run.id, after).await?;
+        Tail {
+            state: state.clone(),
+            sub: None,
+            buf: buf.into_iter().filter(|e| e.seq > after).collect(),
+            done: true,
+        }
+    } else {
+        let sub = state
+            .runtime
+            .runs()
+            .subscribe(&run.id, after)
+            .await?
+            .fallback(state.config.poll * 10);
+        Tail {
+            state: state.clone(),
+            sub: Some(sub),
+            buf: VecDeque::new(),
+            done: false,
+        }
     };
     let stream = futures::stream::unfold(tail, Tail::next);
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))

@@ -4,15 +4,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use rath_persist::{LineageRow, LoadedSession, SessionSummary};
 use rath_session::{MergeStrategy, Session, SessionError, SessionId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
+use crate::cache::RenderKey;
 use crate::db::Principal;
 use crate::error::ErrorBody;
 use crate::extract::{ApiJson, ApiPath, ApiQuery, decode_cursor, encode_cursor, page_size};
@@ -230,6 +232,62 @@ pub(crate) async fn load_owned(
     }
 }
 
+/// The JSON answer `render` makes of the tenant's session `id` (404 when it is not the
+/// tenant's or not stored), from the render cache while one read of the session store
+/// says the session is as it was rendered; a store that cannot say renders every time.
+async fn cached_answer(
+    state: &AppState,
+    key: RenderKey,
+    render: impl FnOnce(&LoadedSession) -> Result<Vec<u8>, ServerError>,
+) -> Result<Response, ServerError> {
+    let not_found = || ServerError::NotFound {
+        what: "session",
+        id: key.id.clone(),
+    };
+    if !state.db.owns_session(&key.tenant, &key.id).await? {
+        return Err(not_found());
+    }
+    let sid = SessionId::new(key.id.as_str());
+    let revision = match state.runtime.sessions().revision(&sid).await {
+        Ok(Some(r)) => Some(r),
+        Ok(None) => return Err(not_found()),
+        Err(rath_persist::PersistError::Unsupported { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(rev) = &revision
+        && let Some(body) = state.rendered.get(&key, rev)
+    {
+        return Ok(json_bytes(body));
+    }
+    // The revision was read first: a write between it and this load leaves an entry whose
+    // revision is already old, so the next request renders again; never the reverse.
+    let loaded = match state.runtime.sessions().load(&sid).await {
+        Ok(l) => l,
+        Err(rath_persist::PersistError::NotFound { .. }) => return Err(not_found()),
+        Err(e) => return Err(e.into()),
+    };
+    let body = Bytes::from(render(&loaded)?);
+    if let Some(rev) = revision {
+        state.rendered.put(key, rev, body.clone());
+    }
+    Ok(json_bytes(body))
+}
+
+fn json_bytes(body: Bytes) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+fn to_vec<T: Serialize>(v: &T) -> Result<Vec<u8>, ServerError> {
+    serde_json::to_vec(v).map_err(|e| ServerError::Db(format!("rendering an answer: {e}")))
+}
+
 fn matches(q: &SessionQuery, s: &SessionSummary) -> bool {
     q.kind.as_deref().is_none_or(|k| s.kind.as_str() == k)
         && q.operator.as_deref().is_none_or(|o| s.operator == o)
@@ -368,11 +426,17 @@ pub(crate) async fn get(
     who: Principal,
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<ChunkQuery>,
-) -> Result<axum::Json<SessionDetail>, ServerError> {
+) -> Result<Response, ServerError> {
     let limit = page_size(q.limit)?;
     let from = chunk_from(q.cursor.as_deref())?;
-    let loaded = load_owned(&state, &who.tenant, &id).await?;
-    Ok(axum::Json(detail(&loaded, from, limit)?))
+    let key = RenderKey {
+        route: "session",
+        tenant: who.tenant,
+        id,
+        from,
+        limit,
+    };
+    cached_answer(&state, key, |l| to_vec(&detail(l, from, limit)?)).await
 }
 
 fn chunk_from(cursor: Option<&str>) -> Result<usize, ServerError> {
@@ -396,11 +460,20 @@ pub(crate) async fn chunks(
     who: Principal,
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<ChunkQuery>,
-) -> Result<axum::Json<ChunkPage>, ServerError> {
+) -> Result<Response, ServerError> {
     let limit = page_size(q.limit)?;
     let from = chunk_from(q.cursor.as_deref())?;
-    let loaded = load_owned(&state, &who.tenant, &id).await?;
-    Ok(axum::Json(chunk_page(&loaded.session, from, limit)?))
+    let key = RenderKey {
+        route: "chunks",
+        tenant: who.tenant,
+        id,
+        from,
+        limit,
+    };
+    cached_answer(&state, key, |l| {
+        to_vec(&chunk_page(&l.session, from, limit)?)
+    })
+    .await
 }
 
 /// The rows of the tree `id` is in: every session of the tenant connected to it through

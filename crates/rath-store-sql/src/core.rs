@@ -684,6 +684,39 @@ macro_rules! sql_store {
             Ok(len.map(|n| n as usize))
         }
 
+        /// The session row's identity and state: its key (a new save under a deleted
+        /// id is a new row), length, chain digest, content hash (header and trailer
+        /// without times) and trailer (the close time), hashed: everything `load` reads
+        /// that can change, in one indexed read of one row.
+        async fn revision_in(pool: &Pool, name: &str, id: &SessionId) -> Result<Option<Vec<u8>>, PersistError> {
+            let row = sqlx::query(
+                "SELECT key, len, digest, content, trailer FROM rath_sessions WHERE id = $1",
+            )
+            .bind(id.as_str())
+            .fetch_optional(pool)
+            .await
+            .map_err(|e| backend(name, "read", e))?;
+            let Some(row) = row else { return Ok(None) };
+            let get = |e: sqlx::Error| backend(name, "read", e);
+            use sha2::Digest as _;
+            let mut h = sha2::Sha256::new();
+            h.update(row.try_get::<i64, _>("key").map_err(get)?.to_le_bytes());
+            h.update(row.try_get::<i64, _>("len").map_err(get)?.to_le_bytes());
+            for col in ["digest", "content"] {
+                let b: Vec<u8> = row.try_get(col).map_err(get)?;
+                h.update((b.len() as u64).to_le_bytes());
+                h.update(b);
+            }
+            match row.try_get::<Option<String>, _>("trailer").map_err(get)? {
+                Some(t) => {
+                    h.update([1]);
+                    h.update(t.as_bytes());
+                }
+                None => h.update([0]),
+            }
+            Ok(Some(h.finalize().to_vec()))
+        }
+
         async fn list_in(pool: &Pool, name: &str) -> Result<Vec<SessionSummary>, PersistError> {
             let rows = sqlx::query(
                 "SELECT id, header, trailer, conversation, evidence, failure FROM rath_sessions \
@@ -841,6 +874,12 @@ macro_rules! sql_store {
             let result = stored_len_in(pool, name, id).instrument(span.clone()).await;
             spans::record_outcome(&span, &result);
             result
+        }
+
+        /// A session's revision (see `SessionStore::revision`); no span: it is the
+        /// cheap read a cache makes before every answer.
+        pub(crate) async fn revision(pool: &Pool, name: &str, id: &SessionId) -> Result<Option<Vec<u8>>, PersistError> {
+            revision_in(pool, name, id).await
         }
 
         /// Lists the named sessions, in a `list rath_sessions` span.

@@ -141,6 +141,10 @@ impl SessionStore for SqliteStore {
         imp::stored_len(&self.pool, &self.name, id).await
     }
 
+    async fn revision(&self, id: &SessionId) -> Result<Option<Vec<u8>>, PersistError> {
+        imp::revision(&self.pool, &self.name, id).await
+    }
+
     async fn list(&self) -> Result<Vec<SessionSummary>, PersistError> {
         imp::list(&self.pool, &self.name).await
     }

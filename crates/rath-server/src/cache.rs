@@ -1,0 +1,240 @@
+//! What a request would otherwise ask a database again and again, kept in memory, bounded,
+//! and never answered across tenants (the tenant is part of every key).
+//!
+//! - [`KeyCache`]: a key's check, for at most its time to live. It is process-wide, so a
+//!   revocation through any [`crate::ServerDb`] of this process forgets the key at once;
+//!   one by another process (`rath keys revoke`, another server of a fleet) is seen when
+//!   the entry expires.
+//! - [`OwnerCache`]: "this tenant owns this session / run". Ownership rows are only ever
+//!   added (nothing deletes from `sv_sessions`, `sv_runs` or `rt_runs`), so a yes stays
+//!   true; a no is never remembered.
+//! - [`RenderCache`]: a rendered answer (its JSON bytes) with the session store's revision
+//!   of the session it shows ([`rath_persist::SessionStore::revision`]); it is served
+//!   only while one read of the store says the revision is still the same.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+
+use crate::db::Principal;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Keys remembered at most (all databases of the process together).
+const KEY_ENTRIES: usize = 10_000;
+/// Ownership facts remembered at most.
+const OWNER_ENTRIES: usize = 200_000;
+
+/// Checked keys: (database, key hash) → the principal and when it was read.
+#[derive(Debug, Default)]
+pub(crate) struct KeyCache {
+    entries: Mutex<HashMap<(Arc<str>, String), (Principal, Instant)>>,
+}
+
+/// The process's key cache.
+pub(crate) static KEYS: LazyLock<KeyCache> = LazyLock::new(KeyCache::default);
+
+impl KeyCache {
+    /// The principal of `hash` in database `db` when it was read less than `ttl` ago.
+    pub(crate) fn get(&self, db: &Arc<str>, hash: &str, ttl: Duration) -> Option<Principal> {
+        let e = lock(&self.entries);
+        let (p, at) = e.get(&(db.clone(), hash.to_owned()))?;
+        (at.elapsed() < ttl).then(|| p.clone())
+    }
+
+    /// Remembers that `hash` is `p`'s key in database `db`.
+    pub(crate) fn put(&self, db: &Arc<str>, hash: String, p: Principal, ttl: Duration) {
+        let mut e = lock(&self.entries);
+        if e.len() >= KEY_ENTRIES {
+            e.retain(|_, (_, at)| at.elapsed() < ttl);
+            if e.len() >= KEY_ENTRIES {
+                e.clear();
+            }
+        }
+        e.insert((db.clone(), hash), (p, Instant::now()));
+    }
+
+    /// Forgets key `key_id` everywhere (it was revoked).
+    pub(crate) fn forget(&self, key_id: &str) {
+        lock(&self.entries).retain(|_, (p, _)| p.key_id != key_id);
+    }
+}
+
+/// Ownership known to be true: (database, table, tenant, id).
+#[derive(Debug, Default)]
+pub(crate) struct OwnerCache {
+    entries: Mutex<HashSet<(Arc<str>, &'static str, String, String)>>,
+}
+
+/// The process's ownership cache.
+pub(crate) static OWNERS: LazyLock<OwnerCache> = LazyLock::new(OwnerCache::default);
+
+impl OwnerCache {
+    /// True when `tenant` is known to own `id` of `what` in database `db`.
+    pub(crate) fn owns(&self, db: &Arc<str>, what: &'static str, tenant: &str, id: &str) -> bool {
+        lock(&self.entries).contains(&(db.clone(), what, tenant.to_owned(), id.to_owned()))
+    }
+
+    /// Remembers that `tenant` owns `id` of `what` in database `db`.
+    pub(crate) fn learn(&self, db: &Arc<str>, what: &'static str, tenant: &str, id: &str) {
+        let mut e = lock(&self.entries);
+        if e.len() >= OWNER_ENTRIES {
+            e.clear();
+        }
+        e.insert((db.clone(), what, tenant.to_owned(), id.to_owned()));
+    }
+}
+
+/// What a rendered answer is of: the route, the tenant, the session and the page.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub(crate) struct RenderKey {
+    /// Which answer (`session`, `chunks`).
+    pub(crate) route: &'static str,
+    /// The tenant that asked.
+    pub(crate) tenant: String,
+    /// The session.
+    pub(crate) id: String,
+    /// First chunk of the page.
+    pub(crate) from: usize,
+    /// Chunks in the page at most.
+    pub(crate) limit: usize,
+}
+
+#[derive(Debug, Default)]
+struct Rendered {
+    map: HashMap<RenderKey, (Vec<u8>, Bytes)>,
+    order: VecDeque<RenderKey>,
+    bytes: usize,
+}
+
+/// Rendered answers, oldest evicted first, bounded in entries and bytes.
+#[derive(Debug)]
+pub(crate) struct RenderCache {
+    inner: Mutex<Rendered>,
+    max_entries: usize,
+    max_bytes: usize,
+}
+
+impl RenderCache {
+    /// A cache of at most `max_entries` answers and `max_bytes` of them (0: off).
+    pub(crate) fn new(max_entries: usize, max_bytes: usize) -> Self {
+        Self {
+            inner: Mutex::new(Rendered::default()),
+            max_entries,
+            max_bytes,
+        }
+    }
+
+    /// The answer for `key` when it was rendered at `revision`.
+    pub(crate) fn get(&self, key: &RenderKey, revision: &[u8]) -> Option<Bytes> {
+        let r = lock(&self.inner);
+        match r.map.get(key) {
+            Some((rev, body)) if rev.as_slice() == revision => Some(body.clone()),
+            _ => None,
+        }
+    }
+
+    /// Keeps `body`, the answer for `key` rendered at `revision`.
+    pub(crate) fn put(&self, key: RenderKey, revision: Vec<u8>, body: Bytes) {
+        if self.max_entries == 0 || body.len() > self.max_bytes {
+            return;
+        }
+        let mut r = lock(&self.inner);
+        let size = body.len();
+        if let Some((_, old)) = r.map.insert(key.clone(), (revision, body)) {
+            r.bytes -= old.len();
+        } else {
+            r.order.push_back(key);
+        }
+        r.bytes += size;
+        while r.map.len() > self.max_entries || r.bytes > self.max_bytes {
+            let Some(k) = r.order.pop_front() else { break };
+            if let Some((_, old)) = r.map.remove(&k) {
+                r.bytes -= old.len();
+            }
+        }
+    }
+
+    /// Answers kept and their bytes.
+    #[cfg(test)]
+    pub(crate) fn size(&self) -> (usize, usize) {
+        let r = lock(&self.inner);
+        (r.map.len(), r.bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(tenant: &str, id: &str) -> RenderKey {
+        RenderKey {
+            route: "session",
+            tenant: tenant.into(),
+            id: id.into(),
+            from: 0,
+            limit: 50,
+        }
+    }
+
+    #[test]
+    fn an_answer_is_served_only_at_its_revision_and_only_to_its_tenant() {
+        let c = RenderCache::new(10, 1 << 20);
+        c.put(key("a", "s1"), b"r1".to_vec(), Bytes::from_static(b"{}"));
+        assert_eq!(c.get(&key("a", "s1"), b"r1").as_deref(), Some(&b"{}"[..]));
+        assert!(
+            c.get(&key("a", "s1"), b"r2").is_none(),
+            "a new revision misses"
+        );
+        assert!(
+            c.get(&key("b", "s1"), b"r1").is_none(),
+            "another tenant misses"
+        );
+    }
+
+    #[test]
+    fn the_cache_stays_within_its_bounds() {
+        let c = RenderCache::new(3, 10);
+        for i in 0..5 {
+            c.put(
+                key("a", &format!("s{i}")),
+                vec![],
+                Bytes::from(vec![0u8; 3]),
+            );
+        }
+        assert_eq!(c.size(), (3, 9));
+        assert!(
+            c.get(&key("a", "s0"), b"").is_none(),
+            "the oldest went first"
+        );
+        assert!(c.get(&key("a", "s4"), b"").is_some());
+        c.put(key("a", "big"), vec![], Bytes::from(vec![0u8; 11]));
+        assert!(
+            c.get(&key("a", "big"), b"").is_none(),
+            "over the byte bound: not kept"
+        );
+        // Replacing an entry keeps the byte count right.
+        c.put(key("a", "s4"), b"r".to_vec(), Bytes::from(vec![0u8; 1]));
+        assert_eq!(c.size(), (3, 7));
+    }
+
+    #[test]
+    fn a_forgotten_key_is_checked_again() {
+        let db: Arc<str> = Arc::from("test-db-forget");
+        let p = Principal {
+            key_id: "key_x".into(),
+            tenant: "t".into(),
+            admin: false,
+        };
+        let ttl = Duration::from_secs(60);
+        KEYS.put(&db, "h".into(), p.clone(), ttl);
+        assert_eq!(KEYS.get(&db, "h", ttl), Some(p));
+        assert!(KEYS.get(&db, "h", Duration::ZERO).is_none(), "expired");
+        KEYS.forget("key_x");
+        assert!(KEYS.get(&db, "h", ttl).is_none());
+    }
+}
