@@ -38,7 +38,7 @@ use rath_provider::{
 use serde_json::Value;
 
 use crate::model::{Effect, EffectState, Lease, RunId};
-use crate::store::{JournalEntry, RunStore};
+use crate::store::{Barrier, JournalEntry, RunStore};
 use crate::{RuntimeError, sha256_hex};
 
 /// What a tool call running under a durable run can read about itself.
@@ -120,6 +120,17 @@ impl CrashPoint {
     }
 }
 
+/// True when the environment names `point` for a crash, stop or pause.
+fn armed(point: CrashPoint) -> bool {
+    [
+        "RATH_RUNTIME_CRASH",
+        "RATH_RUNTIME_STOP",
+        "RATH_RUNTIME_PAUSE",
+    ]
+    .iter()
+    .any(|v| std::env::var(v).is_ok_and(|s| s.split(':').next() == Some(point.name())))
+}
+
 /// Reaches `point`: SIGKILLs the process or sleeps when the environment asks for it here.
 pub async fn crash_point(point: CrashPoint) {
     let n = CRASH_COUNTS[point.index()].fetch_add(1, Ordering::SeqCst) + 1;
@@ -176,6 +187,8 @@ pub struct RunScope {
     state: Arc<Mutex<ScopeState>>,
     cancel: CancellationToken,
     inflight: Arc<tokio::sync::Semaphore>,
+    /// The writes handed to the committer without waiting, and how far they landed.
+    barrier: Arc<Barrier>,
 }
 
 /// Tool calls one scope may have dispatched at once (far above any workflow's fan-out).
@@ -204,6 +217,7 @@ impl RunScope {
             state: Arc::new(Mutex::new(state)),
             cancel,
             inflight: Arc::new(tokio::sync::Semaphore::new(INFLIGHT as usize)),
+            barrier: Arc::default(),
         })
     }
 
@@ -251,8 +265,22 @@ impl RunScope {
     /// Waits until every tool call this scope dispatched has its answer recorded (or failed
     /// to record it): a worker calls it before it gives a run up, so no call it handed to a
     /// tool is left `dispatched` (which the next worker would have to treat as ambiguous).
+    /// It also waits for every journal and ledger write of the scope to be committed (a
+    /// refused one stops the run: [`RunScope::take_fatal`] says why).
     pub async fn settle(&self) {
         let _all = self.inflight.acquire_many(INFLIGHT).await;
+        let _ = self.durable().await;
+    }
+
+    /// Waits until every write this scope handed over is committed; a refused one (a
+    /// fence) stops the run and is returned as text.
+    pub(crate) async fn durable(&self) -> Result<(), String> {
+        self.barrier.wait().await.map_err(|e| self.stop(e))
+    }
+
+    /// The scope's barrier (the live session writer waits on it before each write).
+    pub(crate) fn barrier(&self) -> Arc<Barrier> {
+        self.barrier.clone()
     }
 
     /// Replies and answers served from the journal and ledger, and those fetched live.
@@ -350,8 +378,16 @@ impl JournaledProvider {
             payload,
             token: self.scope.lease.token,
         };
-        if let Err(e) = self.scope.store.record(&self.scope.lease, &entry).await {
-            return Err(ProviderError::Config(self.scope.stop(e)));
+        // Handed over without waiting: the commit shares a transaction with what the
+        // workflow does next (the tool call's `dispatched` row), and everything that must
+        // come after it waits on the barrier (the next model call, a tool dispatch, a session
+        // write, the release).
+        self.scope
+            .store
+            .record_behind(&self.scope.lease, entry, &self.scope.barrier);
+        if armed(CrashPoint::Step) {
+            // The `step` point is "a reply recorded": committed.
+            self.scope.durable().await.map_err(ProviderError::Config)?;
         }
         crash_point(CrashPoint::Step).await;
         Ok(())
@@ -368,6 +404,9 @@ impl Provider for JournaledProvider {
         match self.lookup(req)? {
             Served::Recorded(r) => Ok(r),
             Served::Live { step, seq, hash } => {
+                // What the run recorded so far (the last tool answer) is durable before
+                // the model is asked again.
+                self.scope.durable().await.map_err(ProviderError::Config)?;
                 let resp = self.inner.complete(req).await?;
                 self.record(step, seq, hash, &resp).await?;
                 Ok(resp)
@@ -388,6 +427,7 @@ impl Provider for JournaledProvider {
                 Ok(r)
             }
             Served::Live { step, seq, hash } => {
+                self.scope.durable().await.map_err(ProviderError::Config)?;
                 let resp = self.inner.stream(req, sink).await?;
                 self.record(step, seq, hash, &resp).await?;
                 Ok(resp)
@@ -429,6 +469,16 @@ fn answer_from(text: &str) -> Result<Result<ToolOutput, ToolError>, String> {
 impl JournaledTool {
     fn fail(&self, e: RuntimeError) -> ToolError {
         ToolError::exception(self.scope.stop(e))
+    }
+
+    fn put_behind(&self, e: &Effect) {
+        self.scope
+            .store
+            .put_effect_behind(&self.scope.lease, e.clone(), &self.scope.barrier);
+        self.scope
+            .lock()
+            .effects
+            .insert((e.step.clone(), e.call_id.clone()), e.clone());
     }
 
     async fn put(&self, e: &Effect) -> Result<(), ToolError> {
@@ -508,9 +558,9 @@ impl Tool for JournaledTool {
             _ => {}
         }
         self.scope.lock().live += 1;
-        if recorded.is_none() {
-            self.put(&effect).await?;
-        }
+        // No `prepared` row: a call with no row and a call found `prepared` are the same to
+        // a resuming worker (never handed to the tool: run it). What must be durable before
+        // the effect is `dispatched` (see `dispatch`).
         // Once handed to the tool, a call runs to its recorded answer even when the workflow
         // is cancelled meanwhile (a worker handing its runs back on shutdown): the task is
         // not aborted when this future is dropped, and `RunScope::settle` waits for it.
@@ -536,7 +586,10 @@ impl JournaledTool {
         key: String,
     ) -> Result<ToolOutput, ToolError> {
         effect.state = EffectState::Dispatched;
-        self.put(&effect).await?;
+        self.put_behind(&effect);
+        // The `dispatched` row and the reply that asked for this call (handed over before
+        // it) are committed before the tool runs.
+        self.scope.durable().await.map_err(ToolError::exception)?;
         let info = CallInfo {
             run: self.scope.run().clone(),
             step,
@@ -551,7 +604,8 @@ impl JournaledTool {
             EffectState::Failed
         };
         effect.result = Some(answer_json(&answer));
-        self.put(&effect).await?;
+        // Committed before the next model call or the release (they wait on the barrier).
+        self.put_behind(&effect);
         answer
     }
 }

@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 
 use crate::RuntimeError;
 use crate::model::Lease;
-use crate::store::RunStore;
+use crate::store::{Barrier, RunStore};
 
 /// What the writer task did, for the worker and its tests.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -94,6 +94,7 @@ pub(crate) fn start(
     sessions: Arc<dyn SessionStore>,
     runs: RunStore,
     lease: Lease,
+    barrier: Arc<Barrier>,
     stopping: CancellationToken,
 ) -> (Arc<LiveSink>, tokio::task::JoinHandle<LiveReport>) {
     let (tx, rx) = mpsc::unbounded_channel();
@@ -101,6 +102,7 @@ pub(crate) fn start(
         sessions,
         runs,
         lease,
+        barrier,
         stored: HashMap::new(),
         report: LiveReport::default(),
     };
@@ -114,6 +116,9 @@ struct Writer {
     sessions: Arc<dyn SessionStore>,
     runs: RunStore,
     lease: Lease,
+    /// The run's journal writes: a session version is stored only once what it shows of
+    /// the journal (the replies and answers in it) is committed.
+    barrier: Arc<Barrier>,
     /// Chunks known stored per session (`None`: the session is left alone).
     stored: HashMap<SessionId, Option<usize>>,
     report: LiveReport,
@@ -139,6 +144,10 @@ impl Writer {
                     Some(_) => {}
                     None => batch.push(s),
                 }
+            }
+            if let Err(e) = self.barrier.wait().await {
+                self.report.fenced = matches!(e, RuntimeError::Fenced { .. });
+                return self.report;
             }
             for s in batch {
                 if let Err(e) = self.write(&s).await {

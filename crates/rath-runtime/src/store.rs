@@ -183,50 +183,28 @@ macro_rules! on_pool {
     }};
 }
 
-// Checks inside a transaction that `$lease` still holds its run: the write is fenced otherwise.
-macro_rules! check_fence {
-    ($tx:ident, $pg:ident, $lease:expr) => {{
-        let sql = if $pg {
-            "SELECT token FROM rt_leases WHERE run_id = $1 FOR UPDATE"
-        } else {
-            "SELECT token FROM rt_leases WHERE run_id = $1"
-        };
-        let row = sqlx::query(sql)
-            .bind($lease.run.as_str())
-            .fetch_optional(&mut *$tx)
-            .await?;
-        let current: i64 = match row {
-            Some(r) => r.try_get("token")?,
-            None => -1,
-        };
-        if current != $lease.token {
-            return Err(RuntimeError::Fenced {
-                run: $lease.run.to_string(),
-                token: $lease.token,
-                current,
-            });
-        }
+// Appends an event row (its `seq` the run's next) in one statement, inside a transaction.
+macro_rules! insert_event {
+    ($tx:ident, $run:expr, $kind:expr, $detail:expr, $by:expr, $token:expr) => {{
+        sqlx::query(
+            "INSERT INTO rt_events (run_id, seq, kind, detail, by_worker, token, at_ms) \
+             SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5, $6 FROM rt_events WHERE run_id = $1",
+        )
+        .bind($run)
+        .bind($kind)
+        .bind($detail)
+        .bind($by)
+        .bind($token)
+        .bind(now_ms())
+        .execute(&mut *$tx)
+        .await?;
     }};
 }
 
-// Appends an event row inside a transaction.
+// Appends an event row inside a transaction (and notifies PostgreSQL listeners at commit).
 macro_rules! push_event {
     ($tx:ident, $pg:ident, $run:expr, $kind:expr, $detail:expr, $by:expr, $token:expr) => {{
-        let next: i64 = sqlx::query("SELECT COALESCE(MAX(seq), 0) + 1 AS n FROM rt_events WHERE run_id = $1")
-            .bind($run)
-            .fetch_one(&mut *$tx)
-            .await?
-            .try_get("n")?;
-        sqlx::query("INSERT INTO rt_events (run_id, seq, kind, detail, by_worker, token, at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)")
-            .bind($run)
-            .bind(next)
-            .bind($kind)
-            .bind($detail)
-            .bind($by)
-            .bind($token)
-            .bind(now_ms())
-            .execute(&mut *$tx)
-            .await?;
+        insert_event!($tx, $run, $kind, $detail, $by, $token);
         if $pg {
             sqlx::query("SELECT pg_notify('rt_events', $1)")
                 .bind($run)
@@ -492,45 +470,17 @@ impl RunStore {
         lease: Duration,
     ) -> Result<Option<(Run, Lease)>, RuntimeError> {
         let now = now_ms();
-        let sql = format!(
-            "SELECT r.id AS id FROM rt_runs r JOIN rt_leases l ON l.run_id = r.id \
-             WHERE (r.status = 'queued' AND r.not_before_ms <= $1) OR (r.status = 'running' AND l.expires_ms < $1) \
-             ORDER BY r.submitted_ms, r.id LIMIT 1{}",
-            if self.is_postgres() {
-                " FOR UPDATE OF r, l SKIP LOCKED"
-            } else {
-                ""
-            }
-        );
-        let got: Option<(String, i64)> = in_tx!(self, tx, pg, {
-            let row = sqlx::query(&sql).bind(now).fetch_optional(&mut *tx).await?;
-            match row {
-                None => None,
-                Some(r) => {
-                    let id: String = r.try_get("id")?;
-                    let token: i64 = sqlx::query("UPDATE rt_leases SET worker = $2, token = token + 1, expires_ms = $3 WHERE run_id = $1 RETURNING token")
-                        .bind(&id)
-                        .bind(worker)
-                        .bind(now + ms(lease))
-                        .fetch_one(&mut *tx)
-                        .await?
-                        .try_get("token")?;
-                    sqlx::query("UPDATE rt_runs SET status = 'running', attempts = attempts + 1, updated_ms = $2 WHERE id = $1")
-                        .bind(&id)
-                        .bind(now)
-                        .execute(&mut *tx)
-                        .await?;
-                    let detail =
-                        format!("{{\"worker\": {}, \"token\": {token}}}", json_str(worker));
-                    push_event!(tx, pg, id.as_str(), "claimed", detail, worker, token);
-                    Some((id, token))
-                }
-            }
-        });
+        let op = Op::Claim {
+            worker: worker.to_owned(),
+            lease_ms: ms(lease),
+        };
+        let got = match self.submit_job(None, op).await? {
+            Answer::Claimed(got) => got,
+            Answer::Done => None,
+        };
         let Some((id, token)) = got else {
             return Ok(None);
         };
-        self.hub.notify(&id);
         let run = self.get(&RunId(id.clone())).await?;
         Ok(Some((
             run,
@@ -547,14 +497,10 @@ impl RunStore {
     #[tracing::instrument(level = "debug", name = "heartbeat rt_leases", skip_all, fields(otel.kind = "client", db.system.name = self.system(), db.operation.name = "heartbeat", db.collection.name = "rt_leases", rath.run.id = %held.run, rath.lease.token = held.token))]
     pub async fn heartbeat(&self, held: &Lease, lease: Duration) -> Result<Lease, RuntimeError> {
         let expires = now_ms() + ms(lease);
-        in_tx!(self, tx, pg, {
-            check_fence!(tx, pg, held);
-            sqlx::query("UPDATE rt_leases SET expires_ms = $2 WHERE run_id = $1")
-                .bind(held.run.as_str())
-                .bind(expires)
-                .execute(&mut *tx)
-                .await?;
-        });
+        let op = Op::Heartbeat {
+            expires_ms: expires,
+        };
+        self.submit_job(Some(held), op).await?;
         Ok(Lease {
             expires_ms: expires,
             ..held.clone()
@@ -565,10 +511,7 @@ impl RunStore {
     /// fences the worker too).
     #[tracing::instrument(level = "debug", name = "check rt_leases", skip_all, fields(otel.kind = "client", db.system.name = self.system(), db.operation.name = "check", db.collection.name = "rt_leases", rath.run.id = %held.run, rath.lease.token = held.token))]
     pub async fn check(&self, held: &Lease) -> Result<(), RuntimeError> {
-        in_tx!(self, tx, pg, {
-            check_fence!(tx, pg, held);
-        });
-        Ok(())
+        self.submit_job(Some(held), Op::Check).await.map(|_| ())
     }
 
     /// Every journal entry of the run, by step and position.
@@ -636,39 +579,15 @@ impl RunStore {
     /// journal and ledger for the next worker.
     #[tracing::instrument(level = "debug", name = "finish rt_runs", skip_all, fields(otel.kind = "client", db.system.name = self.system(), db.operation.name = "finish", db.collection.name = "rt_runs", rath.run.id = %held.run, rath.lease.token = held.token, rath.run.status = to.status.as_str()))]
     pub async fn finish(&self, held: &Lease, to: Transition<'_>) -> Result<(), RuntimeError> {
-        let now = now_ms();
-        in_tx!(self, tx, pg, {
-            check_fence!(tx, pg, held);
-            sqlx::query("UPDATE rt_runs SET status = $2, output_session = COALESCE($3, output_session), detail = $4, \
-                         resume_session = COALESCE($5, resume_session), failures = failures + $6, updated_ms = $7, \
-                         not_before_ms = $8 WHERE id = $1")
-                .bind(held.run.as_str())
-                .bind(to.status.as_str())
-                .bind(to.output)
-                .bind(to.detail)
-                .bind(to.resume)
-                .bind(i64::from(to.failed))
-                .bind(now)
-                .bind(to.not_before_ms.unwrap_or(0))
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("UPDATE rt_leases SET worker = NULL, expires_ms = 0 WHERE run_id = $1")
-                .bind(held.run.as_str())
-                .execute(&mut *tx)
-                .await?;
-            let detail = format!("{{\"status\": \"{}\"}}", to.status);
-            push_event!(
-                tx,
-                pg,
-                held.run.as_str(),
-                "status",
-                detail,
-                held.worker.as_str(),
-                held.token
-            );
+        let op = Op::Finish(Finish {
+            status: to.status,
+            output: to.output.map(str::to_owned),
+            detail: to.detail.map(str::to_owned),
+            resume: to.resume.map(str::to_owned),
+            failed: to.failed,
+            not_before_ms: to.not_before_ms.unwrap_or(0),
         });
-        self.hub.notify(held.run.as_str());
-        Ok(())
+        self.submit_job(Some(held), op).await.map(|_| ())
     }
 
     /// Appends an event as the lease holder (fenced): steps and sessions for the stream.
@@ -681,14 +600,19 @@ impl RunStore {
         self.grouped(held, op).await
     }
 
-    /// Hands a fenced write to the group committer and waits for its commit; does it alone
-    /// when the committer is gone (its runtime shut down).
+    /// Hands a fenced write to the group committer and waits for its commit.
     async fn grouped(&self, held: &Lease, op: Op) -> Result<(), RuntimeError> {
+        self.submit_job(Some(held), op).await.map(|_| ())
+    }
+
+    /// Hands a write to the group committer and waits for its answer; does it alone when
+    /// the committer is gone (its runtime shut down).
+    async fn submit_job(&self, held: Option<&Lease>, op: Op) -> Result<Answer, RuntimeError> {
         let (done, answer) = oneshot::channel();
         let job = Job {
-            lease: held.clone(),
+            lease: held.cloned(),
             op,
-            done,
+            done: Waiter::One(done),
         };
         let job = match self.group.send(job) {
             Ok(()) => match answer.await {
@@ -707,10 +631,49 @@ impl RunStore {
             db: self.db.clone(),
         };
         let result = c.apply(std::slice::from_ref(&job)).await?.remove(0);
-        if result.is_ok() && job.is_event() {
-            self.hub.notify(job.lease.run.as_str());
+        if result.is_ok() {
+            if let Some(run) = job.notifies() {
+                self.hub.notify(run);
+            }
+            if let Ok(Answer::Claimed(Some((run, _)))) = &result {
+                self.hub.notify(run);
+            }
         }
         result
+    }
+
+    /// Hands a journal record to the group committer without waiting for its commit: the
+    /// claim's `barrier` learns when it landed (see [`Barrier`]).
+    pub(crate) fn record_behind(&self, held: &Lease, entry: JournalEntry, barrier: &Arc<Barrier>) {
+        self.behind(held, Op::Record(entry), barrier);
+    }
+
+    /// Hands a ledger write to the group committer without waiting for its commit.
+    pub(crate) fn put_effect_behind(&self, held: &Lease, e: Effect, barrier: &Arc<Barrier>) {
+        self.behind(held, Op::Effect(e), barrier);
+    }
+
+    fn behind(&self, held: &Lease, op: Op, barrier: &Arc<Barrier>) {
+        // Positions are handed out and sent under one lock: a run's writes reach the
+        // committer in position order, and are committed in that order.
+        let mut sent = barrier.sent.lock().unwrap_or_else(|p| p.into_inner());
+        *sent += 1;
+        let job = Job {
+            lease: Some(held.clone()),
+            op,
+            done: Waiter::Barrier(barrier.clone(), *sent),
+        };
+        if let Err(mpsc::error::SendError(job)) = self.group.send(job) {
+            let seq = *sent;
+            drop(sent);
+            let err = RuntimeError::Db {
+                store: self.name.clone(),
+                message: "the group committer is gone".into(),
+            };
+            if let Waiter::Barrier(b, _) = job.done {
+                b.landed(seq, Err(err));
+            }
+        }
     }
 
     /// An operator's change of a run that no worker holds (or that is taken from its
@@ -1109,37 +1072,197 @@ fn redact(url: &str) -> String {
     }
 }
 
-/// One fenced write of a worker, for the group committer.
+/// One write of a worker, for the group committer.
 #[derive(Debug)]
 enum Op {
     Record(JournalEntry),
     Effect(Effect),
     Event { kind: String, detail: String },
+    Heartbeat { expires_ms: i64 },
+    Check,
+    Finish(Finish),
+    Claim { worker: String, lease_ms: i64 },
+}
+
+/// [`Transition`], owned (it travels to the committer).
+#[derive(Debug)]
+struct Finish {
+    status: RunStatus,
+    output: Option<String>,
+    detail: Option<String>,
+    resume: Option<String>,
+    failed: bool,
+    not_before_ms: i64,
+}
+
+/// What a write answers.
+#[derive(Debug)]
+enum Answer {
+    Done,
+    Claimed(Option<(String, i64)>),
+}
+
+/// Who is told when a write is committed: a caller waiting for it, or a run's [`Barrier`]
+/// (a write handed over without waiting) with the write's position.
+#[derive(Debug)]
+enum Waiter {
+    One(oneshot::Sender<Result<Answer, RuntimeError>>),
+    Barrier(Arc<Barrier>, u64),
 }
 
 #[derive(Debug)]
 struct Job {
-    lease: Lease,
+    /// The lease a fenced write carries (`None`: a claim).
+    lease: Option<Lease>,
     op: Op,
-    done: oneshot::Sender<Result<(), RuntimeError>>,
+    done: Waiter,
 }
 
 impl Job {
-    fn is_event(&self) -> bool {
-        matches!(self.op, Op::Event { .. })
+    /// The run whose event stream this write adds to, if it does.
+    fn notifies(&self) -> Option<&str> {
+        match (&self.op, &self.lease) {
+            (Op::Event { .. } | Op::Finish(_), Some(l)) => Some(l.run.as_str()),
+            _ => None,
+        }
+    }
+
+    fn answer(self, r: Result<Answer, RuntimeError>, hub: &crate::events::Hub) {
+        if let Ok(a) = &r {
+            if let Some(run) = self.notifies() {
+                hub.notify(run);
+            }
+            if let Answer::Claimed(Some((run, _))) = a {
+                hub.notify(run);
+            }
+        }
+        match self.done {
+            Waiter::One(tx) => {
+                let _ = tx.send(r);
+            }
+            Waiter::Barrier(b, seq) => b.landed(seq, r.map(|_| ())),
+        }
+    }
+}
+
+/// A failed write as a run's barrier keeps it (every waiter gets a copy).
+#[derive(Clone, Debug)]
+enum Failed {
+    Fenced {
+        run: String,
+        token: i64,
+        current: i64,
+    },
+    Other(String),
+}
+
+impl Failed {
+    fn of(e: &RuntimeError) -> Self {
+        match e {
+            RuntimeError::Fenced {
+                run,
+                token,
+                current,
+            } => Failed::Fenced {
+                run: run.clone(),
+                token: *token,
+                current: *current,
+            },
+            other => Failed::Other(other.to_string()),
+        }
+    }
+
+    fn error(&self) -> RuntimeError {
+        match self {
+            Failed::Fenced {
+                run,
+                token,
+                current,
+            } => RuntimeError::Fenced {
+                run: run.clone(),
+                token: *token,
+                current: *current,
+            },
+            Failed::Other(message) => RuntimeError::Db {
+                store: "run store".into(),
+                message: message.clone(),
+            },
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct Landed {
+    /// Every write up to this position is committed.
+    done: u64,
+    /// The first write of the run that failed (fenced or refused).
+    failed: Option<Failed>,
+}
+
+/// The writes one claim of a run handed to the committer without waiting (its journal
+/// records and tool answers), and how far they are committed. Anything that must come
+/// after them (the run's next model call or tool dispatch, a session write, the release)
+/// waits on [`Barrier::wait`] first: that is how a recorded reply is durable before the
+/// tool it asks for runs, while the reply's commit shares its transaction with the tool
+/// call's `dispatched` row.
+#[derive(Debug)]
+pub(crate) struct Barrier {
+    /// Positions handed out (under the lock, so they reach the committer in order).
+    sent: std::sync::Mutex<u64>,
+    state: tokio::sync::watch::Sender<Landed>,
+}
+
+impl Default for Barrier {
+    fn default() -> Self {
+        Self {
+            sent: std::sync::Mutex::new(0),
+            state: tokio::sync::watch::Sender::new(Landed::default()),
+        }
+    }
+}
+
+impl Barrier {
+    fn landed(&self, seq: u64, r: Result<(), RuntimeError>) {
+        self.state.send_modify(|s| {
+            s.done = s.done.max(seq);
+            if let Err(e) = &r
+                && s.failed.is_none()
+            {
+                s.failed = Some(Failed::of(e));
+            }
+        });
+    }
+
+    /// Waits until every write handed over so far is committed; the first failed one's
+    /// error otherwise (a fence: the lease passed on).
+    pub(crate) async fn wait(&self) -> Result<(), RuntimeError> {
+        let target = *self.sent.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rx = self.state.subscribe();
+        let landed = rx
+            .wait_for(|s| s.done >= target || s.failed.is_some())
+            .await
+            .map(|s| s.clone())
+            .unwrap_or_default();
+        match landed.failed {
+            Some(f) => Err(f.error()),
+            None => Ok(()),
+        }
     }
 }
 
 /// Most writes one transaction takes.
-const GROUP_MAX: usize = 256;
+const GROUP_MAX: usize = 512;
 
-/// Group commit: the fenced writes of every run this process works on go through one task
-/// that takes all that are waiting and does them in one transaction, each checked against
-/// its own run's lease token (a fenced write is refused alone; the others commit). Every
-/// write is committed (`synchronous = FULL` on SQLite) before its caller goes on, so a
-/// recorded reply or effect is durable before the next side effect; only the commit's
-/// cost is shared. A write that fails the transaction (a constraint) makes the batch be
-/// done again one write per transaction, so it fails alone.
+/// Group commit: every write of every run this process works on (journal, ledger, events,
+/// heartbeats, claims and releases) goes through one task that takes all that are waiting
+/// and does them in one transaction. The fence is checked for all of them at once (one
+/// query that reads, and on PostgreSQL locks, the lease rows of every run in the batch) and
+/// each write is refused alone when its token is not its run's current one: a fenced write
+/// fails only its own waiter, the others commit. Journal rows and ledger rows go in one
+/// statement each (a JSON array of rows). Every write is committed (`synchronous = FULL`
+/// on SQLite, `synchronous_commit` on PostgreSQL) before its waiter is told, so only the
+/// commit's cost is shared. A batch that fails as a whole (a constraint) is done again one
+/// write per transaction, so the bad write fails alone.
 struct Committer {
     db: Db,
 }
@@ -1154,8 +1277,6 @@ impl Committer {
                     Err(_) => break,
                 }
             }
-            // One lock order for every committer of every process: no deadlock on PostgreSQL.
-            jobs.sort_by(|a, b| a.lease.run.cmp(&b.lease.run));
             let results = match self.apply(&jobs).await {
                 Ok(r) => r,
                 Err(_) => {
@@ -1170,84 +1291,258 @@ impl Committer {
                 }
             };
             for (j, r) in jobs.into_iter().zip(results) {
-                if r.is_ok() && j.is_event() {
-                    hub.notify(j.lease.run.as_str());
-                }
-                let _ = j.done.send(r);
+                j.answer(r, &hub);
             }
         }
     }
 
     /// Does `jobs` in one transaction: one result per job (fenced or done); `Err` when the
     /// transaction failed as a whole (nothing of it is stored).
-    async fn apply(&self, jobs: &[Job]) -> Result<Vec<Result<(), RuntimeError>>, RuntimeError> {
+    async fn apply(&self, jobs: &[Job]) -> Result<Vec<Result<Answer, RuntimeError>>, RuntimeError> {
+        let mut ids: Vec<&str> = jobs
+            .iter()
+            .filter_map(|j| j.lease.as_ref().map(|l| l.run.as_str()))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
         Ok(in_tx!(self, tx, pg, {
-            let mut out = Vec::with_capacity(jobs.len());
-            for j in jobs {
-                let held = &j.lease;
-                let sql = if pg {
-                    "SELECT token FROM rt_leases WHERE run_id = $1 FOR UPDATE"
+            // The fence of every run in the batch, in one query (locked on PostgreSQL, in
+            // run order: one lock order for every committer of every process).
+            let mut current: std::collections::HashMap<String, i64> =
+                std::collections::HashMap::with_capacity(ids.len());
+            if !ids.is_empty() {
+                let rows = if pg {
+                    sqlx::query("SELECT run_id, token FROM rt_leases WHERE run_id IN (SELECT json_array_elements_text($1::json)) ORDER BY run_id FOR UPDATE")
+                        .bind(serde_json::to_string(&ids).map_err(|e| corrupt("run ids", e))?)
+                        .fetch_all(&mut *tx)
+                        .await?
+                        .iter()
+                        .map(|r| Ok((r.try_get::<String, _>("run_id")?, r.try_get::<i64, _>("token")?)))
+                        .collect::<Result<Vec<_>, sqlx::Error>>()?
                 } else {
-                    "SELECT token FROM rt_leases WHERE run_id = $1"
+                    sqlx::query("SELECT run_id, token FROM rt_leases WHERE run_id IN (SELECT value FROM json_each($1))")
+                        .bind(serde_json::to_string(&ids).map_err(|e| corrupt("run ids", e))?)
+                        .fetch_all(&mut *tx)
+                        .await?
+                        .iter()
+                        .map(|r| Ok((r.try_get::<String, _>("run_id")?, r.try_get::<i64, _>("token")?)))
+                        .collect::<Result<Vec<_>, sqlx::Error>>()?
                 };
-                let current: i64 = match sqlx::query(sql)
-                    .bind(held.run.as_str())
-                    .fetch_optional(&mut *tx)
-                    .await?
-                {
-                    Some(r) => r.try_get("token")?,
-                    None => -1,
+                current.extend(rows);
+            }
+            let mut out: Vec<Option<Result<Answer, RuntimeError>>> = Vec::with_capacity(jobs.len());
+            let mut records = Vec::new();
+            // The last write of each ledger row in the batch (one statement may not touch a
+            // row twice); first-seen order.
+            let mut effects: Vec<serde_json::Value> = Vec::new();
+            let mut effect_at: std::collections::HashMap<(&str, &str, &str), usize> =
+                std::collections::HashMap::new();
+            for j in jobs {
+                let Some(held) = &j.lease else {
+                    out.push(None);
+                    continue;
                 };
-                if current != held.token {
-                    out.push(Err(RuntimeError::Fenced {
+                let now = current.get(held.run.as_str()).copied().unwrap_or(-1);
+                if now != held.token {
+                    out.push(Some(Err(RuntimeError::Fenced {
                         run: held.run.to_string(),
                         token: held.token,
-                        current,
-                    }));
+                        current: now,
+                    })));
                     continue;
                 }
                 match &j.op {
-                    Op::Record(entry) => {
-                        sqlx::query("INSERT INTO rt_journal (run_id, step, seq, request_hash, payload, token) VALUES ($1, $2, $3, $4, $5, $6)")
-                            .bind(held.run.as_str())
-                            .bind(&entry.step)
-                            .bind(entry.seq)
-                            .bind(&entry.request_hash)
-                            .bind(&entry.payload)
-                            .bind(held.token)
-                            .execute(&mut *tx)
-                            .await?;
-                    }
+                    Op::Record(e) => records.push(serde_json::json!({
+                        "run_id": held.run.as_str(), "step": e.step, "seq": e.seq,
+                        "request_hash": e.request_hash, "payload": e.payload, "token": held.token,
+                    })),
                     Op::Effect(e) => {
-                        sqlx::query("INSERT INTO rt_effects (run_id, step, call_id, tool, idem_key, args, state, result, token) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-                                     ON CONFLICT (run_id, step, call_id) DO UPDATE SET state = excluded.state, result = excluded.result, token = excluded.token")
-                            .bind(held.run.as_str())
-                            .bind(&e.step)
-                            .bind(&e.call_id)
-                            .bind(&e.tool)
-                            .bind(&e.idempotency_key)
-                            .bind(&e.args)
-                            .bind(e.state.as_str())
-                            .bind(&e.result)
-                            .bind(held.token)
-                            .execute(&mut *tx)
-                            .await?;
+                        let row = serde_json::json!({
+                            "run_id": held.run.as_str(), "step": e.step, "call_id": e.call_id,
+                            "tool": e.tool, "idem_key": e.idempotency_key, "args": e.args,
+                            "state": e.state.as_str(), "result": e.result, "token": held.token,
+                        });
+                        let key = (held.run.as_str(), e.step.as_str(), e.call_id.as_str());
+                        match effect_at.get(&key) {
+                            Some(&i) => effects[i] = row,
+                            None => {
+                                effect_at.insert(key, effects.len());
+                                effects.push(row);
+                            }
+                        }
                     }
+                    _ => {}
+                }
+                out.push(Some(Ok(Answer::Done)));
+            }
+            if !records.is_empty() {
+                let sql = if pg {
+                    "INSERT INTO rt_journal (run_id, step, seq, request_hash, payload, token) \
+                     SELECT v.run_id, v.step, v.seq, v.request_hash, v.payload, v.token FROM json_to_recordset($1::json) \
+                     AS v(run_id text, step text, seq bigint, request_hash text, payload text, token bigint)"
+                } else {
+                    "INSERT INTO rt_journal (run_id, step, seq, request_hash, payload, token) \
+                     SELECT json_extract(value, '$.run_id'), json_extract(value, '$.step'), json_extract(value, '$.seq'), \
+                     json_extract(value, '$.request_hash'), json_extract(value, '$.payload'), json_extract(value, '$.token') \
+                     FROM json_each($1)"
+                };
+                sqlx::query(sql)
+                    .bind(serde_json::Value::Array(records).to_string())
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            if !effects.is_empty() {
+                let sql = if pg {
+                    "INSERT INTO rt_effects (run_id, step, call_id, tool, idem_key, args, state, result, token) \
+                     SELECT v.run_id, v.step, v.call_id, v.tool, v.idem_key, v.args, v.state, v.result, v.token \
+                     FROM json_to_recordset($1::json) AS v(run_id text, step text, call_id text, tool text, \
+                     idem_key text, args text, state text, result text, token bigint) WHERE true \
+                     ON CONFLICT (run_id, step, call_id) DO UPDATE SET state = excluded.state, result = excluded.result, token = excluded.token"
+                } else {
+                    "INSERT INTO rt_effects (run_id, step, call_id, tool, idem_key, args, state, result, token) \
+                     SELECT json_extract(value, '$.run_id'), json_extract(value, '$.step'), json_extract(value, '$.call_id'), \
+                     json_extract(value, '$.tool'), json_extract(value, '$.idem_key'), json_extract(value, '$.args'), \
+                     json_extract(value, '$.state'), json_extract(value, '$.result'), json_extract(value, '$.token') \
+                     FROM json_each($1) WHERE true \
+                     ON CONFLICT (run_id, step, call_id) DO UPDATE SET state = excluded.state, result = excluded.result, token = excluded.token"
+                };
+                sqlx::query(sql)
+                    .bind(serde_json::Value::Array(effects).to_string())
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            // Events, heartbeats and releases in the order they were handed over (a run's
+            // events keep their order).
+            let mut notify: Vec<&str> = Vec::new();
+            for (j, o) in jobs.iter().zip(&out) {
+                let (Some(held), Some(Ok(_))) = (&j.lease, o) else {
+                    continue;
+                };
+                match &j.op {
                     Op::Event { kind, detail } => {
-                        push_event!(
+                        insert_event!(
                             tx,
-                            pg,
                             held.run.as_str(),
-                            kind.as_str(),
-                            detail.as_str(),
-                            held.worker.as_str(),
+                            kind,
+                            detail,
+                            &held.worker,
                             held.token
                         );
+                        notify.push(held.run.as_str());
                     }
+                    Op::Heartbeat { expires_ms } => {
+                        sqlx::query("UPDATE rt_leases SET expires_ms = $2 WHERE run_id = $1")
+                            .bind(held.run.as_str())
+                            .bind(expires_ms)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    Op::Finish(to) => {
+                        sqlx::query("UPDATE rt_runs SET status = $2, output_session = COALESCE($3, output_session), detail = $4, \
+                                     resume_session = COALESCE($5, resume_session), failures = failures + $6, updated_ms = $7, \
+                                     not_before_ms = $8 WHERE id = $1")
+                            .bind(held.run.as_str())
+                            .bind(to.status.as_str())
+                            .bind(to.output.as_deref())
+                            .bind(to.detail.as_deref())
+                            .bind(to.resume.as_deref())
+                            .bind(i64::from(to.failed))
+                            .bind(now_ms())
+                            .bind(to.not_before_ms)
+                            .execute(&mut *tx)
+                            .await?;
+                        sqlx::query(
+                            "UPDATE rt_leases SET worker = NULL, expires_ms = 0 WHERE run_id = $1",
+                        )
+                        .bind(held.run.as_str())
+                        .execute(&mut *tx)
+                        .await?;
+                        let detail = format!("{{\"status\": \"{}\"}}", to.status);
+                        insert_event!(
+                            tx,
+                            held.run.as_str(),
+                            "status",
+                            &detail,
+                            &held.worker,
+                            held.token
+                        );
+                        notify.push(held.run.as_str());
+                    }
+                    Op::Record(_) | Op::Effect(_) | Op::Check | Op::Claim { .. } => {}
                 }
-                out.push(Ok(()));
             }
-            out
+            // Claims last: a write of the run's earlier holder in this batch was checked
+            // against the token before the claim moves it on.
+            let claims: Vec<usize> = (0..jobs.len())
+                .filter(|&i| jobs[i].lease.is_none())
+                .collect();
+            let mut claimed: Vec<String> = Vec::new();
+            if !claims.is_empty() {
+                let now = now_ms();
+                let sql = format!(
+                    "SELECT r.id AS id FROM rt_runs r JOIN rt_leases l ON l.run_id = r.id \
+                     WHERE (r.status = 'queued' AND r.not_before_ms <= $1) OR (r.status = 'running' AND l.expires_ms < $1) \
+                     ORDER BY r.submitted_ms, r.id LIMIT $2{}",
+                    if pg {
+                        " FOR UPDATE OF r, l SKIP LOCKED"
+                    } else {
+                        ""
+                    }
+                );
+                let found: Vec<String> = sqlx::query(&sql)
+                    .bind(now)
+                    .bind(claims.len() as i64)
+                    .fetch_all(&mut *tx)
+                    .await?
+                    .iter()
+                    .map(|r| r.try_get::<String, _>("id"))
+                    .collect::<Result<_, _>>()?;
+                let mut found = found.into_iter();
+                for &i in &claims {
+                    let Op::Claim { worker, lease_ms } = &jobs[i].op else {
+                        continue;
+                    };
+                    let Some(id) = found.next() else {
+                        out[i] = Some(Ok(Answer::Claimed(None)));
+                        continue;
+                    };
+                    let token: i64 = sqlx::query("UPDATE rt_leases SET worker = $2, token = token + 1, expires_ms = $3 WHERE run_id = $1 RETURNING token")
+                        .bind(&id)
+                        .bind(worker)
+                        .bind(now + lease_ms)
+                        .fetch_one(&mut *tx)
+                        .await?
+                        .try_get("token")?;
+                    sqlx::query("UPDATE rt_runs SET status = 'running', attempts = attempts + 1, updated_ms = $2 WHERE id = $1")
+                        .bind(&id)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?;
+                    let detail =
+                        format!("{{\"worker\": {}, \"token\": {token}}}", json_str(worker));
+                    insert_event!(tx, &id, "claimed", &detail, worker, token);
+                    claimed.push(id.clone());
+                    out[i] = Some(Ok(Answer::Claimed(Some((id, token)))));
+                }
+            }
+            if pg && (!notify.is_empty() || !claimed.is_empty()) {
+                let mut runs: Vec<String> = notify
+                    .iter()
+                    .map(|s| s.to_string())
+                    .chain(claimed)
+                    .collect();
+                runs.sort_unstable();
+                runs.dedup();
+                sqlx::query(
+                    "SELECT pg_notify('rt_events', r) FROM json_array_elements_text($1::json) AS r",
+                )
+                .bind(serde_json::to_string(&runs).map_err(|e| corrupt("run ids", e))?)
+                .execute(&mut *tx)
+                .await?;
+            }
+            out.into_iter()
+                .map(|o| o.unwrap_or(Ok(Answer::Claimed(None))))
+                .collect()
         }))
     }
 }

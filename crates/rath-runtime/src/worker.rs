@@ -356,6 +356,7 @@ impl Worker {
                 self.rt.sessions.clone(),
                 runs.clone(),
                 lease.clone(),
+                scope.barrier(),
                 cancel.clone(),
             )
         });
