@@ -735,17 +735,7 @@ fn detail_section(write: impl FnOnce(&Path) -> Result<()>) -> Result<(String, Ve
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("page.md");
     write(&path)?;
-    let demoted: Vec<String> = std::fs::read_to_string(&path)?
-        .lines()
-        .map(|l| {
-            if l.starts_with('#') {
-                format!("#{l}")
-            } else {
-                l.to_owned()
-            }
-        })
-        .collect();
-    Ok((demoted.join("\n"), Vec::new()))
+    Ok((demote(&std::fs::read_to_string(&path)?), Vec::new()))
 }
 
 /// Durable runs against Python OpenRath 2.0's LocalRuntime (issue 20).
@@ -753,9 +743,77 @@ fn runtime_section(args: &BenchArgs) -> Result<(String, Vec<GoalRow>)> {
     detail_section(|p| crate::bench_runtime::run(p, if args.quick { 1 } else { 3 }))
 }
 
-/// The agent server against Python OpenRath 2.0's server (issue 21).
-fn server_section(args: &BenchArgs, _out: &Path) -> Result<(String, Vec<GoalRow>)> {
-    detail_section(|p| crate::bench_server::run(p, args.quick))
+/// File name of the server's latency chart, beside the page.
+const SERVER_CHART: &str = "bench-server-latency.svg";
+
+/// The agent server against Python OpenRath 2.0's server (issue 21), and its latency chart.
+fn server_section(args: &BenchArgs, out: &Path) -> Result<(String, Vec<GoalRow>)> {
+    let r = crate::bench_server::measure(args.quick)?;
+    let chart = out.with_file_name(SERVER_CHART);
+    std::fs::write(&chart, server_chart(&r))
+        .with_context(|| format!("writing {}", chart.display()))?;
+    let body = format!(
+        "## The agent server vs Python OpenRath 2.0's server (issue 21)\n\n\
+         ![server latency vs connections]({SERVER_CHART})\n\n{}",
+        crate::bench_server::render(&r)
+    );
+    Ok((body, crate::bench_server::goal_rows(&r)))
+}
+
+/// p50 and p99 latency against connections, ours and the peer's, for the session GET and the
+/// create-and-wait run.
+fn server_chart(r: &crate::bench_server::ServerResults) -> String {
+    use crate::chart::{COLORS, Series};
+    type Pick = fn(&crate::bench_server::Load) -> f64;
+    let mut series = Vec::new();
+    let workloads = [("GET session", &r.get), ("create-and-wait", &r.create_wait)];
+    let stats: [(&str, Pick); 2] = [("p50", |l| l.p50_ms), ("p99", |l| l.p99_ms)];
+    for (name, points) in workloads {
+        for (stat, pick) in stats {
+            let ours = points
+                .iter()
+                .map(|p| (p.connections as f64, pick(&p.ours)))
+                .collect();
+            let peer = points
+                .iter()
+                .map(|p| (p.connections as f64, pick(&p.peer)))
+                .collect();
+            let color = COLORS[series.len() / 2 % COLORS.len()];
+            series.push(Series::solid(
+                format!("openrath, {name}, {stat}"),
+                color,
+                ours,
+            ));
+            series.push(Series::dashed(
+                format!("Python OpenRath 2.0, {name}, {stat}"),
+                color,
+                peer,
+            ));
+        }
+    }
+    crate::chart::render(&crate::chart::Chart {
+        title: "Server latency vs connections (solid: openrath; dashed: Python OpenRath 2.0)",
+        x_label: "concurrent connections (log)",
+        y_label: "latency",
+        x_log: true,
+        y_log: true,
+        y_unit: crate::chart::Unit::Millis,
+        series,
+    })
+}
+
+/// Markdown with every heading one level down (a detail page's, as a section of this one).
+fn demote(text: &str) -> String {
+    text.lines()
+        .map(|l| {
+            if l.starts_with('#') {
+                format!("#{l}")
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Wave 1: session operations in one process against Python OpenRath (issue 11), and the

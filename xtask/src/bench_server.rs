@@ -943,7 +943,6 @@ fn at64(points: &[Point]) -> Option<&Point> {
 }
 
 /// One row per goal of issue 21's benchmarks (the lead's summary, issue 24, reads them).
-#[allow(dead_code)]
 pub(crate) fn goal_rows(r: &ServerResults) -> Vec<crate::bench::GoalRow> {
     let row = |goal: &str, measured: String, met: Option<bool>, why: Option<String>| {
         crate::bench::GoalRow {
