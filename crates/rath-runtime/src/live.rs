@@ -52,7 +52,15 @@ pub(crate) struct LiveSink {
     /// artefact (an interrupted round, a tool answered with the stop's error), not part of
     /// the run: the next claim or the worker's final persist writes what the run keeps.
     stopping: CancellationToken,
+    /// Wakes the writer from its pause between writes once nothing more comes.
+    closing: Arc<tokio::sync::Notify>,
 }
+
+/// The least time between two writes of one claim's writer: what queues up meanwhile is
+/// coalesced into one append per session. The live writes are for visibility (a failed or
+/// killed run is stored about as far as it got); durability is the journal's, so spacing
+/// them costs no guarantee and saves the session store one transaction per round.
+const GAP: std::time::Duration = std::time::Duration::from_millis(25);
 
 impl LiveSink {
     fn send(&self, s: &Session) -> Result<(), FlowError> {
@@ -73,6 +81,7 @@ impl LiveSink {
     /// Tells the writer that nothing more comes: it writes what it was handed and ends.
     pub(crate) fn close(&self) {
         let _ = self.tx.send(None);
+        self.closing.notify_one();
     }
 }
 
@@ -98,7 +107,9 @@ pub(crate) fn start(
     stopping: CancellationToken,
 ) -> (Arc<LiveSink>, tokio::task::JoinHandle<LiveReport>) {
     let (tx, rx) = mpsc::unbounded_channel();
+    let closing = Arc::new(tokio::sync::Notify::new());
     let writer = Writer {
+        closing: closing.clone(),
         sessions,
         runs,
         lease,
@@ -107,7 +118,11 @@ pub(crate) fn start(
         report: LiveReport::default(),
     };
     (
-        Arc::new(LiveSink { tx, stopping }),
+        Arc::new(LiveSink {
+            tx,
+            stopping,
+            closing,
+        }),
         tokio::spawn(writer.drain(rx)),
     )
 }
@@ -119,6 +134,7 @@ struct Writer {
     /// The run's journal writes: a session version is stored only once what it shows of
     /// the journal (the replies and answers in it) is committed.
     barrier: Arc<Barrier>,
+    closing: Arc<tokio::sync::Notify>,
     /// Chunks known stored per session (`None`: the session is left alone).
     stored: HashMap<SessionId, Option<usize>>,
     report: LiveReport,
@@ -127,7 +143,18 @@ struct Writer {
 impl Writer {
     async fn drain(mut self, mut rx: mpsc::UnboundedReceiver<Option<Session>>) -> LiveReport {
         let mut open = true;
+        let mut closed = false;
+        let mut last: Option<tokio::time::Instant> = None;
         while open {
+            // Wait out the gap since the last write (unless the claim is closing).
+            if let Some(at) = last
+                && !closed
+            {
+                tokio::select! {
+                    () = tokio::time::sleep_until(at + GAP) => {}
+                    () = self.closing.notified() => closed = true,
+                }
+            }
             let Some(Some(first)) = rx.recv().await else {
                 break;
             };
@@ -145,6 +172,7 @@ impl Writer {
                     None => batch.push(s),
                 }
             }
+            last = Some(tokio::time::Instant::now());
             if let Err(e) = self.barrier.wait().await {
                 self.report.fenced = matches!(e, RuntimeError::Fenced { .. });
                 return self.report;
