@@ -729,18 +729,14 @@ fn store_section(root: &Path, args: &BenchArgs, out: &Path) -> Result<(String, V
     ))
 }
 
-/// A detail page written by `write(path)` (the `--runtime` and `--server` workloads), as a
-/// section of this page: its headings one level down.
-fn detail_section(write: impl FnOnce(&Path) -> Result<()>) -> Result<(String, Vec<GoalRow>)> {
-    let dir = tempfile::tempdir()?;
-    let path = dir.path().join("page.md");
-    write(&path)?;
-    Ok((demote(&std::fs::read_to_string(&path)?), Vec::new()))
-}
-
 /// Durable runs against Python OpenRath 2.0's LocalRuntime (issue 20).
 fn runtime_section(args: &BenchArgs) -> Result<(String, Vec<GoalRow>)> {
-    detail_section(|p| crate::bench_runtime::run(p, if args.quick { 1 } else { 3 }))
+    let r = crate::bench_runtime::measure(args.quick)?;
+    let body = format!(
+        "## Durable runs vs Python OpenRath 2.0's LocalRuntime (issue 20)\n\n{}",
+        crate::bench_runtime::render(&r)
+    );
+    Ok((body, crate::bench_runtime::goal_rows(&r)))
 }
 
 /// File name of the server's latency chart, beside the page.
@@ -800,20 +796,6 @@ fn server_chart(r: &crate::bench_server::ServerResults) -> String {
         y_unit: crate::chart::Unit::Millis,
         series,
     })
-}
-
-/// Markdown with every heading one level down (a detail page's, as a section of this one).
-fn demote(text: &str) -> String {
-    text.lines()
-        .map(|l| {
-            if l.starts_with('#') {
-                format!("#{l}")
-            } else {
-                l.to_owned()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// Wave 1: session operations in one process against Python OpenRath (issue 11), and the

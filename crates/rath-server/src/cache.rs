@@ -29,10 +29,13 @@ const KEY_ENTRIES: usize = 10_000;
 /// Ownership facts remembered at most.
 const OWNER_ENTRIES: usize = 200_000;
 
+/// A checked key: (database, key hash).
+type KeyId = (Arc<str>, String);
+
 /// Checked keys: (database, key hash) → the principal and when it was read.
 #[derive(Debug, Default)]
 pub(crate) struct KeyCache {
-    entries: Mutex<HashMap<(Arc<str>, String), (Principal, Instant)>>,
+    entries: Mutex<HashMap<KeyId, (Principal, Instant)>>,
 }
 
 /// The process's key cache.
@@ -64,10 +67,13 @@ impl KeyCache {
     }
 }
 
+/// An ownership fact: (database, table, tenant, id).
+type Owned = (Arc<str>, &'static str, String, String);
+
 /// Ownership known to be true: (database, table, tenant, id).
 #[derive(Debug, Default)]
 pub(crate) struct OwnerCache {
-    entries: Mutex<HashSet<(Arc<str>, &'static str, String, String)>>,
+    entries: Mutex<HashSet<Owned>>,
 }
 
 /// The process's ownership cache.
