@@ -565,14 +565,17 @@ fn throughput_miss(store: &str) -> String {
     }
 }
 
-const SQLITE_MISS: &str = "with every run in flight a step costs two group commits shared by \
-    all runs (reply + dispatched, then the tool answer), so fsync no longer bounds it; the \
-    profile is CPU on 2 cores: the agent loop and session building, serde of requests and \
-    replies (the request hash is a canonical JSON of the whole conversation), sqlx's SQLite \
-    worker thread and the live session appends to the second database";
-const PG_MISS: &str = "the steps are CPU- and round-trip-bound: PostgreSQL shares the 2 cores \
-    with the workers, and each batch is a few statements over the socket plus one WAL flush; \
-    the live session appends are one transaction per session per batch in the session store";
+const SQLITE_MISS: &str = "fsync no longer bounds it: with every run in flight a step is two \
+    group commits shared by all runs (reply + dispatched, then the tool answer), about 14 \
+    shared commit rounds per run, some 50 ms of the 1 s drain; not profiled after the change, \
+    the suspects are CPU on 2 cores (agent loop, session building, the canonical JSON hashed per \
+    request, sqlx's SQLite thread) and the live session appends, one transaction per session in \
+    the second database, which the session-store contract cannot batch across runs (one fence \
+    per WriteBatch)";
+const PG_MISS: &str = "as on SQLite, commits are shared, so the WAL flush no longer bounds it; \
+    not profiled after the change, the suspects are PostgreSQL sharing the 2 cores with the \
+    workers, the statements of each batch over the socket, and the live session appends (one \
+    transaction per session, not batchable across runs under one fence per WriteBatch)";
 
 /// One row per goal of issue 20's benchmarks (met, missed, or not measured), for the
 /// summary of `docs/benchmarks.md`.
