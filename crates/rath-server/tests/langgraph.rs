@@ -195,7 +195,14 @@ async fn the_langgraph_python_sdk_runs_the_whole_flow() {
         "{cj}"
     );
     assert_eq!(v["thread"]["status"], "idle");
-    assert_eq!(texts(&v["thread"]["values"]).len(), 6);
+    // The thread holds the six messages of the runs that finished, and the cancelled run's
+    // input too when the run had stored it before the cancel reached it (as for its join).
+    let values = texts(&v["thread"]["values"]);
+    assert!(
+        values.len() == 6
+            || (values.len() == 7 && values.last() == Some(&("human".into(), "slowly".into()))),
+        "{values:?}"
+    );
 
     // Unknown ids and the other tenant: NotFoundError.
     for (what, r) in [
