@@ -289,6 +289,25 @@ fn rss_per_fork(n: usize, forks: usize) -> Option<f64> {
 
 // ------------------------------------------------------------------------------ the page
 
+/// A goal's "met" cell: yes, **no** (bold, so a miss stands out), or not measured.
+pub(crate) fn met_cell(met: Option<bool>) -> &'static str {
+    match met {
+        Some(true) => "yes",
+        Some(false) => "**no**",
+        None => "not measured",
+    }
+}
+
+/// `/proc/loadavg`'s three averages (empty where the file is absent).
+pub(crate) fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// One row of the page's summary of goals (issue 24): every workload reports its goals in
 /// this shape (`bench_store::goal_rows`, `bench_runtime::goal_rows`, `bench_server::goal_rows`).
 #[derive(Clone, Debug)]
@@ -350,12 +369,7 @@ fn machine() -> (usize, String, String, String) {
                 .map(|r| r.trim_start_matches([' ', '\t', ':']).to_owned())
         })
         .unwrap_or_else(|| "unknown CPU".to_owned());
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ");
+    let load = loadavg();
     (cores, mem, cpu, load)
 }
 
@@ -502,11 +516,7 @@ fn summary(rows: &[GoalRow]) -> String {
          | workload | goal | measured | met |\n| --- | --- | --- | --- |\n",
     );
     for r in rows {
-        let met = match r.met {
-            Some(true) => "yes",
-            Some(false) => "**no**",
-            None => "not measured",
-        };
+        let met = crate::bench::met_cell(r.met);
         let _ = writeln!(
             md,
             "| {} | {} | {} | {met} |",

@@ -449,12 +449,6 @@ pub struct RuntimeResults {
     pub writes: Vec<Writes>,
 }
 
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
 /// Measures the runtime workload: the peer first, then ours, in one sitting. `quick`: one
 /// drain per setting, the settings 1 and 100 runs in flight per worker (under 2 minutes).
 pub fn measure(quick: bool) -> Result<RuntimeResults> {
@@ -462,7 +456,7 @@ pub fn measure(quick: bool) -> Result<RuntimeResults> {
 }
 
 fn measure_with(quick: bool, repeats: usize) -> Result<RuntimeResults> {
-    let load_before = loadavg();
+    let load_before = crate::bench::loadavg();
     let tmp = tempfile::Builder::new()
         .prefix("rath-bench-runtime")
         .tempdir()?;
@@ -516,7 +510,7 @@ fn measure_with(quick: bool, repeats: usize) -> Result<RuntimeResults> {
         quick,
         repeats,
         load_before,
-        load_after: loadavg(),
+        load_after: crate::bench::loadavg(),
         peer,
         ours,
         kills,
@@ -774,11 +768,7 @@ pub fn render(r: &RuntimeResults) -> String {
         "\n### Goals\n\n| goal | measured | met | why (when missed) |\n|---|---|---|---|"
     );
     for g in goal_rows(r) {
-        let met = match g.met {
-            Some(true) => "yes",
-            Some(false) => "**no**",
-            None => "not measured",
-        };
+        let met = crate::bench::met_cell(g.met);
         let _ = writeln!(
             md,
             "| {} | {} | {met} | {} |",

@@ -367,15 +367,6 @@ pub struct StoreResults {
     load_after: String,
 }
 
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
@@ -420,7 +411,7 @@ fn peer_series(plan: &Plan, pg_url: Option<&str>) -> (String, Vec<Series>) {
 /// benches, one after the other in this sitting.
 pub fn run(root: &Path, quick: bool) -> Result<StoreResults> {
     let plan = Plan::new(quick);
-    let load_before = loadavg();
+    let load_before = crate::bench::loadavg();
     let pg_url = env("RATH_TEST_POSTGRES_URL");
     let (peer_versions, mut pg) = peer_series(&plan, pg_url.as_deref());
     let (ours_pg, sqlite, forks, raw_bytes) = run_growth(root, &plan)?;
@@ -438,7 +429,7 @@ pub fn run(root: &Path, quick: bool) -> Result<StoreResults> {
         forks,
         divan,
         load_before,
-        load_after: loadavg(),
+        load_after: crate::bench::loadavg(),
     })
 }
 
@@ -619,11 +610,7 @@ pub fn render(r: &StoreResults, quick: bool) -> String {
         "\n### Goals\n\n| goal | measured | met |\n| --- | --- | --- |"
     );
     for g in goals(r) {
-        let met = match g.met {
-            Some(true) => "yes",
-            Some(false) => "**no**",
-            None => "not measured",
-        };
+        let met = crate::bench::met_cell(g.met);
         let _ = writeln!(md, "| {} | {} | {met} |", g.what, g.shown);
     }
     let _ = writeln!(

@@ -1311,23 +1311,23 @@ impl Committer {
             let mut current: std::collections::HashMap<String, i64> =
                 std::collections::HashMap::with_capacity(ids.len());
             if !ids.is_empty() {
-                let rows = if pg {
-                    sqlx::query("SELECT run_id, token FROM rt_leases WHERE run_id IN (SELECT json_array_elements_text($1::json)) ORDER BY run_id FOR UPDATE")
-                        .bind(serde_json::to_string(&ids).map_err(|e| corrupt("run ids", e))?)
-                        .fetch_all(&mut *tx)
-                        .await?
-                        .iter()
-                        .map(|r| Ok((r.try_get::<String, _>("run_id")?, r.try_get::<i64, _>("token")?)))
-                        .collect::<Result<Vec<_>, sqlx::Error>>()?
+                let sql = if pg {
+                    "SELECT run_id, token FROM rt_leases WHERE run_id IN (SELECT json_array_elements_text($1::json)) ORDER BY run_id FOR UPDATE"
                 } else {
-                    sqlx::query("SELECT run_id, token FROM rt_leases WHERE run_id IN (SELECT value FROM json_each($1))")
-                        .bind(serde_json::to_string(&ids).map_err(|e| corrupt("run ids", e))?)
-                        .fetch_all(&mut *tx)
-                        .await?
-                        .iter()
-                        .map(|r| Ok((r.try_get::<String, _>("run_id")?, r.try_get::<i64, _>("token")?)))
-                        .collect::<Result<Vec<_>, sqlx::Error>>()?
+                    "SELECT run_id, token FROM rt_leases WHERE run_id IN (SELECT value FROM json_each($1))"
                 };
+                let rows = sqlx::query(sql)
+                    .bind(serde_json::to_string(&ids).map_err(|e| corrupt("run ids", e))?)
+                    .fetch_all(&mut *tx)
+                    .await?
+                    .iter()
+                    .map(|r| {
+                        Ok((
+                            r.try_get::<String, _>("run_id")?,
+                            r.try_get::<i64, _>("token")?,
+                        ))
+                    })
+                    .collect::<Result<Vec<_>, sqlx::Error>>()?;
                 current.extend(rows);
             }
             let mut out: Vec<Option<Result<Answer, RuntimeError>>> = Vec::with_capacity(jobs.len());
