@@ -11,12 +11,20 @@
 //! - [`RenderCache`]: a rendered answer (its JSON bytes) with the session store's revision
 //!   of the session it shows ([`rath_persist::SessionStore::revision`]); it is served
 //!   only while one read of the store says the revision is still the same.
+//! - [`RevisionReads`]: those reads of one session, coalesced. Requests that arrive while a
+//!   read of the same session runs wait for the next read, which starts after they did and
+//!   answers all of them; so a request never sees a revision older than its own arrival,
+//!   and 64 clients polling one session cost a handful of store reads, not 64.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
+use rath_persist::{PersistError, SessionStore};
+use rath_session::SessionId;
+use tokio::sync::oneshot;
 
 use crate::db::Principal;
 
@@ -173,6 +181,112 @@ impl RenderCache {
     }
 }
 
+/// What one coalesced read answers: the revision, or `Err(())` when the read failed (each
+/// waiter then reads again by itself, so it gets the store's own typed error).
+type Answer = Result<Option<Vec<u8>>, ()>;
+
+/// Reads of [`SessionStore::revision`], coalesced per session (see the module docs).
+#[derive(Debug, Default)]
+pub(crate) struct RevisionReads {
+    /// Per session: the requests waiting for the next read. An entry exists while a read
+    /// of that session runs.
+    waiting: Mutex<HashMap<SessionId, Vec<oneshot::Sender<Answer>>>>,
+    /// The store said `Unsupported` once: it never will know, so nothing is coalesced.
+    unsupported: AtomicBool,
+}
+
+impl RevisionReads {
+    /// The revision of session `id` in `store`, read after this call began.
+    pub(crate) async fn read(
+        self: &Arc<Self>,
+        store: &Arc<dyn SessionStore>,
+        id: &SessionId,
+    ) -> Result<Option<Vec<u8>>, PersistError> {
+        let store = Arc::clone(store);
+        let sid = id.clone();
+        self.read_with(id, move || {
+            let store = Arc::clone(&store);
+            let sid = sid.clone();
+            async move { store.revision(&sid).await }
+        })
+        .await
+    }
+
+    /// [`Self::read`] with the store read given as `read`.
+    async fn read_with<R, F>(
+        self: &Arc<Self>,
+        id: &SessionId,
+        read: R,
+    ) -> Result<Option<Vec<u8>>, PersistError>
+    where
+        R: Fn() -> F + Clone + Send + 'static,
+        F: Future<Output = Result<Option<Vec<u8>>, PersistError>> + Send,
+    {
+        if self.unsupported.load(Ordering::Relaxed) {
+            return read().await;
+        }
+        let (tx, rx) = oneshot::channel();
+        let lead = {
+            let mut w = lock(&self.waiting);
+            match w.get_mut(id) {
+                Some(next) => {
+                    next.push(tx);
+                    false
+                }
+                None => {
+                    w.insert(id.clone(), vec![tx]);
+                    true
+                }
+            }
+        };
+        if lead {
+            // The reads run in a task of their own, so a request that goes away (its client
+            // hung up) never strands the others waiting on its read.
+            let this = Arc::clone(self);
+            let id = id.clone();
+            let read = read.clone();
+            tokio::spawn(async move { this.serve(&id, read).await });
+        }
+        match rx.await {
+            Ok(Ok(rev)) => Ok(rev),
+            // The read failed, or its task ended without an answer (the runtime is going
+            // down): read directly, for the store's own answer or error.
+            Ok(Err(())) | Err(_) => read().await,
+        }
+    }
+
+    /// Reads for batch after batch of waiters, until none is waiting.
+    async fn serve<R, F>(&self, id: &SessionId, read: R)
+    where
+        R: Fn() -> F,
+        F: Future<Output = Result<Option<Vec<u8>>, PersistError>>,
+    {
+        loop {
+            let batch = {
+                let mut w = lock(&self.waiting);
+                match w.get_mut(id) {
+                    Some(next) if !next.is_empty() => std::mem::take(next),
+                    _ => {
+                        w.remove(id);
+                        return;
+                    }
+                }
+            };
+            let answer = match read().await {
+                Ok(rev) => Ok(rev),
+                Err(PersistError::Unsupported { .. }) => {
+                    self.unsupported.store(true, Ordering::Relaxed);
+                    Err(())
+                }
+                Err(_) => Err(()),
+            };
+            for tx in batch {
+                let _ = tx.send(answer.clone());
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,6 +340,91 @@ mod tests {
         // Replacing an entry keeps the byte count right.
         c.put(key("a", "s4"), b"r".to_vec(), Bytes::from(vec![0u8; 1]));
         assert_eq!(c.size(), (3, 7));
+    }
+
+    /// A read that counts itself, answers the count it started at, and takes 30 ms.
+    fn counting(
+        n: &Arc<std::sync::atomic::AtomicUsize>,
+    ) -> impl Fn() -> std::pin::Pin<
+        Box<dyn Future<Output = Result<Option<Vec<u8>>, PersistError>> + Send>,
+    > + Clone
+    + Send
+    + 'static {
+        let n = Arc::clone(n);
+        move || {
+            let at = n.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                Ok(Some(vec![at as u8]))
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn concurrent_revision_reads_of_one_session_share_a_store_read() {
+        let reads = Arc::new(RevisionReads::default());
+        let n = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let id = SessionId::new("s1");
+        let mut tasks = Vec::new();
+        for _ in 0..64 {
+            let (reads, id, read) = (Arc::clone(&reads), id.clone(), counting(&n));
+            tasks.push(tokio::spawn(
+                async move { reads.read_with(&id, read).await },
+            ));
+        }
+        for t in tasks {
+            assert!(t.await.unwrap().unwrap().is_some());
+        }
+        let store_reads = n.load(Ordering::SeqCst);
+        assert!(
+            (1..=2).contains(&store_reads),
+            "64 requests cost {store_reads} store reads"
+        );
+        assert!(lock(&reads.waiting).is_empty(), "nothing left waiting");
+    }
+
+    #[tokio::test]
+    async fn a_request_never_gets_a_read_that_began_before_it() {
+        let reads = Arc::new(RevisionReads::default());
+        let n = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let id = SessionId::new("s1");
+        let first = {
+            let (reads, id, read) = (Arc::clone(&reads), id.clone(), counting(&n));
+            tokio::spawn(async move { reads.read_with(&id, read).await })
+        };
+        // The first read is under way (it takes 30 ms); a request now must wait for the next.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(n.load(Ordering::SeqCst), 1);
+        let second = reads.read_with(&id, counting(&n)).await.unwrap();
+        assert_eq!(first.await.unwrap().unwrap(), Some(vec![0]));
+        assert_eq!(
+            second,
+            Some(vec![1]),
+            "served by the read that began after it"
+        );
+        // Another session is never held up by this one's reads.
+        let other = reads
+            .read_with(&SessionId::new("s2"), counting(&n))
+            .await
+            .unwrap();
+        assert_eq!(other, Some(vec![2]));
+    }
+
+    #[tokio::test]
+    async fn a_failed_read_gives_every_waiter_the_stores_own_error() {
+        let reads = Arc::new(RevisionReads::default());
+        let id = SessionId::new("s1");
+        let failing = || async {
+            Err::<Option<Vec<u8>>, _>(PersistError::Unsupported {
+                store: "test".into(),
+                what: "revision",
+            })
+        };
+        let (a, b) = tokio::join!(reads.read_with(&id, failing), reads.read_with(&id, failing));
+        for r in [a, b] {
+            assert!(matches!(r, Err(PersistError::Unsupported { .. })), "{r:?}");
+        }
+        assert!(reads.unsupported.load(Ordering::Relaxed));
     }
 
     #[test]

@@ -161,6 +161,8 @@ pub(crate) struct AppState {
     pub(crate) shutdown: CancellationToken,
     /// Rendered session answers (see [`ServerConfig::render_cache_entries`]).
     pub(crate) rendered: cache::RenderCache,
+    /// The session store's revision reads, coalesced per session.
+    pub(crate) revisions: Arc<cache::RevisionReads>,
     /// When the server was made (ms since the Unix epoch; 0 with a deterministic stamper,
     /// so deterministic output stays byte-identical): the assistants' creation time.
     pub(crate) started_ms: i64,
@@ -363,6 +365,7 @@ impl Server {
                     config.render_cache_entries,
                     config.render_cache_bytes,
                 ),
+                revisions: Arc::default(),
                 limiter: auth::Limiter::default(),
                 metrics: metrics::Metrics::default(),
                 shutdown: CancellationToken::new(),

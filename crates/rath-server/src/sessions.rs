@@ -248,7 +248,7 @@ async fn cached_answer(
         return Err(not_found());
     }
     let sid = SessionId::new(key.id.as_str());
-    let revision = match state.runtime.sessions().revision(&sid).await {
+    let revision = match state.revisions.read(state.runtime.sessions(), &sid).await {
         Ok(Some(r)) => Some(r),
         Ok(None) => return Err(not_found()),
         Err(rath_persist::PersistError::Unsupported { .. }) => None,
