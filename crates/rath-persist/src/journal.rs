@@ -287,12 +287,25 @@ pub fn export_sessions<'a, W: Write>(
 }
 
 /// Writes the JSONL export of `sessions` to `path` (creating parent directories).
+///
+/// A regular file already at `path` is replaced by a new file rather than truncated and
+/// rewritten: on ext4 (and XFS) closing a file that was truncated to zero starts writeback
+/// of all of it at once (the "replace by truncate" heuristic), which cost more than writing
+/// the rows did. Other names for the old file (hard links) keep its content; a symbolic link
+/// at `path` is followed and its target rewritten in place, as before.
 pub fn export_sessions_to_file<'a>(
     sessions: impl IntoIterator<Item = &'a Session>,
     path: &Path,
 ) -> Result<(), PersistError> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| PersistError::io("mkdir", parent, e))?;
+    }
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file()) {
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(PersistError::io("replace", path, e)),
+        }
     }
     let file = std::fs::File::create(path).map_err(|e| PersistError::io("create", path, e))?;
     export_sessions(sessions, file).map_err(|e| PersistError::io("write", path, e))
@@ -429,6 +442,47 @@ pub fn to_mermaid(rows: &[LineageRow]) -> String {
 mod tests {
     use super::*;
     use rath_session::Stamper;
+
+    #[test]
+    fn an_export_replaces_the_file_at_its_path_and_follows_a_symlink() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("lineage.jsonl");
+        let linked = dir.path().join("other-name.jsonl");
+        let big: Vec<Session> = (0..50)
+            .map(|i| Session::user_with(&format!("s{i}"), Stamper::counter()))
+            .collect();
+        let small = [Session::user_with("only", Stamper::counter())];
+        export_sessions_to_file(&big, &path).expect("first export");
+        std::fs::hard_link(&path, &linked).expect("hard link");
+        export_sessions_to_file(&small, &path).expect("second export");
+        let text = std::fs::read_to_string(&path).expect("read");
+        let mut want = Vec::new();
+        export_sessions(&small, &mut want).expect("in memory");
+        assert_eq!(text.as_bytes(), want.as_slice());
+        assert_eq!(
+            std::fs::read_to_string(&linked)
+                .expect("read link")
+                .lines()
+                .count(),
+            50,
+            "another name of the old file keeps the old export"
+        );
+        #[cfg(unix)]
+        {
+            let target = dir.path().join("target.jsonl");
+            let via = dir.path().join("via-symlink.jsonl");
+            std::fs::write(&target, "old\n").expect("write");
+            std::os::unix::fs::symlink(&target, &via).expect("symlink");
+            export_sessions_to_file(&small, &via).expect("export through the link");
+            assert!(
+                std::fs::symlink_metadata(&via)
+                    .expect("meta")
+                    .file_type()
+                    .is_symlink()
+            );
+            assert_eq!(std::fs::read_to_string(&target).expect("read"), text);
+        }
+    }
 
     #[test]
     fn hand_written_export_rows_match_the_serde_path() {
