@@ -987,34 +987,8 @@ pub(crate) fn goal_rows(r: &ServerResults) -> Vec<crate::bench::GoalRow> {
             None,
         )),
     }
-    rows.push(match at64(&r.create_wait) {
-        Some(p) => row(
-            "create-and-wait a one-turn run at 64 connections, runs/s vs Python OpenRath (measured, no goal)",
-            format!(
-                "{:.1}× ({:.0} vs {:.0} runs/s)",
-                p.ours.rps / p.peer.rps.max(1e-9),
-                p.ours.rps,
-                p.peer.rps
-            ),
-            None,
-            None,
-        ),
-        None => row("create-and-wait", "not measured".into(), None, None),
-    });
-    let m = &r.memory;
-    rows.push(row(
-        &format!(
-            "server memory with {} sessions and {} open SSE streams (measured, no goal)",
-            m.sessions, m.streams
-        ),
-        format!(
-            "{:.0} B per session, {:.0} B per stream",
-            m.per_session(),
-            m.per_stream()
-        ),
-        None,
-        None,
-    ));
+    // create-and-wait and memory have no goal: their figures are in the section's tables,
+    // not in the page's summary of goals.
     rows
 }
 
