@@ -758,6 +758,10 @@ fn server_section(args: &BenchArgs, out: &Path) -> Result<(String, Vec<GoalRow>)
     let chart = out.with_file_name(SERVER_CHART);
     std::fs::write(&chart, server_chart(&r))
         .with_context(|| format!("writing {}", chart.display()))?;
+    // The detail page beside the page, so the two never disagree.
+    let detail = out.with_file_name("bench-server.md");
+    std::fs::write(&detail, crate::bench_server::page(&r))
+        .with_context(|| format!("writing {}", detail.display()))?;
     let body = format!(
         "## The agent server vs Python OpenRath 2.0's server (issue 21)\n\n\
          ![server latency vs connections]({SERVER_CHART})\n\n{}",

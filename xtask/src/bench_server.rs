@@ -921,19 +921,24 @@ pub fn measure(quick: bool) -> Result<ServerResults> {
     })
 }
 
-/// Runs the workload and writes the page.
-pub fn run(out: &Path, quick: bool) -> Result<()> {
-    let r = measure(quick)?;
-    let page = format!(
+/// The detail page `docs/bench-server.md` of results `r` (the same tables as the server
+/// section of `docs/benchmarks.md`, which writes it beside itself).
+pub fn page(r: &ServerResults) -> String {
+    format!(
         "# Agent server benchmarks (issue 21)\n\n{}\nReproduce: `cargo run --release -p xtask -- bench --server` \
          (RATH_OPENRATH_PYTHON: a venv with `openrath[postgres,server]==2.0.0`; `wrk` from Debian, \
          installed by the bench when missing).\n",
-        render(&r)
-    );
+        render(r)
+    )
+}
+
+/// Runs the workload and writes the page.
+pub fn run(out: &Path, quick: bool) -> Result<()> {
+    let r = measure(quick)?;
     if let Some(d) = out.parent() {
         std::fs::create_dir_all(d)?;
     }
-    std::fs::write(out, page).with_context(|| format!("writing {}", out.display()))?;
+    std::fs::write(out, page(&r)).with_context(|| format!("writing {}", out.display()))?;
     eprintln!("xtask bench --server: wrote {}", out.display());
     Ok(())
 }
@@ -971,9 +976,9 @@ pub(crate) fn goal_rows(r: &ServerResults) -> Vec<crate::bench::GoalRow> {
                 (!met).then(|| {
                     format!(
                         "at {:.0} req/s on 2 cores shared with wrk, 64 connections wait {:.1} ms each by \
-                         Little's law; perf shows the rest of a cached GET is mostly kernel \
-                         time of thread hand-offs (futex wake-ups between tokio's workers and \
-                         sqlx's SQLite worker thread for the one revision read), not rendering",
+                         Little's law; a cached GET is one coalesced revision read and a copy of \
+                         the rendered bytes, so what is left is queueing for the cores (see the \
+                         latency chart and the load average)",
                         p.ours.rps,
                         64.0 / p.ours.rps.max(1e-9) * 1e3
                     )
