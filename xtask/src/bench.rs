@@ -911,9 +911,10 @@ fn wave1(root: &Path, args: &BenchArgs, out: &Path) -> Result<(String, Vec<GoalR
             ours: ours(&persist, "lineage_export/10000"),
             python: py.get("lineage_export_10k_sessions").copied(),
             goal: 20.0,
-            miss_note: "profiled: about half the time is the kernel's (truncating the previous \
-                        export, page-cache writes, ext4 flushing on close after a truncate); the \
-                        rows themselves are written by hand into one buffer.",
+            miss_note: "the rows are written by hand into one buffer and the file is replaced, \
+                        not truncated (ext4 starts writeback of a truncated file on close); what \
+                        is left is the kernel's page-cache writes, so a miss is load on the disk \
+                        or the cores (see the load average).",
         },
     ];
 
