@@ -449,7 +449,7 @@ mod tests {
         let path = dir.path().join("lineage.jsonl");
         let linked = dir.path().join("other-name.jsonl");
         let big: Vec<Session> = (0..50)
-            .map(|i| Session::user_with(&format!("s{i}"), Stamper::counter()))
+            .map(|i| Session::user_with(format!("s{i}"), Stamper::counter()))
             .collect();
         let small = [Session::user_with("only", Stamper::counter())];
         export_sessions_to_file(&big, &path).expect("first export");

@@ -342,14 +342,14 @@ mod tests {
         assert_eq!(c.size(), (3, 7));
     }
 
+    /// What a test's revision read returns.
+    type Reading =
+        std::pin::Pin<Box<dyn Future<Output = Result<Option<Vec<u8>>, PersistError>> + Send>>;
+
     /// A read that counts itself, answers the count it started at, and takes 30 ms.
     fn counting(
         n: &Arc<std::sync::atomic::AtomicUsize>,
-    ) -> impl Fn() -> std::pin::Pin<
-        Box<dyn Future<Output = Result<Option<Vec<u8>>, PersistError>> + Send>,
-    > + Clone
-    + Send
-    + 'static {
+    ) -> impl Fn() -> Reading + Clone + Send + 'static {
         let n = Arc::clone(n);
         move || {
             let at = n.fetch_add(1, Ordering::SeqCst);
