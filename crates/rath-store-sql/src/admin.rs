@@ -140,8 +140,8 @@ pub async fn gc(url: &str) -> Result<GcOutcome, PersistError> {
     Ok(GcOutcome::new(store.name(), r))
 }
 
-/// The table that holds one row per distinct chunk document.
-pub const CHUNK_TABLE: &str = "rath_chunks";
+/// The table that holds the chunk documents (segments of them, each stored once).
+pub const CHUNK_TABLE: &str = "rath_segments";
 
 /// `--store URL` from the process's arguments (`--store URL` or `--store=URL`), else
 /// `$OPENRATH_STORE` when set and not empty; `None` means the default JSONL directory. What
@@ -203,6 +203,10 @@ pub async fn stats(url: &str) -> Result<StoreStats, PersistError> {
         .iter()
         .map(|s| s.chunk_count + s.evidence_count)
         .sum();
+    let distinct_chunks = tables
+        .iter()
+        .find(|t| t.table == CHUNK_TABLE)
+        .map_or(0, |t| t.chunks);
     let tables: Vec<Table> = tables
         .into_iter()
         .map(|t| Table {
@@ -211,10 +215,6 @@ pub async fn stats(url: &str) -> Result<StoreStats, PersistError> {
             bytes: t.bytes,
         })
         .collect();
-    let distinct_chunks = tables
-        .iter()
-        .find(|t| t.name == CHUNK_TABLE)
-        .map_or(0, |t| t.rows);
     Ok(StoreStats {
         store: store.name(),
         sessions: summaries.len() as u64,

@@ -58,6 +58,9 @@ pub struct TableStats {
     pub rows: u64,
     /// Its bytes (see each store's `table_stats`).
     pub bytes: u64,
+    /// The chunk documents it holds (`rath_segments`: the sum of their chunk counts; 0 for
+    /// the other tables).
+    pub chunks: u64,
 }
 
 /// The environment variable that names the store when no URL is given.

@@ -1,6 +1,6 @@
 //! Structure shared on disk: a fork or detach writes one session row and no chunk data, a
-//! loop round writes only its new chunks, a merge writes one row and refs only, and stored
-//! chunk data grows with distinct chunks, not sessions x chunks. Loading costs the same
+//! loop round writes only its new chunks (one segment row), a merge writes one row and no
+//! chunk data, and stored chunk data grows with distinct chunks, not sessions x chunks. Loading costs the same
 //! queries whatever the fork depth.
 
 mod common;
@@ -14,6 +14,14 @@ fn rows(stats: &[TableStats], table: &str) -> u64 {
         .iter()
         .find(|s| s.table == table)
         .map_or(0, |s| s.rows)
+}
+
+/// The chunk documents stored (in `rath_segments`).
+fn chunks(stats: &[TableStats]) -> u64 {
+    stats
+        .iter()
+        .find(|s| s.table == "rath_segments")
+        .map_or(0, |s| s.chunks)
 }
 
 async fn sharing_on(store: &dyn SessionStore, stats: impl AsyncFn() -> Vec<TableStats>) {
@@ -37,15 +45,11 @@ async fn sharing_on(store: &dyn SessionStore, stats: impl AsyncFn() -> Vec<Table
         assert_eq!(r.chunks_written, 1, "{name}: fork {i} wrote only its chunk");
     }
     let after = stats().await;
+    assert_eq!(chunks(&after) - chunks(&before), 200, "{name}");
     assert_eq!(
-        rows(&after, "rath_chunks") - rows(&before, "rath_chunks"),
+        rows(&after, "rath_segments") - rows(&before, "rath_segments"),
         200,
-        "{name}"
-    );
-    assert_eq!(
-        rows(&after, "rath_refs") - rows(&before, "rath_refs"),
-        200,
-        "{name}: refs"
+        "{name}: a segment per fork"
     );
     let loaded = store.load(tip.id()).await.expect("load the deepest fork");
     assert_eq!(loaded.session.chunks(), tip.chunks(), "{name}");
@@ -69,14 +73,10 @@ async fn sharing_on(store: &dyn SessionStore, stats: impl AsyncFn() -> Vec<Table
         2,
         "{name}"
     );
+    assert_eq!(chunks(&after), chunks(&before), "{name}");
     assert_eq!(
-        rows(&after, "rath_chunks"),
-        rows(&before, "rath_chunks"),
-        "{name}"
-    );
-    assert_eq!(
-        rows(&after, "rath_refs"),
-        rows(&before, "rath_refs"),
+        rows(&after, "rath_segments"),
+        rows(&before, "rath_segments"),
         "{name}"
     );
     // A loop round on the fork: its two new chunks only.
@@ -91,7 +91,7 @@ async fn sharing_on(store: &dyn SessionStore, stats: impl AsyncFn() -> Vec<Table
             .chunks_written,
         2
     );
-    // A merge of two stored sessions: one row, refs to chunks already stored.
+    // A merge of two stored sessions: one row pointing at both, no chunk data.
     let other = s.fork().push(Chunk::assistant_text("other branch"));
     store.save(&other).await.expect("other");
     let merged = round.merge(&other).expect("merge");
@@ -102,9 +102,10 @@ async fn sharing_on(store: &dyn SessionStore, stats: impl AsyncFn() -> Vec<Table
         "{name}"
     );
     let after = stats().await;
+    assert_eq!(chunks(&after), chunks(&before), "{name}");
     assert_eq!(
-        rows(&after, "rath_chunks"),
-        rows(&before, "rath_chunks"),
+        rows(&after, "rath_segments"),
+        rows(&before, "rath_segments"),
         "{name}"
     );
     assert_eq!(
@@ -177,7 +178,7 @@ async fn remembered_rows_are_checked(
     a.save(&fork).await.expect("fork of the old version");
     let after = stats().await;
     assert_eq!(
-        rows(&after, "rath_refs") - rows(&before, "rath_refs"),
+        chunks(&after) - chunks(&before),
         s.len() as u64,
         "{name}: the stale row is not shared"
     );
@@ -202,7 +203,7 @@ async fn remembered_rows_are_checked(
     );
     let after = stats().await;
     assert_eq!(
-        rows(&after, "rath_refs") - rows(&before, "rath_refs"),
+        chunks(&after) - chunks(&before),
         1,
         "{name}: the fork shares the loaded row"
     );
@@ -221,8 +222,8 @@ async fn remembered_rows_are_checked(
     );
     let after = stats().await;
     assert_eq!(
-        rows(&after, "rath_refs"),
-        rows(&before, "rath_refs"),
+        chunks(&after),
+        chunks(&before),
         "{name}: the twin shares the first fork's row"
     );
     assert_eq!(
