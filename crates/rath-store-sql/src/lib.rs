@@ -24,9 +24,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Sessions are stored the way they live in memory: each distinct chunk once (content
-//! addressed), a session row pointing at the session whose chunks it starts with, and the
-//! refs of the chunks it adds. See [`schema`] and `docs/formats.md`.
+//! Sessions are stored the way they live in memory: a session row pointing at the session
+//! whose chunks it starts with (and a merge at its other parent), and one segment row per save
+//! or append holding the documents of the chunks it adds. See [`schema`] and
+//! `docs/formats.md`.
 
 #![warn(missing_docs)]
 
