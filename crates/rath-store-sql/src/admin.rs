@@ -54,8 +54,9 @@ pub struct StoreStats {
     pub sessions: u64,
     /// Chunks over all sessions (a chunk shared by two sessions counts twice).
     pub chunks: u64,
-    /// Distinct chunks (equal chunk documents count once): what a store that shares
-    /// structure stores.
+    /// Chunk documents stored: for a JSONL directory the distinct ones (equal documents
+    /// count once); for a SQL store the chunks its segments hold (shared through lineage, so
+    /// an equal chunk of an unrelated session counts again).
     pub distinct_chunks: u64,
     /// Per table, by name.
     pub tables: Vec<Table>,

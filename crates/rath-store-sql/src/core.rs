@@ -260,6 +260,38 @@ macro_rules! sql_store {
             Ok(best)
         }
 
+        /// The stored parent of `s` sharing the longest run of first chunks with it when
+        /// no parent's whole chunk list is a prefix of `s` (a parent that grew after `s`
+        /// forked from it, a route that replaces the last chunk, a merge of forks that
+        /// share a prefix): `(key, shared)`, found by reading the parents' chunks.
+        async fn partly_shared_base(
+            tx: &mut Tx,
+            name: &str,
+            s: &Session,
+            chunks: &[EncodedChunk],
+        ) -> Result<Option<(i64, usize)>, PersistError> {
+            let sql = format!("SELECT key FROM rath_sessions WHERE id = $1{}", $for_share);
+            let mut best: Option<(i64, usize)> = None;
+            for parent in s.lineage().parents.iter() {
+                let key: Option<i64> = sqlx::query_scalar(&sql)
+                    .bind(parent.as_str())
+                    .fetch_optional(&mut **tx)
+                    .await
+                    .map_err(|e| backend(name, "read", e))?;
+                let Some(key) = key else { continue };
+                let (docs, _) = chain_docs(tx, name, parent, key).await?;
+                let shared = docs
+                    .split(|b| *b == b'\n')
+                    .zip(chunks)
+                    .take_while(|(d, c)| crate::codec::chunk_hash(d) == c.hash)
+                    .count();
+                if shared > 0 && best.is_none_or(|(_, l)| shared > l) {
+                    best = Some((key, shared));
+                }
+            }
+            Ok(best)
+        }
+
         /// A stored session holding exactly `len` chunks of chain digest `digest`, found by
         /// the digest it was saved with (indexed; an append does not change it).
         async fn same_chunks(
@@ -353,7 +385,10 @@ macro_rules! sql_store {
                 None => {
                     let mut chunks = encode_from(s, 0)?;
                     let digests = prefix_digests(empty_digest(), &chunks);
-                    let base = shared_base(tx, name, s, &digests).await?;
+                    let base = match shared_base(tx, name, s, &digests).await? {
+                        Some(b) => Some(b),
+                        None => partly_shared_base(tx, name, s, &chunks).await?,
+                    };
                     let own = chunks.split_off(base.map_or(0, |(_, l)| l));
                     let digest = digests.last().cloned().unwrap_or_else(empty_digest);
                     (base, own, digest)
@@ -607,9 +642,91 @@ macro_rules! sql_store {
             }
         }
 
-        /// Loads a session: its row, then its chunks along its base chain in one query that
-        /// returns them as one value (the documents in order, joined by line breaks), decoded
-        /// in one pass.
+        /// The chunk documents of row `key` in order, joined by line breaks, and how many.
+        ///
+        /// One recursive query. A chain node is "the first `hi` chunks of row `key`, placed
+        /// from `off`": its base's first chunks (at most `base_len`), its graft's (at most
+        /// `graft_len`, from `off + base_len`), then its own segments below `hi`. The rows come
+        /// back in position order, one per segment; a cut inside a segment (a session that
+        /// shares only part of what its parent had) keeps that segment's first chunks.
+        async fn chain_docs(
+            tx: &mut Tx,
+            name: &str,
+            id: &SessionId,
+            key: i64,
+        ) -> Result<(Vec<u8>, usize), PersistError> {
+            let get = |e: sqlx::Error| backend(name, "load", e);
+            let sql = "WITH RECURSIVE chain (key, hi, off, own, base_key, base_len, graft_key, \
+                   graft_len) AS ( \
+                   SELECT key, len, CAST(0 AS BIGINT), base_len + graft_len, base_key, base_len, \
+                   graft_key, graft_len FROM rath_sessions WHERE key = $1 \
+                   UNION ALL \
+                   SELECT s.key, \
+                   CASE WHEN w.which = 0 THEN \
+                     CASE WHEN c.hi < c.base_len THEN c.hi ELSE c.base_len END \
+                   ELSE \
+                     CASE WHEN c.hi - c.base_len < c.graft_len THEN c.hi - c.base_len \
+                     ELSE c.graft_len END \
+                   END, \
+                   CASE WHEN w.which = 0 THEN c.off ELSE c.off + c.base_len END, \
+                   s.base_len + s.graft_len, s.base_key, s.base_len, s.graft_key, s.graft_len \
+                   FROM chain c \
+                   JOIN (SELECT 0 AS which UNION ALL SELECT 1) w \
+                     ON (w.which = 0 AND c.base_len > 0) \
+                     OR (w.which = 1 AND c.graft_len > 0 AND c.hi > c.base_len) \
+                   JOIN rath_sessions s \
+                     ON s.key = CASE WHEN w.which = 0 THEN c.base_key ELSE c.graft_key END \
+                 ) \
+                 SELECT c.off + g.pos AS at, g.n, g.docs, c.hi - g.pos AS room FROM chain c \
+                 JOIN rath_segments g ON g.session_key = c.key AND g.pos >= c.own AND g.pos < c.hi \
+                 ORDER BY at";
+            let rows = sqlx::query(sql)
+                .bind(key)
+                .fetch_all(&mut **tx)
+                .await
+                .map_err(get)?;
+            let mut docs = Vec::new();
+            let mut found = 0usize;
+            let mut one = Vec::new();
+            for row in &rows {
+                let at: i64 = row.try_get("at").map_err(get)?;
+                let n: i32 = row.try_get("n").map_err(get)?;
+                let room: i64 = row.try_get("room").map_err(get)?;
+                let stored: &[u8] = row.try_get("docs").map_err(get)?;
+                if at != found as i64 || n <= 0 || room <= 0 {
+                    return Err(corrupt(
+                        name,
+                        id,
+                        format!("a segment of {n} chunks at {at} where chunk {found} belongs"),
+                    ));
+                }
+                if found > 0 {
+                    docs.push(b'\n');
+                }
+                let take = i64::from(n).min(room) as usize;
+                if take == n as usize {
+                    decode_segment(stored, &mut docs).map_err(|m| corrupt(name, id, m))?;
+                } else {
+                    one.clear();
+                    decode_segment(stored, &mut one).map_err(|m| corrupt(name, id, m))?;
+                    let end = one
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, b)| **b == b'\n')
+                        .nth(take - 1)
+                        .map(|(i, _)| i)
+                        .ok_or_else(|| {
+                            corrupt(name, id, format!("a segment holds fewer than {n} chunks"))
+                        })?;
+                    docs.extend_from_slice(&one[..end]);
+                }
+                found += take;
+            }
+            Ok((docs, found))
+        }
+
+        /// Loads a session: its row, then its chunks along its base and graft links
+        /// ([`chain_docs`], one query), decoded in one pass.
         async fn load_in(
             pool: &Pool,
             name: &str,
@@ -636,54 +753,8 @@ macro_rules! sql_store {
             let digest: Vec<u8> = row.try_get("digest").map_err(get)?;
             let header: String = row.try_get("header").map_err(get)?;
             let trailer: Option<String> = row.try_get("trailer").map_err(get)?;
-            // A chain node is "the first `hi` chunks of session `key`, placed from `off`":
-            // its base's first chunks, its graft's, then its own segments below `hi`. Every
-            // cut falls on a segment boundary (a base or graft is pointed at with the length
-            // it had, which ended its last write), so whole segments come back, in order.
-            let sql = "WITH RECURSIVE chain (key, hi, off, own, base_key, base_len, graft_key, \
-                   graft_len) AS ( \
-                   SELECT key, len, CAST(0 AS BIGINT), base_len + graft_len, base_key, base_len, graft_key, \
-                   graft_len FROM rath_sessions WHERE key = $1 \
-                   UNION ALL \
-                   SELECT s.key, \
-                   CASE WHEN w.which = 0 THEN c.base_len ELSE c.graft_len END, \
-                   CASE WHEN w.which = 0 THEN c.off ELSE c.off + c.base_len END, \
-                   s.base_len + s.graft_len, s.base_key, s.base_len, s.graft_key, s.graft_len \
-                   FROM chain c \
-                   JOIN (SELECT 0 AS which UNION ALL SELECT 1) w \
-                     ON (w.which = 0 AND c.base_len > 0) OR (w.which = 1 AND c.graft_len > 0) \
-                   JOIN rath_sessions s \
-                     ON s.key = CASE WHEN w.which = 0 THEN c.base_key ELSE c.graft_key END \
-                 ) \
-                 SELECT c.off + g.pos AS at, g.n, g.docs, c.hi - g.pos AS room FROM chain c \
-                 JOIN rath_segments g ON g.session_key = c.key AND g.pos >= c.own AND g.pos < c.hi \
-                 ORDER BY at";
-            let rows = sqlx::query(sql)
-                .bind(key)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(get)?;
+            let (docs, found) = chain_docs(&mut tx, name, id, key).await?;
             tx.commit().await.map_err(get)?;
-            let mut docs = Vec::new();
-            let mut found = 0usize;
-            for row in &rows {
-                let at: i64 = row.try_get("at").map_err(get)?;
-                let n: i32 = row.try_get("n").map_err(get)?;
-                let room: i64 = row.try_get("room").map_err(get)?;
-                let stored: &[u8] = row.try_get("docs").map_err(get)?;
-                if at != found as i64 || n <= 0 || i64::from(n) > room {
-                    return Err(corrupt(
-                        name,
-                        id,
-                        format!("a segment of {n} chunks at {at} where chunk {found} belongs"),
-                    ));
-                }
-                if found > 0 {
-                    docs.push(b'\n');
-                }
-                decode_segment(stored, &mut docs).map_err(|m| corrupt(name, id, m))?;
-                found += n as usize;
-            }
             if found != len {
                 return Err(corrupt(
                     name,

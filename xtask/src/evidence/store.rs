@@ -17,8 +17,8 @@ pub fn store_sharing() -> Packet {
     Packet {
         name: "store_sharing",
         about: "The flagship engineering_team run (offline, deterministic) stored in SQLite next to \
-                the JSONL directory it writes: sessions, chunk rows, distinct chunks, rows and \
-                bytes per table. A chunk is stored once in SQLite however many sessions hold it.",
+                the JSONL directory it writes: sessions, chunks stored, distinct chunks, rows and \
+                bytes per table. A session stores only the chunks its parents' rows do not hold.",
         env: &[],
         build: build_store_sharing,
     }
@@ -103,11 +103,11 @@ fn jsonl_records(dir: &Path) -> Result<serde_json::Value> {
 fn build_store_sharing(ctx: &mut Ctx) -> Result<Report> {
     let mut r = Report::new(
         &[
-            "the flagship run stored in SQLite keeps each distinct chunk once: rath_segments \
-             holds one copy of each distinct chunk document (a segment row per save or append, \
-             its new chunks' documents in one value), where the JSONL directory repeats every \
-             chunk in every session file that holds it (conversation chunks as chunk records, \
-             evidence riding on them)",
+            "the flagship run stored in SQLite shares chunks between sessions: rath_segments \
+             (a segment row per save or append, its new chunks' documents in one value) holds \
+             at most half the chunks the JSONL directory writes, where that directory repeats \
+             every chunk in every session file that holds it (conversation chunks as chunk \
+             records, evidence riding on them)",
             "a session that starts with another's chunks (a fork, a loop round) points at it, a \
              merge at both its parents: rath_segments holds only the chunks each session adds, \
              in fewer rows than there are chunks",
@@ -115,6 +115,9 @@ fn build_store_sharing(ctx: &mut Ctx) -> Result<Report> {
              byte-identical to the run's, and the lineage rows of both stores are equal",
         ],
         &[
+            "that each distinct chunk is stored once: sharing goes through lineage (a base, a \
+             graft, a shared prefix of a parent's chunks), so a chunk equal to one of a session \
+             that is not a parent is stored again",
             "PostgreSQL (same schema and code; crates/rath-store-sql/tests runs the sharing and \
              conformance tests on it) or growth over long runs (docs/benchmarks.md, store \
              section)",
@@ -198,15 +201,11 @@ fn sharing_checks(r: &mut Report, jsonl: &StoreStats, sqlite: &StoreStats, copie
     r.check_eq("every session copied", copied as u64, jsonl.sessions);
     r.check_eq("sessions in SQLite", sqlite.sessions, jsonl.sessions);
     r.check_eq("chunks over all sessions", sqlite.chunks, jsonl.chunks);
-    r.check_eq(
-        "distinct chunks: SQLite stores what JSONL distinguishes",
-        sqlite.distinct_chunks,
-        jsonl.distinct_chunks,
-    );
     let stored = sqlite.distinct_chunks;
     r.check(
-        "SQLite stores each distinct chunk once (fewer than the chunks JSONL writes)",
-        stored == jsonl.distinct_chunks && stored < jsonl.chunks,
+        "SQLite stores far fewer chunks than JSONL writes (at most half), and none lost \
+         (at least the distinct ones)",
+        stored * 2 <= jsonl.chunks && stored >= jsonl.distinct_chunks,
         format!(
             "rath_segments holds {stored} chunks; JSONL writes {} chunks, {} distinct",
             jsonl.chunks, jsonl.distinct_chunks
