@@ -562,13 +562,13 @@ pub(crate) fn goal_rows(r: &StoreResults) -> Vec<crate::bench::GoalRow> {
 /// Why a store goal is missed, from the profile of issue 19's work.
 fn miss_reason(goal: &str) -> &'static str {
     if goal.contains("raw message bytes") {
-        "each chunk is a row of its own, with a tuple header, a digest and index entries, and \
-         the empty schema alone is about 100 kB; packing a session's chunks contiguously, \
-         many to a compressed row, is the fix"
+        "each write is a segment row (a tuple header, an index entry, its documents deflated) \
+         and the empty schema (the tables' heaps, free-space maps, TOAST tables and indexes) \
+         is about 150 kB: see docs/formats.md, SQL stores"
     } else if goal.contains("load") {
-        "a load reads one row per chunk and decodes each JSON value separately (the JSONL \
-         load is one sequential read and a parse); a contiguous chunk layout would make the \
-         load one read too"
+        "a load reads a row per segment, inflates it and parses the documents in one pass; \
+         a miss means many small segments (a session grown by many appends) or \
+         a slow inflate"
     } else if goal.contains("per turn") {
         "the per-turn time grows with the session's index depth; see the table"
     } else {
@@ -588,8 +588,8 @@ pub fn render(r: &StoreResults, quick: bool) -> String {
          peer's generator (`../shared/peers/langgraph_checkpoint_bench.py`); raw message bytes \
          {}. Both on the same PostgreSQL in this sitting; bytes are the summed \
          `pg_total_relation_size` of every table of the store's schema (heap, TOAST, indexes), \
-         logical bytes the stored values before compression (LangGraph: its `payload_bytes`; \
-         ours: `pg_column_size` of the rows).\n",
+         logical bytes the stored values (LangGraph: its `payload_bytes`, before compression; \
+         ours: `pg_column_size` of the rows, whose segments hold deflated documents).\n",
         if quick { " --quick" } else { "" },
         r.load_before,
         r.load_after,

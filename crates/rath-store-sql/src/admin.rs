@@ -54,8 +54,9 @@ pub struct StoreStats {
     pub sessions: u64,
     /// Chunks over all sessions (a chunk shared by two sessions counts twice).
     pub chunks: u64,
-    /// Distinct chunks (equal chunk documents count once): what a store that shares
-    /// structure stores.
+    /// Chunk documents stored: for a JSONL directory the distinct ones (equal documents
+    /// count once); for a SQL store the chunks its segments hold (shared through lineage, so
+    /// an equal chunk of an unrelated session counts again).
     pub distinct_chunks: u64,
     /// Per table, by name.
     pub tables: Vec<Table>,
@@ -140,8 +141,8 @@ pub async fn gc(url: &str) -> Result<GcOutcome, PersistError> {
     Ok(GcOutcome::new(store.name(), r))
 }
 
-/// The table that holds one row per distinct chunk document.
-pub const CHUNK_TABLE: &str = "rath_chunks";
+/// The table that holds the chunk documents (segments of them, each stored once).
+pub const CHUNK_TABLE: &str = "rath_segments";
 
 /// `--store URL` from the process's arguments (`--store URL` or `--store=URL`), else
 /// `$OPENRATH_STORE` when set and not empty; `None` means the default JSONL directory. What
@@ -203,6 +204,10 @@ pub async fn stats(url: &str) -> Result<StoreStats, PersistError> {
         .iter()
         .map(|s| s.chunk_count + s.evidence_count)
         .sum();
+    let distinct_chunks = tables
+        .iter()
+        .find(|t| t.table == CHUNK_TABLE)
+        .map_or(0, |t| t.chunks);
     let tables: Vec<Table> = tables
         .into_iter()
         .map(|t| Table {
@@ -211,10 +216,6 @@ pub async fn stats(url: &str) -> Result<StoreStats, PersistError> {
             bytes: t.bytes,
         })
         .collect();
-    let distinct_chunks = tables
-        .iter()
-        .find(|t| t.name == CHUNK_TABLE)
-        .map_or(0, |t| t.rows);
     Ok(StoreStats {
         store: store.name(),
         sessions: summaries.len() as u64,

@@ -118,3 +118,46 @@ pub(crate) fn encode_state(
         evidence: session.len() as i64 - conversation,
     })
 }
+
+/// Chunks per segment row at most (a save of more writes several).
+pub(crate) const SEGMENT_CHUNKS: usize = 1024;
+
+/// A segment's stored value: the chunk documents joined by line breaks, deflated (a zlib
+/// stream) when that is smaller. A chunk document is a JSON object, so a stored value that
+/// starts with `{` is the plain text and any other is deflated.
+pub(crate) fn encode_segment(chunks: &[EncodedChunk]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut plain = Vec::with_capacity(chunks.iter().map(|c| c.doc.len() + 1).sum());
+    for (i, c) in chunks.iter().enumerate() {
+        if i > 0 {
+            plain.push(b'\n');
+        }
+        plain.extend_from_slice(c.doc.as_bytes());
+    }
+    let mut z = flate2::write::ZlibEncoder::new(
+        Vec::with_capacity(plain.len() / 2),
+        flate2::Compression::default(),
+    );
+    // Writing into a Vec cannot fail.
+    match z.write_all(&plain).and_then(|()| z.finish()) {
+        Ok(packed) if packed.len() < plain.len() => packed,
+        _ => plain,
+    }
+}
+
+/// Appends a segment's documents (see [`encode_segment`]) to `out`; `Err` names what is
+/// wrong with a stored value that is neither.
+pub(crate) fn decode_segment(stored: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+    use std::io::Read as _;
+    match stored.first() {
+        Some(b'{') => {
+            out.extend_from_slice(stored);
+            Ok(())
+        }
+        Some(_) => flate2::read::ZlibDecoder::new(stored)
+            .read_to_end(out)
+            .map(|_| ())
+            .map_err(|e| format!("a segment does not inflate: {e}")),
+        None => Err("an empty segment".to_owned()),
+    }
+}

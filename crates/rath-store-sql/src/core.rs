@@ -17,7 +17,6 @@ macro_rules! sql_store {
         for_update: $for_update:expr,
         for_share: $for_share:expr,
         octets: $octets:expr,
-        docs_agg: $docs_agg:expr,
         hash_in: $hash_in:expr,
         hash_out: $hash_out:expr,
         kind: $kind:expr $(,)?
@@ -34,17 +33,14 @@ macro_rules! sql_store {
         use rath_persist::spans;
 
         use crate::codec::{
-            EncodedChunk, empty_digest, encode_from, encode_one, encode_state,
-            prefix_digests,
+            EncodedChunk, SEGMENT_CHUNKS, decode_segment, empty_digest, encode_from, encode_one,
+            encode_segment, encode_state, prefix_digests,
         };
         use crate::known::{Known, KnownSessions};
         use crate::schema::SCHEMA_VERSION;
 
         type Pool = sqlx::Pool<$db>;
         type Tx = sqlx::Transaction<'static, $db>;
-
-        /// Rows per multi-row insert.
-        const BATCH: usize = 400;
 
         /// The SQL that turns parameter `p` (16 bytes) into a stored chunk address.
         fn hash_in(p: &str) -> String {
@@ -155,53 +151,70 @@ macro_rules! sql_store {
             }))
         }
 
-        /// Inserts the chunk documents not stored yet; returns how many were new.
-        async fn insert_chunks(tx: &mut Tx, name: &str, chunks: &[EncodedChunk]) -> Result<usize, PersistError> {
-            let mut new = 0;
-            for part in chunks.chunks(BATCH) {
-                let mut sql = String::from("INSERT INTO rath_chunks (hash, doc) VALUES ");
-                for i in 0..part.len() {
-                    if i > 0 {
-                        sql.push(',');
-                    }
-                    let hash = hash_in(&format!("${}", 2 * i + 1));
-                    sql.push_str(&format!("({hash}, ${})", 2 * i + 2));
-                }
-                sql.push_str(" ON CONFLICT (hash) DO NOTHING");
-                let mut q = sqlx::query(&sql);
-                for c in part {
-                    q = q.bind(&c.hash).bind(&c.doc);
-                }
-                let done = q.execute(&mut **tx).await.map_err(|e| backend(name, "write chunks", e))?;
-                new += done.rows_affected() as usize;
-            }
-            Ok(new)
-        }
-
-        /// Inserts the refs of `key` for `chunks` at positions `from..`.
-        async fn insert_refs(
+        /// Stores the chunks of `key` at positions `from..` as segment rows (one per
+        /// [`SEGMENT_CHUNKS`]); returns how many chunks that is.
+        async fn insert_segments(
             tx: &mut Tx,
             name: &str,
             key: i64,
             from: usize,
             chunks: &[EncodedChunk],
-        ) -> Result<(), PersistError> {
-            for (n, part) in chunks.chunks(BATCH).enumerate() {
-                let mut sql = String::from("INSERT INTO rath_refs (session_key, pos, hash) VALUES ");
-                for i in 0..part.len() {
-                    if i > 0 {
-                        sql.push(',');
-                    }
-                    let hash = hash_in(&format!("${}", 2 * i + 3));
-                    sql.push_str(&format!("($1, ${}, {hash})", 2 * i + 2));
-                }
-                let mut q = sqlx::query(&sql).bind(key);
-                for (i, c) in part.iter().enumerate() {
-                    q = q.bind((from + n * BATCH + i) as i64).bind(&c.hash);
-                }
-                q.execute(&mut **tx).await.map_err(|e| backend(name, "write refs", e))?;
+        ) -> Result<usize, PersistError> {
+            for (n, part) in chunks.chunks(SEGMENT_CHUNKS).enumerate() {
+                sqlx::query(
+                    "INSERT INTO rath_segments (session_key, pos, n, docs) VALUES ($1, $2, $3, $4)",
+                )
+                .bind(key)
+                .bind((from + n * SEGMENT_CHUNKS) as i64)
+                .bind(part.len() as i32)
+                .bind(encode_segment(part))
+                .execute(&mut **tx)
+                .await
+                .map_err(|e| backend(name, "write chunks", e))?;
             }
-            Ok(())
+            Ok(chunks.len())
+        }
+
+        /// A parent of `s` other than its base whose whole chunk list is exactly `own`
+        /// (what a merge's second half is): `(key, len)`; the session then points at it
+        /// instead of storing those chunks again.
+        async fn graft_of(
+            tx: &mut Tx,
+            name: &str,
+            s: &Session,
+            base: Option<i64>,
+            own: &[EncodedChunk],
+        ) -> Result<Option<(i64, usize)>, PersistError> {
+            if own.is_empty() || s.lineage().parents.len() < 2 {
+                return Ok(None);
+            }
+            let sql = format!(
+                "SELECT key, len, digest FROM rath_sessions WHERE id = $1{}",
+                $for_share
+            );
+            let mut want: Option<Vec<u8>> = None;
+            for parent in s.lineage().parents.iter() {
+                let row = sqlx::query(&sql)
+                    .bind(parent.as_str())
+                    .fetch_optional(&mut **tx)
+                    .await
+                    .map_err(|e| backend(name, "read", e))?;
+                let Some(row) = row else { continue };
+                let get = |e: sqlx::Error| backend(name, "read", e);
+                let key: i64 = row.try_get("key").map_err(get)?;
+                let len = row.try_get::<i64, _>("len").map_err(get)? as usize;
+                let digest: Vec<u8> = row.try_get("digest").map_err(get)?;
+                if Some(key) == base || len != own.len() {
+                    continue;
+                }
+                let want = want.get_or_insert_with(|| {
+                    prefix_digests(empty_digest(), own).pop().unwrap_or_else(empty_digest)
+                });
+                if *want == digest {
+                    return Ok(Some((key, len)));
+                }
+            }
+            Ok(None)
         }
 
         /// The longest stored parent of `s` whose chunks are exactly `s`'s first ones:
@@ -242,6 +255,38 @@ macro_rules! sql_store {
             if n > 0 && best.is_none_or(|(_, l)| l < n) {
                 if let Some(key) = same_chunks(tx, name, &digests[n], n).await? {
                     best = Some((key, n));
+                }
+            }
+            Ok(best)
+        }
+
+        /// The stored parent of `s` sharing the longest run of first chunks with it when
+        /// no parent's whole chunk list is a prefix of `s` (a parent that grew after `s`
+        /// forked from it, a route that replaces the last chunk, a merge of forks that
+        /// share a prefix): `(key, shared)`, found by reading the parents' chunks.
+        async fn partly_shared_base(
+            tx: &mut Tx,
+            name: &str,
+            s: &Session,
+            chunks: &[EncodedChunk],
+        ) -> Result<Option<(i64, usize)>, PersistError> {
+            let sql = format!("SELECT key FROM rath_sessions WHERE id = $1{}", $for_share);
+            let mut best: Option<(i64, usize)> = None;
+            for parent in s.lineage().parents.iter() {
+                let key: Option<i64> = sqlx::query_scalar(&sql)
+                    .bind(parent.as_str())
+                    .fetch_optional(&mut **tx)
+                    .await
+                    .map_err(|e| backend(name, "read", e))?;
+                let Some(key) = key else { continue };
+                let (docs, _) = chain_docs(tx, name, parent, key).await?;
+                let shared = docs
+                    .split(|b| *b == b'\n')
+                    .zip(chunks)
+                    .take_while(|(d, c)| crate::codec::chunk_hash(d) == c.hash)
+                    .count();
+                if shared > 0 && best.is_none_or(|(_, l)| shared > l) {
+                    best = Some((key, shared));
                 }
             }
             Ok(best)
@@ -340,13 +385,18 @@ macro_rules! sql_store {
                 None => {
                     let mut chunks = encode_from(s, 0)?;
                     let digests = prefix_digests(empty_digest(), &chunks);
-                    let base = shared_base(tx, name, s, &digests).await?;
+                    let base = match shared_base(tx, name, s, &digests).await? {
+                        Some(b) => Some(b),
+                        None => partly_shared_base(tx, name, s, &chunks).await?,
+                    };
                     let own = chunks.split_off(base.map_or(0, |(_, l)| l));
                     let digest = digests.last().cloned().unwrap_or_else(empty_digest);
                     (base, own, digest)
                 }
             };
             let digest = &digest;
+            let graft = graft_of(tx, name, s, base.map(|(k, _)| k), &own).await?;
+            let own = if graft.is_some() { Vec::new() } else { own };
             if let Some(row) = stored_row(tx, name, id.as_str()).await? {
                 let epoch = Timestamp::from_unix_micros(0);
                 let content = encode_state(s, epoch, None, digest)?.content;
@@ -371,7 +421,6 @@ macro_rules! sql_store {
                 Times::Given(c, closed) => (c, closed),
             };
             let base_len = base.map_or(0, |(_, l)| l);
-            let written = insert_chunks(tx, name, &own).await?;
             let state = encode_state(s, created, closed, digest)?;
             let last_hash = match own.last() {
                 Some(c) => Some(c.hash.clone()),
@@ -383,8 +432,8 @@ macro_rules! sql_store {
             let sql = format!(
                 "INSERT INTO rath_sessions (id, base_key, base_len, len, digest, saved_digest, \
                  last_hash, content, created_us, header, trailer, failure, conversation, \
-                 evidence) VALUES ($1, $2, $3, $4, $5, $5, {}, $7, $8, $9, $10, $11, $12, $13) \
-                 RETURNING key",
+                 evidence, graft_key, graft_len) VALUES ($1, $2, $3, $4, $5, $5, {}, $7, $8, \
+                 $9, $10, $11, $12, $13, $14, $15) RETURNING key",
                 hash_in("$6")
             );
             let insert = sqlx::query_scalar::<_, i64>(&sql)
@@ -401,6 +450,8 @@ macro_rules! sql_store {
             .bind(&state.failure)
             .bind(state.conversation)
             .bind(state.evidence)
+            .bind(graft.map(|(k, _)| k))
+            .bind(graft.map_or(0, |(_, l)| l as i64))
             .fetch_one(&mut **tx)
             .await;
             let key = match insert {
@@ -408,7 +459,8 @@ macro_rules! sql_store {
                 Err(e) if is_unique_violation(&e) => return Err(exists(name, id)),
                 Err(e) => return Err(backend(name, "write session", e)),
             };
-            insert_refs(tx, name, key, base_len, &own).await?;
+            let graft_len = graft.map_or(0, |(_, l)| l);
+            let written = insert_segments(tx, name, key, base_len + graft_len, &own).await?;
             learned.push((
                 id.to_string(),
                 Known {
@@ -473,8 +525,7 @@ macro_rules! sql_store {
             let new = encode_from(s, expected)?;
             let digests = prefix_digests(row.digest.clone(), &new);
             let digest = &digests[new.len()];
-            let written = insert_chunks(tx, name, &new).await?;
-            insert_refs(tx, name, row.key, expected, &new).await?;
+            let written = insert_segments(tx, name, row.key, expected, &new).await?;
             let created = Timestamp::from_unix_micros(row.created_us);
             let state = encode_state(s, created, Some(s.stamper().now()), digest)?;
             let last_hash = new.last().map(|c| c.hash.clone()).or(row.last_hash);
@@ -517,11 +568,11 @@ macro_rules! sql_store {
                 current: i64::MAX as u64,
             })?;
             let current: i64 = sqlx::query_scalar(
-                "INSERT INTO rath_fences (key, token) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE \
-                 SET token = CASE WHEN rath_fences.token < excluded.token THEN excluded.token \
-                 ELSE rath_fences.token END RETURNING token",
+                "INSERT INTO rath_meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE \
+                 SET value = CASE WHEN rath_meta.value < excluded.value THEN excluded.value \
+                 ELSE rath_meta.value END RETURNING value",
             )
-            .bind(&fence.key)
+            .bind(format!("fence:{}", fence.key))
             .bind(token)
             .fetch_one(&mut **tx)
             .await
@@ -591,9 +642,91 @@ macro_rules! sql_store {
             }
         }
 
-        /// Loads a session: its row, then its chunks along its base chain in one query that
-        /// returns them as one value (the documents in order, joined by line breaks), decoded
-        /// in one pass.
+        /// The chunk documents of row `key` in order, joined by line breaks, and how many.
+        ///
+        /// One recursive query. A chain node is "the first `hi` chunks of row `key`, placed
+        /// from `off`": its base's first chunks (at most `base_len`), its graft's (at most
+        /// `graft_len`, from `off + base_len`), then its own segments below `hi`. The rows come
+        /// back in position order, one per segment; a cut inside a segment (a session that
+        /// shares only part of what its parent had) keeps that segment's first chunks.
+        async fn chain_docs(
+            tx: &mut Tx,
+            name: &str,
+            id: &SessionId,
+            key: i64,
+        ) -> Result<(Vec<u8>, usize), PersistError> {
+            let get = |e: sqlx::Error| backend(name, "load", e);
+            let sql = "WITH RECURSIVE chain (key, hi, off, own, base_key, base_len, graft_key, \
+                   graft_len) AS ( \
+                   SELECT key, len, CAST(0 AS BIGINT), base_len + graft_len, base_key, base_len, \
+                   graft_key, graft_len FROM rath_sessions WHERE key = $1 \
+                   UNION ALL \
+                   SELECT s.key, \
+                   CASE WHEN w.which = 0 THEN \
+                     CASE WHEN c.hi < c.base_len THEN c.hi ELSE c.base_len END \
+                   ELSE \
+                     CASE WHEN c.hi - c.base_len < c.graft_len THEN c.hi - c.base_len \
+                     ELSE c.graft_len END \
+                   END, \
+                   CASE WHEN w.which = 0 THEN c.off ELSE c.off + c.base_len END, \
+                   s.base_len + s.graft_len, s.base_key, s.base_len, s.graft_key, s.graft_len \
+                   FROM chain c \
+                   JOIN (SELECT 0 AS which UNION ALL SELECT 1) w \
+                     ON (w.which = 0 AND c.base_len > 0) \
+                     OR (w.which = 1 AND c.graft_len > 0 AND c.hi > c.base_len) \
+                   JOIN rath_sessions s \
+                     ON s.key = CASE WHEN w.which = 0 THEN c.base_key ELSE c.graft_key END \
+                 ) \
+                 SELECT c.off + g.pos AS at, g.n, g.docs, c.hi - g.pos AS room FROM chain c \
+                 JOIN rath_segments g ON g.session_key = c.key AND g.pos >= c.own AND g.pos < c.hi \
+                 ORDER BY at";
+            let rows = sqlx::query(sql)
+                .bind(key)
+                .fetch_all(&mut **tx)
+                .await
+                .map_err(get)?;
+            let mut docs = Vec::new();
+            let mut found = 0usize;
+            let mut one = Vec::new();
+            for row in &rows {
+                let at: i64 = row.try_get("at").map_err(get)?;
+                let n: i32 = row.try_get("n").map_err(get)?;
+                let room: i64 = row.try_get("room").map_err(get)?;
+                let stored: &[u8] = row.try_get("docs").map_err(get)?;
+                if at != found as i64 || n <= 0 || room <= 0 {
+                    return Err(corrupt(
+                        name,
+                        id,
+                        format!("a segment of {n} chunks at {at} where chunk {found} belongs"),
+                    ));
+                }
+                if found > 0 {
+                    docs.push(b'\n');
+                }
+                let take = i64::from(n).min(room) as usize;
+                if take == n as usize {
+                    decode_segment(stored, &mut docs).map_err(|m| corrupt(name, id, m))?;
+                } else {
+                    one.clear();
+                    decode_segment(stored, &mut one).map_err(|m| corrupt(name, id, m))?;
+                    let end = one
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, b)| **b == b'\n')
+                        .nth(take - 1)
+                        .map(|(i, _)| i)
+                        .ok_or_else(|| {
+                            corrupt(name, id, format!("a segment holds fewer than {n} chunks"))
+                        })?;
+                    docs.extend_from_slice(&one[..end]);
+                }
+                found += take;
+            }
+            Ok((docs, found))
+        }
+
+        /// Loads a session: its row, then its chunks along its base and graft links
+        /// ([`chain_docs`], one query), decoded in one pass.
         async fn load_in(
             pool: &Pool,
             name: &str,
@@ -620,32 +753,16 @@ macro_rules! sql_store {
             let digest: Vec<u8> = row.try_get("digest").map_err(get)?;
             let header: String = row.try_get("header").map_err(get)?;
             let trailer: Option<String> = row.try_get("trailer").map_err(get)?;
-            let sql = format!(
-                "WITH RECURSIVE chain (key, base_key, lo, hi) AS ( \
-                   SELECT key, base_key, base_len, len FROM rath_sessions WHERE key = $1 \
-                   UNION ALL \
-                   SELECT s.key, s.base_key, s.base_len, c.lo FROM rath_sessions s \
-                   JOIN chain c ON s.key = c.base_key \
-                 ) \
-                 SELECT count(*), {} FROM chain c \
-                 JOIN rath_refs r ON r.session_key = c.key AND r.pos >= c.lo AND r.pos < c.hi \
-                 JOIN rath_chunks d ON d.hash = r.hash",
-                $docs_agg
-            );
-            let (found, docs): (i64, Option<String>) = sqlx::query_as(&sql)
-                .bind(key)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(get)?;
+            let (docs, found) = chain_docs(&mut tx, name, id, key).await?;
             tx.commit().await.map_err(get)?;
-            if found as usize != len {
+            if found != len {
                 return Err(corrupt(
                     name,
                     id,
                     format!("{found} of its {len} chunks are stored"),
                 ));
             }
-            let chunks: ChunkList = doc::decode_chunks(docs.as_deref().unwrap_or("").as_bytes())
+            let chunks: ChunkList = doc::decode_chunks(&docs)
                 .map_err(|e| corrupt(name, id, e.to_string()))?
                 .into_iter()
                 .collect();
@@ -758,8 +875,8 @@ macro_rules! sql_store {
             Ok(out)
         }
 
-        /// Deletes a session: its row and refs when nothing shares them, else only its id
-        /// (the row stays, unnamed, for its sharers until `gc` finds it unreachable).
+        /// Deletes a session: its id goes (the row and its segments stay, unnamed, until
+        /// `gc` finds nothing sharing them, so `gc` reports everything a delete frees).
         async fn delete_in(
             pool: &Pool,
             name: &str,
@@ -773,30 +890,25 @@ macro_rules! sql_store {
                 return Ok(false);
             };
             let get = |e: sqlx::Error| backend(name, "delete", e);
-            let shared: Option<i64> =
-                sqlx::query_scalar("SELECT key FROM rath_sessions WHERE base_key = $1 LIMIT 1")
-                    .bind(row.key)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(get)?;
-            if shared.is_some() {
-                sqlx::query("UPDATE rath_sessions SET id = NULL WHERE key = $1")
-                    .bind(row.key)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(get)?;
-            } else {
-                remove_row(&mut tx, name, row.key).await?;
-            }
+            sqlx::query("UPDATE rath_sessions SET id = NULL WHERE key = $1")
+                .bind(row.key)
+                .execute(&mut *tx)
+                .await
+                .map_err(get)?;
             tx.commit().await.map_err(get)?;
             Ok(true)
         }
 
-        async fn remove_row(tx: &mut Tx, name: &str, key: i64) -> Result<(), PersistError> {
-            let get = |e: sqlx::Error| backend(name, "delete", e);
-            sqlx::query("DELETE FROM rath_refs WHERE session_key = $1")
+        /// Removes a session row and its segments: `(chunks, bytes)` freed.
+        async fn remove_row(tx: &mut Tx, name: &str, key: i64) -> Result<(u64, u64), PersistError> {
+            let get = |e: sqlx::Error| backend(name, "gc", e);
+            let sql = format!(
+                "DELETE FROM rath_segments WHERE session_key = $1 RETURNING n, {}",
+                $octets
+            );
+            let freed: Vec<(i32, i64)> = sqlx::query_as(&sql)
                 .bind(key)
-                .execute(&mut **tx)
+                .fetch_all(&mut **tx)
                 .await
                 .map_err(get)?;
             sqlx::query("DELETE FROM rath_sessions WHERE key = $1")
@@ -804,10 +916,13 @@ macro_rules! sql_store {
                 .execute(&mut **tx)
                 .await
                 .map_err(get)?;
-            Ok(())
+            Ok(freed
+                .iter()
+                .fold((0, 0), |(c, b), (n, len)| (c + *n as u64, b + *len as u64)))
         }
 
-        /// Removes deleted sessions nothing shares any more, then chunks no session reaches.
+        /// Removes deleted sessions nothing shares any more (no base or graft link points at
+        /// them), with their segments, until none is left.
         async fn gc_in(pool: &Pool, name: &str) -> Result<GcReport, PersistError> {
             let mut tx = begin(pool, name, $begin_write).await?;
             exec(&mut tx, name, "lock", $gc_lock).await?;
@@ -816,7 +931,8 @@ macro_rules! sql_store {
             loop {
                 let keys: Vec<i64> = sqlx::query_scalar(
                     "SELECT s.key FROM rath_sessions s WHERE s.id IS NULL AND NOT EXISTS \
-                     (SELECT 1 FROM rath_sessions c WHERE c.base_key = s.key)",
+                     (SELECT 1 FROM rath_sessions c WHERE c.base_key = s.key \
+                     OR c.graft_key = s.key)",
                 )
                 .fetch_all(&mut *tx)
                 .await
@@ -825,18 +941,12 @@ macro_rules! sql_store {
                     break;
                 }
                 for key in keys {
-                    remove_row(&mut tx, name, key).await?;
+                    let (chunks, bytes) = remove_row(&mut tx, name, key).await?;
                     report.sessions += 1;
+                    report.chunks += chunks;
+                    report.bytes += bytes;
                 }
             }
-            let sql = format!(
-                "DELETE FROM rath_chunks WHERE NOT EXISTS \
-                 (SELECT 1 FROM rath_refs r WHERE r.hash = rath_chunks.hash) RETURNING {}",
-                $octets
-            );
-            let freed: Vec<i64> = sqlx::query_scalar(&sql).fetch_all(&mut *tx).await.map_err(get)?;
-            report.chunks = freed.len() as u64;
-            report.bytes = freed.iter().map(|b| *b as u64).sum();
             tx.commit().await.map_err(get)?;
             Ok(report)
         }
@@ -929,10 +1039,19 @@ macro_rules! sql_store {
                     .fetch_one(pool)
                     .await
                     .map_err(get)?;
+                let chunks: i64 = if *table == "rath_segments" {
+                    sqlx::query_scalar("SELECT CAST(coalesce(sum(n), 0) AS BIGINT) FROM rath_segments")
+                        .fetch_one(pool)
+                        .await
+                        .map_err(get)?
+                } else {
+                    0
+                };
                 out.push(crate::TableStats {
                     table,
                     rows: rows as u64,
                     bytes: bytes.unwrap_or(0) as u64,
+                    chunks: chunks as u64,
                 });
             }
             Ok(out)

@@ -24,9 +24,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Sessions are stored the way they live in memory: each distinct chunk once (content
-//! addressed), a session row pointing at the session whose chunks it starts with, and the
-//! refs of the chunks it adds. See [`schema`] and `docs/formats.md`.
+//! Sessions are stored the way they live in memory: a session row pointing at the session
+//! whose chunks it starts with (and a merge at its other parent), and one segment row per save
+//! or append holding the documents of the chunks it adds. See [`schema`] and
+//! `docs/formats.md`.
 
 #![warn(missing_docs)]
 
@@ -58,6 +59,9 @@ pub struct TableStats {
     pub rows: u64,
     /// Its bytes (see each store's `table_stats`).
     pub bytes: u64,
+    /// The chunk documents it holds (`rath_segments`: the sum of their chunk counts; 0 for
+    /// the other tables).
+    pub chunks: u64,
 }
 
 /// The environment variable that names the store when no URL is given.

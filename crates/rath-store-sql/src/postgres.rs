@@ -23,13 +23,12 @@ mod imp {
         migrations: crate::schema::POSTGRES,
         begin_write: "BEGIN",
         begin_read: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
-        write_lock: "LOCK TABLE rath_refs IN ROW EXCLUSIVE MODE",
-        gc_lock: "LOCK TABLE rath_refs IN SHARE ROW EXCLUSIVE MODE",
+        write_lock: "LOCK TABLE rath_segments IN ROW EXCLUSIVE MODE",
+        gc_lock: "LOCK TABLE rath_segments IN SHARE ROW EXCLUSIVE MODE",
         migrate_lock: "SELECT pg_advisory_xact_lock(7243901)",
         for_update: " FOR UPDATE",
         for_share: " FOR SHARE",
-        octets: "octet_length(doc)::BIGINT",
-        docs_agg: "string_agg(d.doc, E'\\n' ORDER BY r.pos)",
+        octets: "octet_length(docs)::BIGINT",
         hash_in: "encode({}, 'hex')::uuid",
         hash_out: "uuid_send(last_hash)",
         kind: rath_persist::spans::StoreKind::Postgres,
@@ -104,8 +103,7 @@ impl PgStore {
         // the connection the pool keeps, moves that cost from the first write to connecting.
         sqlx::query(
             "SELECT 1 FROM rath_sessions WHERE id = '' UNION ALL \
-             SELECT 1 FROM rath_refs WHERE session_key = 0 UNION ALL \
-             SELECT 1 FROM rath_chunks WHERE hash IS NULL",
+             SELECT 1 FROM rath_segments WHERE session_key = 0",
         )
         .execute(&pool)
         .await
@@ -124,16 +122,16 @@ impl PgStore {
             &self.name,
             &[
                 (
-                    "rath_chunks",
-                    "SELECT pg_total_relation_size('rath_chunks')::BIGINT",
-                ),
-                (
                     "rath_sessions",
                     "SELECT pg_total_relation_size('rath_sessions')::BIGINT",
                 ),
                 (
-                    "rath_refs",
-                    "SELECT pg_total_relation_size('rath_refs')::BIGINT",
+                    "rath_segments",
+                    "SELECT pg_total_relation_size('rath_segments')::BIGINT",
+                ),
+                (
+                    "rath_meta",
+                    "SELECT pg_total_relation_size('rath_meta')::BIGINT",
                 ),
             ],
         )

@@ -27,8 +27,7 @@ mod imp {
         migrate_lock: "",
         for_update: "",
         for_share: "",
-        octets: "length(CAST(doc AS BLOB))",
-        docs_agg: "group_concat(d.doc, char(10) ORDER BY r.pos)",
+        octets: "length(docs)",
         hash_in: "{}",
         hash_out: "last_hash",
         kind: rath_persist::spans::StoreKind::Sqlite,
@@ -100,14 +99,13 @@ impl SqliteStore {
             &self.name,
             &[
                 (
-                    "rath_chunks",
-                    "SELECT sum(length(hash) + length(CAST(doc AS BLOB))) FROM rath_chunks",
-                ),
-                (
                     "rath_sessions",
                     "SELECT sum(length(CAST(header AS BLOB)) + coalesce(length(CAST(trailer AS BLOB)), 0) + 128) FROM rath_sessions",
                 ),
-                ("rath_refs", "SELECT sum(length(hash) + 16) FROM rath_refs"),
+                (
+                    "rath_segments",
+                    "SELECT sum(length(docs) + 24) FROM rath_segments",
+                ),
             ],
         )
         .await

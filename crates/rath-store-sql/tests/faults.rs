@@ -43,8 +43,18 @@ async fn a_truncated_sqlite_file_is_a_typed_error_never_a_partial_session() {
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("store.sqlite");
     let mut s = Session::user_with("big", Stamper::counter());
+    // Letters from an xorshift: text the stored segments' deflate cannot shrink much.
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     for i in 0..400 {
-        s = s.push(Chunk::assistant_text(format!("{i} {}", "x".repeat(200))));
+        let text: String = (0..400)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                char::from(b'a' + (x % 26) as u8)
+            })
+            .collect();
+        s = s.push(Chunk::assistant_text(format!("{i} {text}")));
     }
     {
         let store = SqliteStore::open(&path).await.expect("open");
@@ -352,7 +362,7 @@ async fn postgres_out_of_space_is_a_typed_error_then_the_next_write_works() {
     .fetch_all(&raw)
     .await
     .expect("pg_tables");
-    assert!(placed.len() >= 4, "{placed:?}");
+    assert!(placed.len() >= 3, "{placed:?}");
     assert!(
         placed
             .iter()
@@ -408,11 +418,13 @@ async fn postgres_out_of_space_is_a_typed_error_then_the_next_write_works() {
         texts(&store.load(before.id()).await.expect("before").session),
         texts(&before)
     );
-    let refs: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {schema}.rath_refs"))
-        .fetch_one(&raw)
-        .await
-        .expect("refs");
-    assert_eq!(refs, 2, "the failed save left refs behind");
+    let stored: i64 = sqlx::query_scalar(&format!(
+        "SELECT coalesce(sum(n), 0)::BIGINT FROM {schema}.rath_segments"
+    ))
+    .fetch_one(&raw)
+    .await
+    .expect("segments");
+    assert_eq!(stored, 2, "the failed save left chunks behind");
 
     // Space returns; the same store, in the same process, writes again.
     sqlx::query(&format!("DROP TABLE {filler}"))

@@ -1,6 +1,6 @@
 //! Structure shared on disk: a fork or detach writes one session row and no chunk data, a
-//! loop round writes only its new chunks, a merge writes one row and refs only, and stored
-//! chunk data grows with distinct chunks, not sessions x chunks. Loading costs the same
+//! loop round writes only its new chunks (one segment row), a merge writes one row and no
+//! chunk data, and stored chunk data grows with distinct chunks, not sessions x chunks. Loading costs the same
 //! queries whatever the fork depth.
 
 mod common;
@@ -14,6 +14,14 @@ fn rows(stats: &[TableStats], table: &str) -> u64 {
         .iter()
         .find(|s| s.table == table)
         .map_or(0, |s| s.rows)
+}
+
+/// The chunk documents stored (in `rath_segments`).
+fn chunks(stats: &[TableStats]) -> u64 {
+    stats
+        .iter()
+        .find(|s| s.table == "rath_segments")
+        .map_or(0, |s| s.chunks)
 }
 
 async fn sharing_on(store: &dyn SessionStore, stats: impl AsyncFn() -> Vec<TableStats>) {
@@ -37,15 +45,11 @@ async fn sharing_on(store: &dyn SessionStore, stats: impl AsyncFn() -> Vec<Table
         assert_eq!(r.chunks_written, 1, "{name}: fork {i} wrote only its chunk");
     }
     let after = stats().await;
+    assert_eq!(chunks(&after) - chunks(&before), 200, "{name}");
     assert_eq!(
-        rows(&after, "rath_chunks") - rows(&before, "rath_chunks"),
+        rows(&after, "rath_segments") - rows(&before, "rath_segments"),
         200,
-        "{name}"
-    );
-    assert_eq!(
-        rows(&after, "rath_refs") - rows(&before, "rath_refs"),
-        200,
-        "{name}: refs"
+        "{name}: a segment per fork"
     );
     let loaded = store.load(tip.id()).await.expect("load the deepest fork");
     assert_eq!(loaded.session.chunks(), tip.chunks(), "{name}");
@@ -69,14 +73,10 @@ async fn sharing_on(store: &dyn SessionStore, stats: impl AsyncFn() -> Vec<Table
         2,
         "{name}"
     );
+    assert_eq!(chunks(&after), chunks(&before), "{name}");
     assert_eq!(
-        rows(&after, "rath_chunks"),
-        rows(&before, "rath_chunks"),
-        "{name}"
-    );
-    assert_eq!(
-        rows(&after, "rath_refs"),
-        rows(&before, "rath_refs"),
+        rows(&after, "rath_segments"),
+        rows(&before, "rath_segments"),
         "{name}"
     );
     // A loop round on the fork: its two new chunks only.
@@ -91,7 +91,7 @@ async fn sharing_on(store: &dyn SessionStore, stats: impl AsyncFn() -> Vec<Table
             .chunks_written,
         2
     );
-    // A merge of two stored sessions: one row, refs to chunks already stored.
+    // A merge of two stored sessions: one row pointing at both, no chunk data.
     let other = s.fork().push(Chunk::assistant_text("other branch"));
     store.save(&other).await.expect("other");
     let merged = round.merge(&other).expect("merge");
@@ -102,9 +102,10 @@ async fn sharing_on(store: &dyn SessionStore, stats: impl AsyncFn() -> Vec<Table
         "{name}"
     );
     let after = stats().await;
+    assert_eq!(chunks(&after), chunks(&before), "{name}");
     assert_eq!(
-        rows(&after, "rath_chunks"),
-        rows(&before, "rath_chunks"),
+        rows(&after, "rath_segments"),
+        rows(&before, "rath_segments"),
         "{name}"
     );
     assert_eq!(
@@ -113,6 +114,37 @@ async fn sharing_on(store: &dyn SessionStore, stats: impl AsyncFn() -> Vec<Table
     );
     let l = store.load(merged.id()).await.expect("load merge");
     assert_eq!(l.session.chunks(), merged.chunks());
+    // A session that shares only the first chunks of what its parent stores (the parent
+    // grew in one write after the fork, so the cut falls inside that write's segment):
+    // its own chunks only, and it loads cut where it forked.
+    let base = Session::user_with("grows", s.stamper().clone()).push(Chunk::assistant_text("a"));
+    store.save(&base).await.expect("base");
+    let early = base.fork().push(Chunk::user("early fork"));
+    let grown = base
+        .push(Chunk::user("b"))
+        .push(Chunk::assistant_text("c"))
+        .push(Chunk::user("d"));
+    store.append(&grown, base.len()).await.expect("grow");
+    // A route-like child of the grown session: its first three chunks, then its own.
+    let partial = grown
+        .fork()
+        .with_chunks(grown.slice(0..3).expect("slice"))
+        .push(Chunk::assistant_text("route"));
+    let before = stats().await;
+    assert_eq!(store.save(&early).await.expect("early").chunks_written, 1);
+    assert_eq!(
+        store.save(&partial).await.expect("partial").chunks_written,
+        1
+    );
+    let after = stats().await;
+    assert_eq!(chunks(&after) - chunks(&before), 2, "{name}");
+    for s in [&early, &partial] {
+        let l = store
+            .load(s.id())
+            .await
+            .expect("load a partly shared session");
+        assert_eq!(l.session.chunks(), s.chunks(), "{name}");
+    }
 }
 
 #[tokio::test]
@@ -154,7 +186,8 @@ async fn a_reopened_sqlite_store_keeps_everything() {
 
 /// What a store remembers of the sessions it wrote is checked against the row: after another
 /// handle (another process) appends to a session, a fork of the version this handle saved
-/// neither shares the grown row nor loses a chunk; a fork of what it loaded shares the row.
+/// shares only the grown row's first chunks and loses none; a fork of what it loaded shares
+/// the row.
 async fn remembered_rows_are_checked(
     a: &dyn SessionStore,
     b: &dyn SessionStore,
@@ -171,15 +204,17 @@ async fn remembered_rows_are_checked(
         .push(Chunk::user("more"))
         .push(Chunk::assistant_text("and more"));
     b.append(&grown, s.len()).await.expect("append elsewhere");
-    // This handle still remembers 11 chunks; the row has 13: no sharing, every chunk kept.
+    // This handle still remembers 11 chunks; the row has 13: the remembered row is not
+    // taken as it is, the fork shares the row's first 11 chunks (found by reading them) and
+    // loads as the 11, not the 13.
     let before = stats().await;
     let fork = s.fork();
     a.save(&fork).await.expect("fork of the old version");
     let after = stats().await;
     assert_eq!(
-        rows(&after, "rath_refs") - rows(&before, "rath_refs"),
-        s.len() as u64,
-        "{name}: the stale row is not shared"
+        chunks(&after) - chunks(&before),
+        0,
+        "{name}: the grown row's first chunks are shared"
     );
     assert_eq!(
         a.load(fork.id()).await.expect("load").session.chunks(),
@@ -202,7 +237,7 @@ async fn remembered_rows_are_checked(
     );
     let after = stats().await;
     assert_eq!(
-        rows(&after, "rath_refs") - rows(&before, "rath_refs"),
+        chunks(&after) - chunks(&before),
         1,
         "{name}: the fork shares the loaded row"
     );
@@ -221,8 +256,8 @@ async fn remembered_rows_are_checked(
     );
     let after = stats().await;
     assert_eq!(
-        rows(&after, "rath_refs"),
-        rows(&before, "rath_refs"),
+        chunks(&after),
+        chunks(&before),
         "{name}: the twin shares the first fork's row"
     );
     assert_eq!(
