@@ -336,8 +336,12 @@ impl Worker {
         let session = loaded.session.with_stamper(stamper);
 
         let cancel = CancellationToken::new();
-        let scope =
-            RunScope::load(runs.clone(), lease.clone(), run.segment, cancel.clone()).await?;
+        // The first claim of a run (attempt 1) follows no holder: nothing to replay.
+        let scope = if run.attempts == 1 {
+            RunScope::first(runs.clone(), lease.clone(), run.segment, cancel.clone())
+        } else {
+            RunScope::load(runs.clone(), lease.clone(), run.segment, cancel.clone()).await?
+        };
         let workflow = match (def.constructor)(&scope) {
             Ok(w) => w,
             Err(e) => return self.fail_final(lease, &RuntimeError::Flow(e)).await,
