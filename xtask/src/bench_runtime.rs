@@ -562,7 +562,12 @@ pub fn run(out: &Path, repeats: usize) -> Result<()> {
     } else {
         measure_with(false, repeats)?
     };
-    let page = format!("# Durable runtime benchmarks (issue 20)\n\n{}", render(&r));
+    write_page(out, &r)
+}
+
+/// Writes the runtime page (`docs/bench-runtime.md`) of one sitting's results to `out`.
+pub fn write_page(out: &Path, r: &RuntimeResults) -> Result<()> {
+    let page = format!("# Durable runtime benchmarks (issue 20)\n\n{}", render(r));
     if let Some(d) = out.parent() {
         std::fs::create_dir_all(d)?;
     }
