@@ -585,7 +585,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         let measured = match w {
             "wave1" => wave1(&root, args, &out),
             "store" => store_section(&root, args, &out),
-            "runtime" => runtime_section(args),
+            "runtime" => runtime_section(args, &out),
             _ => server_section(args, &out),
         };
         // A workload that cannot run says why in its section; the others still run.
@@ -739,9 +739,11 @@ fn store_section(root: &Path, args: &BenchArgs, out: &Path) -> Result<(String, V
     ))
 }
 
-/// Durable runs against Python OpenRath 2.0's LocalRuntime (issue 20).
-fn runtime_section(args: &BenchArgs) -> Result<(String, Vec<GoalRow>)> {
+/// Durable runs against Python OpenRath 2.0's LocalRuntime (issue 20); the same
+/// measurement also rewrites `bench-runtime.md` beside the page.
+fn runtime_section(args: &BenchArgs, out: &Path) -> Result<(String, Vec<GoalRow>)> {
     let r = crate::bench_runtime::measure(args.quick)?;
+    crate::bench_runtime::write_page(&out.with_file_name("bench-runtime.md"), &r)?;
     let body = format!(
         "## Durable runs vs Python OpenRath 2.0's LocalRuntime (issue 20)\n\n{}",
         crate::bench_runtime::render(&r)

@@ -272,6 +272,43 @@ async fn writes_after(dir: &Path, k: usize) -> Result<(i64, i64, u64, u64)> {
     Ok((rows, bytes, srows, sbytes))
 }
 
+/// Set to `<sqlite|postgres>:<runs in flight per worker>[:<drains>]` to measure only our
+/// throughput at that setting (no peer, no page): what a profiler attaches to.
+pub const PROFILE_ENV: &str = "RATH_BENCH_RUNTIME_PROFILE";
+
+/// When [`PROFILE_ENV`] is set: our drains at that one setting, printed to stderr.
+pub fn profile_main() -> Option<std::process::ExitCode> {
+    let spec = std::env::var(PROFILE_ENV).ok()?;
+    let mut it = spec.split(':');
+    let kind = it.next().unwrap_or("sqlite").to_owned();
+    let concurrency: usize = it.next().and_then(|s| s.parse().ok()).unwrap_or(100);
+    let reps: usize = it.next().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let go = || -> Result<()> {
+        let tmp = tempfile::Builder::new()
+            .prefix("rath-bench-runtime")
+            .tempdir()?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        for rep in 0..reps {
+            if let Some(t) = rt.block_on(throughput(&kind, tmp.path(), concurrency, rep))? {
+                eprintln!(
+                    "{} c={} {:.0} steps/s ({:.3} s)",
+                    t.store, t.concurrency, t.steps_per_s, t.drain_s
+                );
+            }
+        }
+        Ok(())
+    };
+    Some(match go() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench profile: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    })
+}
+
 /// When started as the child: one worker (lease 1 s) until killed.
 pub fn child_main() -> Option<std::process::ExitCode> {
     let spec = std::env::var(CHILD_ENV).ok()?;
@@ -525,7 +562,12 @@ pub fn run(out: &Path, repeats: usize) -> Result<()> {
     } else {
         measure_with(false, repeats)?
     };
-    let page = format!("# Durable runtime benchmarks (issue 20)\n\n{}", render(&r));
+    write_page(out, &r)
+}
+
+/// Writes the runtime page (`docs/bench-runtime.md`) of one sitting's results to `out`.
+pub fn write_page(out: &Path, r: &RuntimeResults) -> Result<()> {
+    let page = format!("# Durable runtime benchmarks (issue 20)\n\n{}", render(r));
     if let Some(d) = out.parent() {
         std::fs::create_dir_all(d)?;
     }
@@ -559,17 +601,20 @@ fn throughput_miss(store: &str) -> String {
     }
 }
 
-const SQLITE_MISS: &str = "fsync no longer bounds it: with every run in flight a step is two \
-    group commits shared by all runs (reply + dispatched, then the tool answer), about 14 \
-    shared commit rounds per run, some 50 ms of the 1 s drain; not profiled after the change, \
-    the suspects are CPU on 2 cores (agent loop, session building, the canonical JSON hashed per \
-    request, sqlx's SQLite thread) and the live session appends, one transaction per session in \
-    the second database, which the session-store contract cannot batch across runs (one fence \
-    per WriteBatch)";
-const PG_MISS: &str = "as on SQLite, commits are shared, so the WAL flush no longer bounds it; \
-    not profiled after the change, the suspects are PostgreSQL sharing the 2 cores with the \
-    workers, the statements of each batch over the socket, and the live session appends (one \
-    transaction per session, not batchable across runs under one fence per WriteBatch)";
+const SQLITE_MISS: &str = "profiled (timers per claim over a drain, perf on the bench): all \
+    runs are in flight at once, so a drain is about one run's latency, and the session store \
+    bounded it (each live append and final persist a transaction of its own, queued in \
+    SQLite's busy handler): now group committed (a savepoint per batch) and the output's last \
+    version written once; what is left per run is the claim and its run read, the input \
+    session's load, two shared run-store commits per step and the final persist queued behind \
+    the session store's group transactions, on 2 cores where sqlx's SQLite worker threads' \
+    handoffs (futex wake-ups, context switches) are about half the CPU profile";
+const PG_MISS: &str = "profiled: the session store bounds it: an append is about ten \
+    statements over the socket (table lock, fence upsert, row read FOR UPDATE, chunk and ref \
+    inserts, row update, the pool's ping before each acquire), group committed in one \
+    writer (concurrent ones could deadlock on shared chunk rows), some 200 ms a write queued \
+    with 200 runs in flight; the run store's three committer lanes take under 3 ms a batch; \
+    PostgreSQL's backends share the 2 cores with the workers";
 
 /// One row per goal of issue 20's benchmarks (met, missed, or not measured), for the
 /// summary of `docs/benchmarks.md`.

@@ -35,6 +35,9 @@ fn main() -> ExitCode {
     if let Some(code) = bench_runtime::child_main() {
         return code;
     }
+    if let Some(code) = bench_runtime::profile_main() {
+        return code;
+    }
     if let Some(code) = bench_server::child_main() {
         return code;
     }

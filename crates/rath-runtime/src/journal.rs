@@ -221,6 +221,25 @@ impl RunScope {
         })
     }
 
+    /// A scope for a run's first claim ever (its `attempts` is 1): no worker held it
+    /// before, so its journal and ledger are empty and are not read.
+    pub fn first(
+        store: RunStore,
+        lease: Lease,
+        segment: i64,
+        cancel: CancellationToken,
+    ) -> RunScope {
+        RunScope {
+            store,
+            lease,
+            segment,
+            state: Arc::default(),
+            cancel,
+            inflight: Arc::new(tokio::sync::Semaphore::new(INFLIGHT as usize)),
+            barrier: Arc::default(),
+        }
+    }
+
     /// The run.
     pub fn run(&self) -> &RunId {
         &self.lease.run

@@ -41,6 +41,8 @@ pub(crate) struct LiveReport {
     pub sessions: Vec<String>,
     /// The write was refused by a fence (the worker lost its lease).
     pub fenced: bool,
+    /// Chunks stored per session this writer wrote (as far as it knows).
+    pub stored: HashMap<SessionId, usize>,
 }
 
 /// The sink side: hands grown sessions to the writer task.
@@ -54,6 +56,9 @@ pub(crate) struct LiveSink {
     stopping: CancellationToken,
     /// Wakes the writer from its pause between writes once nothing more comes.
     closing: Arc<tokio::sync::Notify>,
+    /// The session whose last versions the writer leaves alone once closed (the worker
+    /// stores it next).
+    leave: Arc<std::sync::Mutex<Option<SessionId>>>,
 }
 
 /// The least time between two writes of one claim's writer: what queues up meanwhile is
@@ -78,8 +83,10 @@ impl LiveSink {
         Ok(())
     }
 
-    /// Tells the writer that nothing more comes: it writes what it was handed and ends.
-    pub(crate) fn close(&self) {
+    /// Tells the writer that nothing more comes: it writes what it was handed and ends,
+    /// but for the versions of `leave` still queued (the worker stores that one itself).
+    pub(crate) fn close(&self, leave: Option<SessionId>) {
+        *self.leave.lock().unwrap_or_else(|p| p.into_inner()) = leave;
         let _ = self.tx.send(None);
         self.closing.notify_one();
     }
@@ -108,8 +115,10 @@ pub(crate) fn start(
 ) -> (Arc<LiveSink>, tokio::task::JoinHandle<LiveReport>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let closing = Arc::new(tokio::sync::Notify::new());
+    let leave = Arc::new(std::sync::Mutex::new(None));
     let writer = Writer {
         closing: closing.clone(),
+        leave: leave.clone(),
         sessions,
         runs,
         lease,
@@ -122,6 +131,7 @@ pub(crate) fn start(
             tx,
             stopping,
             closing,
+            leave,
         }),
         tokio::spawn(writer.drain(rx)),
     )
@@ -135,6 +145,8 @@ struct Writer {
     /// the journal (the replies and answers in it) is committed.
     barrier: Arc<Barrier>,
     closing: Arc<tokio::sync::Notify>,
+    /// See [`LiveSink::close`].
+    leave: Arc<std::sync::Mutex<Option<SessionId>>>,
     /// Chunks known stored per session (`None`: the session is left alone).
     stored: HashMap<SessionId, Option<usize>>,
     report: LiveReport,
@@ -172,8 +184,15 @@ impl Writer {
                     None => batch.push(s),
                 }
             }
+            if !open {
+                let leave = self.leave.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                if let Some(id) = leave {
+                    batch.retain(|s| *s.id() != id);
+                }
+            }
             last = Some(tokio::time::Instant::now());
-            if let Err(e) = self.barrier.wait().await {
+            let bw = self.barrier.wait().await;
+            if let Err(e) = bw {
                 self.report.fenced = matches!(e, RuntimeError::Fenced { .. });
                 return self.report;
             }
@@ -193,6 +212,11 @@ impl Writer {
                 }
             }
         }
+        self.report.stored = self
+            .stored
+            .iter()
+            .filter_map(|(id, n)| n.map(|n| (id.clone(), n)))
+            .collect();
         self.report
     }
 

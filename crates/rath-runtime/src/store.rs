@@ -124,8 +124,18 @@ pub struct RunStore {
     db: Db,
     name: String,
     hub: Arc<crate::events::Hub>,
-    group: mpsc::UnboundedSender<Job>,
+    /// The group committers' queues: one on SQLite (one writer at a time), [`PG_LANES`] on
+    /// PostgreSQL. A run's writes always go to the same one (see [`RunStore::lane`]), so
+    /// they are committed in the order they were handed over.
+    group: Arc<[mpsc::UnboundedSender<Job>]>,
+    /// The next lane a claim goes to (claims carry no run yet).
+    next_claim: Arc<std::sync::atomic::AtomicUsize>,
 }
+
+/// Group committers per store on PostgreSQL: their transactions run side by side (each
+/// waits on its own round trips and WAL flush), and they never wait on each other but for
+/// a lease row two of them lock (a fenced writer against a claim, which is correct).
+const PG_LANES: usize = 3;
 
 impl From<sqlx::Error> for RuntimeError {
     fn from(e: sqlx::Error) -> Self {
@@ -276,7 +286,10 @@ impl RunStore {
                 .await?;
             RunStore::over(Db::Sqlite(pool), format!("sqlite:{path}"))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let pool = PgPoolOptions::new().max_connections(8).connect(url).await?;
+            let pool = PgPoolOptions::new()
+                .max_connections(8 + PG_LANES as u32)
+                .connect(url)
+                .await?;
             RunStore::over(Db::Pg(pool), redact(url))
         } else {
             return Err(RuntimeError::BadUrl(redact(url)));
@@ -288,15 +301,48 @@ impl RunStore {
     /// A store over `db` with its group committer running (on the current tokio runtime).
     fn over(db: Db, name: String) -> RunStore {
         let hub: Arc<crate::events::Hub> = Arc::default();
-        let (group, rx) = mpsc::unbounded_channel();
-        let committer = Committer { db: db.clone() };
-        tokio::spawn(committer.run(rx, hub.clone()));
+        let lanes = if matches!(db, Db::Pg(_)) { PG_LANES } else { 1 };
+        let group: Vec<mpsc::UnboundedSender<Job>> = (0..lanes)
+            .map(|_| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let committer = Committer { db: db.clone() };
+                tokio::spawn(committer.run(rx, hub.clone()));
+                tx
+            })
+            .collect();
         RunStore {
             db,
             name,
             hub,
-            group,
+            group: group.into(),
+            next_claim: Arc::default(),
         }
+    }
+
+    /// The committer queue for a write of `held`'s run (always the same one for a run), or
+    /// for a claim (`None`: the lanes in turn).
+    fn lane(&self, held: Option<&Lease>) -> &mpsc::UnboundedSender<Job> {
+        let n = self.group.len();
+        let i = match held {
+            _ if n == 1 => 0,
+            // FNV-1a of the run id.
+            Some(l) => {
+                let h = l
+                    .run
+                    .as_str()
+                    .bytes()
+                    .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+                    });
+                (h % n as u64) as usize
+            }
+            None => {
+                self.next_claim
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    % n
+            }
+        };
+        &self.group[i]
     }
 
     /// The store's name (its URL without a password).
@@ -614,7 +660,7 @@ impl RunStore {
             op,
             done: Waiter::One(done),
         };
-        let job = match self.group.send(job) {
+        let job = match self.lane(held).send(job) {
             Ok(()) => match answer.await {
                 Ok(result) => return result,
                 Err(_) => None,
@@ -663,7 +709,7 @@ impl RunStore {
             op,
             done: Waiter::Barrier(barrier.clone(), *sent),
         };
-        if let Err(mpsc::error::SendError(job)) = self.group.send(job) {
+        if let Err(mpsc::error::SendError(job)) = self.lane(Some(held)).send(job) {
             let seq = *sent;
             drop(sent);
             let err = RuntimeError::Db {
@@ -1277,7 +1323,8 @@ impl Committer {
                     Err(_) => break,
                 }
             }
-            let results = match self.apply(&jobs).await {
+            let applied = self.apply(&jobs).await;
+            let results = match applied {
                 Ok(r) => r,
                 Err(_) => {
                     let mut r = Vec::with_capacity(jobs.len());

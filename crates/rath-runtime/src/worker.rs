@@ -336,8 +336,12 @@ impl Worker {
         let session = loaded.session.with_stamper(stamper);
 
         let cancel = CancellationToken::new();
-        let scope =
-            RunScope::load(runs.clone(), lease.clone(), run.segment, cancel.clone()).await?;
+        // The first claim of a run (attempt 1) follows no holder: nothing to replay.
+        let scope = if run.attempts == 1 {
+            RunScope::first(runs.clone(), lease.clone(), run.segment, cancel.clone())
+        } else {
+            RunScope::load(runs.clone(), lease.clone(), run.segment, cancel.clone()).await?
+        };
         let workflow = match (def.constructor)(&scope) {
             Ok(w) => w,
             Err(e) => return self.fail_final(lease, &RuntimeError::Flow(e)).await,
@@ -369,7 +373,13 @@ impl Worker {
         timer.abort();
         let live = match live {
             Some((sink, task)) => {
-                sink.close();
+                // A run that ended well stores its output session next (`persist`): the
+                // writer leaves that session's last version to it (one write, not two).
+                let leave = match &out {
+                    Ok(o) if !cancel.is_cancelled() => Some(o.id().clone()),
+                    _ => None,
+                };
+                sink.close(leave);
                 task.await.unwrap_or_default()
             }
             None => crate::live::LiveReport::default(),
@@ -407,7 +417,9 @@ impl Worker {
         }
         match out {
             Ok(out) => {
-                if let Err(e) = self.persist(lease, &out).await {
+                let known = live.stored.get(out.id()).copied();
+                let p = self.persist(lease, &out, known).await;
+                if let Err(e) = p {
                     return self.store_failed(lease, &run, e).await;
                 }
                 let id = out.id().to_string();
@@ -562,16 +574,26 @@ impl Worker {
         e: Option<&FlowError>,
     ) -> Result<(), RuntimeError> {
         match e.and_then(FlowError::partial_session) {
-            Some(s) => self.persist(lease, s).await,
+            Some(s) => self.persist(lease, s, None).await,
             None => Ok(()),
         }
     }
 
     /// Stores the session (append when a shorter version is stored), fenced where the
-    /// session store checks fences, else after a lease check.
-    async fn persist(&self, lease: &Lease, out: &Session) -> Result<(), RuntimeError> {
+    /// session store checks fences, else after a lease check. `known`: the chunks of it
+    /// this claim's live writer stored (else the store is asked).
+    async fn persist(
+        &self,
+        lease: &Lease,
+        out: &Session,
+        known: Option<usize>,
+    ) -> Result<(), RuntimeError> {
         let sessions = &self.rt.sessions;
-        let write = match sessions.stored_len(out.id()).await? {
+        let stored = match known {
+            Some(n) => Some(n),
+            None => sessions.stored_len(out.id()).await?,
+        };
+        let write = match stored {
             Some(n) if n < out.len() => Write::Append {
                 session: out,
                 expected_len: n,

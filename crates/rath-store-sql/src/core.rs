@@ -588,6 +588,45 @@ macro_rules! sql_store {
             Ok(())
         }
 
+        /// The writes of a batch inside an open write transaction (the fence checked
+        /// first); what they taught goes to `learned`, to remember once committed.
+        async fn batch_in(
+            tx: &mut Tx,
+            name: &str,
+            known: &KnownSessions,
+            learned: &mut Learned,
+            batch: &WriteBatch<'_>,
+        ) -> Result<Vec<WriteReport>, PersistError> {
+            if let Some(fence) = &batch.fence {
+                check_fence(tx, name, fence).await?;
+            }
+            let mut reports = Vec::with_capacity(batch.writes.len());
+            for w in &batch.writes {
+                let r = match *w {
+                    Write::Save(s) => save_new(tx, name, known, learned, s, Times::Now).await?,
+                    Write::Restore(l) => {
+                        let closed = l
+                            .closed
+                            .then(|| l.closed_at.unwrap_or_else(|| l.session.stamper().now()));
+                        let times = Times::Given(l.created_at, closed);
+                        save_new(tx, name, known, learned, &l.session, times).await?
+                    }
+                    Write::Append {
+                        session,
+                        expected_len,
+                    } => append(tx, name, known, learned, session, expected_len).await?,
+                    _ => {
+                        return Err(PersistError::Unsupported {
+                            store: name.to_owned(),
+                            what: "this kind of write",
+                        });
+                    }
+                };
+                reports.push(r);
+            }
+            Ok(reports)
+        }
+
         /// Performs a batch in one transaction.
         async fn write_in(
             pool: &Pool,
@@ -598,40 +637,200 @@ macro_rules! sql_store {
             let mut learned = Learned::new();
             let mut tx = begin(pool, name, $begin_write).await?;
             exec(&mut tx, name, "lock", $write_lock).await?;
-            if let Some(fence) = &batch.fence {
-                check_fence(&mut tx, name, fence).await?;
-            }
-            let mut reports = Vec::with_capacity(batch.writes.len());
-            for w in &batch.writes {
-                let r = match *w {
-                    Write::Save(s) => {
-                        save_new(&mut tx, name, known, &mut learned, s, Times::Now).await?
-                    }
-                    Write::Restore(l) => {
-                        let closed = l
-                            .closed
-                            .then(|| l.closed_at.unwrap_or_else(|| l.session.stamper().now()));
-                        let times = Times::Given(l.created_at, closed);
-                        save_new(&mut tx, name, known, &mut learned, &l.session, times).await?
-                    }
-                    Write::Append {
-                        session,
-                        expected_len,
-                    } => append(&mut tx, name, known, &mut learned, session, expected_len).await?,
-                    _ => {
-                        return Err(PersistError::Unsupported {
-                            store: name.to_owned(),
-                            what: "this kind of write",
-                        });
-                    }
-                };
-                reports.push(r);
-            }
+            let reports = batch_in(&mut tx, name, known, &mut learned, &batch).await?;
             tx.commit().await.map_err(|e| backend(name, "commit", e))?;
             for (id, k) in learned {
                 known.remember(&id, k);
             }
             Ok(reports)
+        }
+
+        /// A write of a batch handed to the group committer: the session cloned (a clone
+        /// shares its chunks).
+        enum OwnedWrite {
+            Save(Session),
+            Append(Session, usize),
+        }
+
+        /// A batch waiting for the group committer, and who is told how it went.
+        pub(crate) struct Pending {
+            writes: Vec<OwnedWrite>,
+            fence: Option<rath_persist::Fence>,
+            done: tokio::sync::oneshot::Sender<Result<Vec<WriteReport>, PersistError>>,
+        }
+
+        impl Pending {
+            fn batch(&self) -> WriteBatch<'_> {
+                let mut b = WriteBatch::new();
+                for w in &self.writes {
+                    b = b.with(match w {
+                        OwnedWrite::Save(s) => Write::Save(s),
+                        OwnedWrite::Append(s, n) => Write::Append {
+                            session: s,
+                            expected_len: *n,
+                        },
+                    });
+                }
+                if let Some(f) = &self.fence {
+                    b = b.fenced(f.clone());
+                }
+                b
+            }
+        }
+
+        /// Batches one group transaction takes at most.
+        const GROUP_MAX: usize = 128;
+
+        /// The queues of a store's group committers (a batch goes to the one its first
+        /// session's id picks, so writes of one session keep their order).
+        pub(crate) type Group = std::sync::Arc<[tokio::sync::mpsc::UnboundedSender<Pending>]>;
+
+        /// Starts the group committer of a store (on the current tokio runtime): it takes
+        /// every batch waiting and does them in one transaction, each under a savepoint of
+        /// its own, so a batch that fails (a conflict, a fence) is rolled back alone and
+        /// the others commit. Each batch is atomic and sees the batches before it, as if
+        /// done one after another; each waiter is told once the transaction committed.
+        /// `lanes` committers run side by side (PostgreSQL: each waits on its own round
+        /// trips; SQLite has one writer at a time, so one).
+        pub(crate) fn group(pool: Pool, name: String, known: std::sync::Arc<KnownSessions>, lanes: usize) -> Group {
+            (0..lanes.max(1))
+                .map(|_| lane(pool.clone(), name.clone(), known.clone()))
+                .collect()
+        }
+
+        fn lane(pool: Pool, name: String, known: std::sync::Arc<KnownSessions>) -> tokio::sync::mpsc::UnboundedSender<Pending> {
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Pending>();
+            tokio::spawn(async move {
+                while let Some(first) = rx.recv().await {
+                    let mut jobs = vec![first];
+                    while jobs.len() < GROUP_MAX {
+                        match rx.try_recv() {
+                            Ok(j) => jobs.push(j),
+                            Err(_) => break,
+                        }
+                    }
+                    if jobs.len() == 1 {
+                        let job = jobs.remove(0);
+                        let r = write_in(&pool, &name, &known, job.batch()).await;
+                        let _ = job.done.send(r);
+                        continue;
+                    }
+                    group_in(&pool, &name, &known, jobs).await;
+                }
+            });
+            tx
+        }
+
+        /// One group transaction (see [`group`]).
+        async fn group_in(pool: &Pool, name: &str, known: &KnownSessions, jobs: Vec<Pending>) {
+            let whole = |e: &PersistError| PersistError::Backend {
+                store: name.to_owned(),
+                op: "group commit",
+                message: e.to_string(),
+                source: None,
+            };
+            let mut tx = match begin(pool, name, $begin_write).await {
+                Ok(tx) => tx,
+                Err(e) => {
+                    for j in jobs {
+                        let _ = j.done.send(Err(whole(&e)));
+                    }
+                    return;
+                }
+            };
+            let mut results: Vec<Result<(Vec<WriteReport>, Learned), PersistError>> =
+                Vec::with_capacity(jobs.len());
+            let mut broken: Option<PersistError> = exec(&mut tx, name, "lock", $write_lock).await.err();
+            for j in &jobs {
+                if broken.is_some() {
+                    break;
+                }
+                if let Err(e) = exec(&mut tx, name, "savepoint", "SAVEPOINT rath_group").await {
+                    broken = Some(e);
+                    break;
+                }
+                let mut learned = Learned::new();
+                let r = batch_in(&mut tx, name, known, &mut learned, &j.batch()).await;
+                let undo = if r.is_ok() {
+                    "RELEASE SAVEPOINT rath_group"
+                } else {
+                    "ROLLBACK TO SAVEPOINT rath_group"
+                };
+                if let Err(e) = exec(&mut tx, name, "savepoint", undo).await {
+                    broken = Some(e);
+                    break;
+                }
+                if r.is_err() {
+                    if let Err(e) = exec(&mut tx, name, "savepoint", "RELEASE SAVEPOINT rath_group").await {
+                        broken = Some(e);
+                        break;
+                    }
+                }
+                results.push(r.map(|reports| (reports, learned)));
+            }
+            let committed = match broken {
+                Some(e) => Err(e),
+                None => tx.commit().await.map_err(|e| backend(name, "commit", e)),
+            };
+            match committed {
+                Ok(()) => {
+                    for (j, r) in jobs.into_iter().zip(results) {
+                        let r = r.map(|(reports, learned)| {
+                            for (id, k) in learned {
+                                known.remember(&id, k);
+                            }
+                            reports
+                        });
+                        let _ = j.done.send(r);
+                    }
+                }
+                Err(e) => {
+                    for j in jobs {
+                        let _ = j.done.send(Err(whole(&e)));
+                    }
+                }
+            }
+        }
+
+        /// A batch of saves and appends goes to the group committer (when it runs); any
+        /// other write is done on its own.
+        async fn write_via(
+            group: &Group,
+            pool: &Pool,
+            name: &str,
+            known: &KnownSessions,
+            batch: WriteBatch<'_>,
+        ) -> Result<Vec<WriteReport>, PersistError> {
+            let mut writes = Vec::with_capacity(batch.writes.len());
+            for w in &batch.writes {
+                match *w {
+                    Write::Save(s) => writes.push(OwnedWrite::Save(s.clone())),
+                    Write::Append {
+                        session,
+                        expected_len,
+                    } => writes.push(OwnedWrite::Append(session.clone(), expected_len)),
+                    _ => return write_in(pool, name, known, batch).await,
+                }
+            }
+            let (done, answer) = tokio::sync::oneshot::channel();
+            let job = Pending {
+                writes,
+                fence: batch.fence.clone(),
+                done,
+            };
+            // FNV-1a of the first session's id.
+            let h = batch.writes.first().map_or(0, |w| {
+                w.session().id().as_str().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                    (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+                })
+            });
+            let lane = &group[(h % group.len() as u64) as usize];
+            if lane.send(job).is_ok()
+                && let Ok(r) = answer.await
+            {
+                return r;
+            }
+            write_in(pool, name, known, batch).await
         }
 
         fn corrupt(name: &str, id: &SessionId, message: String) -> PersistError {
@@ -951,15 +1150,17 @@ macro_rules! sql_store {
             Ok(report)
         }
 
-        /// Performs a batch in one transaction, in a `write rath_sessions` span.
+        /// Performs a batch in one transaction (shared with the batches other tasks wrote
+        /// meanwhile, see [`group`]), in a `write rath_sessions` span.
         pub(crate) async fn write(
+            group: &Group,
             pool: &Pool,
             name: &str,
             known: &KnownSessions,
             batch: WriteBatch<'_>,
         ) -> Result<Vec<WriteReport>, PersistError> {
             let span = spans::write_op($kind, &batch);
-            let result = write_in(pool, name, known, batch).instrument(span.clone()).await;
+            let result = write_via(group, pool, name, known, batch).instrument(span.clone()).await;
             spans::record_written(&span, &result);
             result
         }

@@ -42,6 +42,8 @@ pub struct PgStore {
     pool: sqlx::PgPool,
     name: String,
     known: Arc<KnownSessions>,
+    /// The group committer's queue: concurrent writes share one transaction.
+    group: imp::Group,
 }
 
 impl PgStore {
@@ -108,10 +110,13 @@ impl PgStore {
         .execute(&pool)
         .await
         .map_err(|e| imp::backend(&name, "connect", e))?;
+        let known: Arc<KnownSessions> = Arc::default();
+        let group = imp::group(pool.clone(), name.clone(), known.clone(), 1);
         Ok(Self {
             pool,
             name,
-            known: Arc::default(),
+            known,
+            group,
         })
     }
 
@@ -174,7 +179,7 @@ impl SessionStore for PgStore {
     }
 
     async fn write(&self, batch: WriteBatch<'_>) -> Result<Vec<WriteReport>, PersistError> {
-        imp::write(&self.pool, &self.name, &self.known, batch).await
+        imp::write(&self.group, &self.pool, &self.name, &self.known, batch).await
     }
 
     async fn load(&self, id: &SessionId) -> Result<LoadedSession, PersistError> {

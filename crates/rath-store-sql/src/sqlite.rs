@@ -41,6 +41,8 @@ pub struct SqliteStore {
     name: String,
     path: PathBuf,
     known: Arc<KnownSessions>,
+    /// The group committer's queue: concurrent writes share one transaction.
+    group: imp::Group,
 }
 
 /// The file name of the default SQLite store under `$OPENRATH_HOME`.
@@ -74,11 +76,14 @@ impl SqliteStore {
             .await
             .map_err(|e| imp::backend(&name, "open", e))?;
         imp::migrate(&pool, &name).await?;
+        let known: Arc<KnownSessions> = Arc::default();
+        let group = imp::group(pool.clone(), name.clone(), known.clone(), 1);
         Ok(Self {
             pool,
             name,
             path,
-            known: Arc::default(),
+            known,
+            group,
         })
     }
 
@@ -128,7 +133,7 @@ impl SessionStore for SqliteStore {
     }
 
     async fn write(&self, batch: WriteBatch<'_>) -> Result<Vec<WriteReport>, PersistError> {
-        imp::write(&self.pool, &self.name, &self.known, batch).await
+        imp::write(&self.group, &self.pool, &self.name, &self.known, batch).await
     }
 
     async fn load(&self, id: &SessionId) -> Result<LoadedSession, PersistError> {
