@@ -41,7 +41,8 @@ const CONCURRENCY: usize = 2;
 const SUBMIT_FOR: Duration = Duration::from_secs(62);
 const FIRST_STOP: Duration = Duration::from_secs(30);
 const STOP_EVERY: Duration = Duration::from_secs(60);
-const DRAIN_AT_MOST: Duration = Duration::from_secs(40);
+/// Generous: under the whole workspace's tests at once on 2 cores a drain of 40 s once fell short.
+const DRAIN_AT_MOST: Duration = Duration::from_secs(120);
 
 /// The child process entry point: a worker (run by the test below, never on its own).
 #[test]
