@@ -175,6 +175,34 @@ macro_rules! sql_store {
             Ok(chunks.len())
         }
 
+        /// The stored parents of `s`, in lineage order: `(key, len, digest)` of each (a
+        /// parent not in the store is left out), read under the store's share lock.
+        async fn stored_parents(
+            tx: &mut Tx,
+            name: &str,
+            s: &Session,
+        ) -> Result<Vec<(i64, usize, Vec<u8>)>, PersistError> {
+            let sql = format!(
+                "SELECT key, len, digest FROM rath_sessions WHERE id = $1{}",
+                $for_share
+            );
+            let mut out = Vec::new();
+            for parent in s.lineage().parents.iter() {
+                let row = sqlx::query(&sql)
+                    .bind(parent.as_str())
+                    .fetch_optional(&mut **tx)
+                    .await
+                    .map_err(|e| backend(name, "read", e))?;
+                let Some(row) = row else { continue };
+                let get = |e: sqlx::Error| backend(name, "read", e);
+                let key: i64 = row.try_get("key").map_err(get)?;
+                let len = row.try_get::<i64, _>("len").map_err(get)? as usize;
+                let digest: Vec<u8> = row.try_get("digest").map_err(get)?;
+                out.push((key, len, digest));
+            }
+            Ok(out)
+        }
+
         /// A parent of `s` other than its base whose whole chunk list is exactly `own`
         /// (what a merge's second half is): `(key, len)`; the session then points at it
         /// instead of storing those chunks again.
@@ -188,22 +216,8 @@ macro_rules! sql_store {
             if own.is_empty() || s.lineage().parents.len() < 2 {
                 return Ok(None);
             }
-            let sql = format!(
-                "SELECT key, len, digest FROM rath_sessions WHERE id = $1{}",
-                $for_share
-            );
             let mut want: Option<Vec<u8>> = None;
-            for parent in s.lineage().parents.iter() {
-                let row = sqlx::query(&sql)
-                    .bind(parent.as_str())
-                    .fetch_optional(&mut **tx)
-                    .await
-                    .map_err(|e| backend(name, "read", e))?;
-                let Some(row) = row else { continue };
-                let get = |e: sqlx::Error| backend(name, "read", e);
-                let key: i64 = row.try_get("key").map_err(get)?;
-                let len = row.try_get::<i64, _>("len").map_err(get)? as usize;
-                let digest: Vec<u8> = row.try_get("digest").map_err(get)?;
+            for (key, len, digest) in stored_parents(tx, name, s).await? {
                 if Some(key) == base || len != own.len() {
                     continue;
                 }
@@ -225,22 +239,8 @@ macro_rules! sql_store {
             s: &Session,
             digests: &[Vec<u8>],
         ) -> Result<Option<(i64, usize)>, PersistError> {
-            let sql = format!(
-                "SELECT key, len, digest FROM rath_sessions WHERE id = $1{}",
-                $for_share
-            );
             let mut best: Option<(i64, usize)> = None;
-            for parent in s.lineage().parents.iter() {
-                let row = sqlx::query(&sql)
-                    .bind(parent.as_str())
-                    .fetch_optional(&mut **tx)
-                    .await
-                    .map_err(|e| backend(name, "read", e))?;
-                let Some(row) = row else { continue };
-                let get = |e: sqlx::Error| backend(name, "read", e);
-                let key: i64 = row.try_get("key").map_err(get)?;
-                let len = row.try_get::<i64, _>("len").map_err(get)? as usize;
-                let digest: Vec<u8> = row.try_get("digest").map_err(get)?;
+            for (key, len, digest) in stored_parents(tx, name, s).await? {
                 if len > 0
                     && len < digests.len()
                     && digests[len] == digest
