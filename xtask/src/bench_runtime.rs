@@ -682,7 +682,10 @@ pub(crate) fn goal_rows(r: &RuntimeResults) -> Vec<crate::bench::GoalRow> {
     let (measured, met) = match alone.as_slice() {
         [(k1, r1, b1), (k2, r2, b2)] => (
             format!("step {k1}: {r1} rows, {b1} B; step {k2}: {r2} rows, {b2} B"),
-            Some(r1 == r2 && (*b2 as f64) <= (*b1 as f64) * 1.1),
+            // A late step may write less than an early one: the session store's segments
+            // group what the live writer finds waiting, so the difference of two runs'
+            // totals varies by a segment either way. O(new chunks) is "not more".
+            Some(r2 <= r1 && (*b2 as f64) <= (*b1 as f64) * 1.1),
         ),
         _ => ("not measured".to_owned(), None),
     };
