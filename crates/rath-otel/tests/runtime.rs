@@ -312,13 +312,13 @@ fn check_durable_run(spans: &[ProtoSpan], id: &RunId, input: &Session) {
             Some(1)
         );
         // The worker's live writes stored the chunks as the session grew, and a run that
-        // ends well leaves its last ones (the output) to this final write: it adds only
-        // those, never the whole session again.
+        // ends well leaves what the live writer had not yet stored (its output, or nothing
+        // when the writer got there first: timing) to this final write, which adds only
+        // that, never the whole session again.
         let written = attr_int(&write.attributes, conv::RATH_STORE_CHUNKS_WRITTEN)
             .expect("the final write says how many chunks it wrote");
         let finished = attr_int(&write.attributes, conv::RATH_STORE_CHUNKS)
             .or_else(|| attr_int(&load.attributes, conv::RATH_STORE_CHUNKS).map(|n| n + written));
-        assert!(written >= 1, "the output is written by the final write");
         assert!(
             finished.is_some_and(|n| written < n),
             "the final write added {written} chunks of {finished:?}: not the whole session"
