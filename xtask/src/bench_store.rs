@@ -157,17 +157,10 @@ fn run_peer(py: &Path, dsn: &str, plan: &Plan, extra: &[&str]) -> Result<Vec<Poi
     let mut args = os_args(&["--dsn", dsn, "--schema", PEER_SCHEMA]);
     args.extend(os_args(extra));
     run_growth_script(py, &script, plan, &args, |p| {
-        let u = |k: &str| p[k].as_u64().unwrap_or(0);
-        Point {
-            turn: u("turn"),
-            bytes: u("bytes"),
-            rows: p["rows"]
-                .as_object()
-                .map_or(0, |m| m.values().filter_map(Value::as_u64).sum()),
-            payload: u("payload_bytes"),
-            turn_ns: p["turn_ms_median"].as_f64().unwrap_or(0.0) * 1e6,
-            pages: None,
-        }
+        let rows = p["rows"]
+            .as_object()
+            .map_or(0, |m| m.values().filter_map(Value::as_u64).sum());
+        script_point(p, rows, p["payload_bytes"].as_u64().unwrap_or(0))
     })
 }
 
@@ -227,16 +220,22 @@ fn run_jsonl_peer(py: &Path, plan: &Plan, extra: &[&str]) -> Result<Vec<Point>> 
     let mut args = vec!["--dir".into(), dir.path().join("sessions").into_os_string()];
     args.extend(os_args(extra));
     run_growth_script(py, &script, plan, &args, |p| {
-        let u = |k: &str| p[k].as_u64().unwrap_or(0);
-        Point {
-            turn: u("turn"),
-            bytes: u("bytes"),
-            rows: u("files"),
-            payload: u("bytes"),
-            turn_ns: p["turn_ms_median"].as_f64().unwrap_or(0.0) * 1e6,
-            pages: None,
-        }
+        let files = p["files"].as_u64().unwrap_or(0);
+        script_point(p, files, p["bytes"].as_u64().unwrap_or(0))
     })
+}
+
+/// A point of a peer script's growth curve (`turn`, `bytes`, `turn_ms_median`), with the
+/// rows and logical bytes each script counts its own way.
+fn script_point(p: &Value, rows: u64, payload: u64) -> Point {
+    Point {
+        turn: p["turn"].as_u64().unwrap_or(0),
+        bytes: p["bytes"].as_u64().unwrap_or(0),
+        rows,
+        payload,
+        turn_ns: p["turn_ms_median"].as_f64().unwrap_or(0.0) * 1e6,
+        pages: None,
+    }
 }
 
 // ------------------------------------------------------------------------------ ours
