@@ -21,7 +21,8 @@
 //! n-th `<point>` it reaches (`model_reply`: a reply received, not recorded;
 //! `tool_effect`: a tool ran, its answer not recorded; `step`: a reply recorded, before
 //! the workflow sees it); `RATH_RUNTIME_STOP=<point>:<n>` SIGSTOPs it there (a worker
-//! paused past its lease, heartbeat and all, until someone sends SIGCONT), and
+//! paused past its lease, heartbeat and all, until someone sends SIGCONT; it first waits
+//! for the store transactions under way, so the stopped process holds none), and
 //! `RATH_RUNTIME_PAUSE=<point>:<n>:<ms>` sleeps there (the heartbeat goes on).
 
 use std::collections::HashMap;
@@ -90,6 +91,23 @@ pub fn idempotency_key(run: &RunId, step: &str, call_id: &str, args: &Value) -> 
     sha256_hex(text.as_bytes())
 }
 
+/// Held shared by every store transaction this process runs while a stop point is armed,
+/// and whole by the stop point before it stops the process: a worker stopped there holds no
+/// open transaction. (A process stopped inside one would keep every other worker from
+/// writing until it continued: SQLite's write lock, PostgreSQL's lease row locks.)
+static QUIET: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// A share of [`QUIET`] for one store transaction, when `RATH_RUNTIME_STOP` is set (else
+/// nothing: no cost outside the tests that stop a worker).
+pub(crate) async fn quiet_share() -> Option<tokio::sync::RwLockReadGuard<'static, ()>> {
+    static ARMED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *ARMED.get_or_init(|| std::env::var_os("RATH_RUNTIME_STOP").is_some()) {
+        Some(QUIET.read().await)
+    } else {
+        None
+    }
+}
+
 static CRASH_COUNTS: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
 
 /// A place where a test can make the worker process die or stall.
@@ -147,10 +165,25 @@ pub async fn crash_point(point: CrashPoint) {
     if let Ok(spec) = std::env::var("RATH_RUNTIME_STOP") {
         let mut it = spec.split(':');
         if it.next() == Some(point.name()) && it.next().and_then(|s| s.parse().ok()) == Some(n) {
+            // Waits for the transactions under way and lets no new one start until the
+            // process is continued.
+            // kill(2) returns before every thread has stopped, so the share is held until
+            // SIGCONT is seen, not only until the call returns.
+            let _quiet = QUIET.write().await;
+            let continued = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(
+                libc::SIGCONT,
+            ));
             tracing::warn!(point = point.name(), n, "stop point: SIGSTOP");
             // SAFETY: as above.
             unsafe {
                 libc::kill(libc::getpid(), libc::SIGSTOP);
+            }
+            match continued {
+                Ok(mut c) => {
+                    c.recv().await;
+                }
+                // No signal driver: hold it a while instead (the stop lands within it).
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
         }
     }

@@ -246,7 +246,10 @@ impl Writer {
         } else {
             self.runs.check(&self.lease).await?;
         }
-        self.sessions.write(batch).await?;
+        {
+            let _quiet = crate::journal::quiet_share().await;
+            self.sessions.write(batch).await?;
+        }
         if !self.stored.contains_key(s.id()) {
             self.report.sessions.push(s.id().to_string());
             let detail = serde_json::json!({"session": s.id().as_str()}).to_string();

@@ -162,6 +162,7 @@ fn ms(d: Duration) -> i64 {
 // tells the body which dialect it is on. A `?` inside rolls back (the transaction drops).
 macro_rules! in_tx {
     ($s:expr, $tx:ident, $pg:ident, $body:block) => {{
+        let _quiet = crate::journal::quiet_share().await;
         match &$s.db {
             Db::Sqlite(pool) => {
                 let mut $tx = pool.begin_with("BEGIN IMMEDIATE").await?;

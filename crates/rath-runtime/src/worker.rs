@@ -607,6 +607,7 @@ impl Worker {
         } else {
             self.rt.runs.check(lease).await?;
         }
+        let _quiet = crate::journal::quiet_share().await;
         sessions.write(batch).await?;
         Ok(())
     }
