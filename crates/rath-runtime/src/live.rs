@@ -137,6 +137,17 @@ pub(crate) fn start(
     )
 }
 
+/// `s` as the runtime hands it to the session store: with a stamper of its own, fresh for
+/// every write. The store stamps a session's stored times (its header's `created_at`, which
+/// a load returns as the session's, and the trailer's `closed_at`) from the session's
+/// stamper. Drawing them from the run's would mint from the run's own ids and times, and
+/// give a stored session a `created_at` that depends on which write created its row (this
+/// writer, or the worker's final persist when the run ended before this writer got to it):
+/// timing. A fixed stamper per run gives every write the same times.
+pub(crate) fn for_store(s: &Session, run: &crate::RunId) -> Session {
+    s.clone().with_stamper(Stamper::seeded(run.seed()))
+}
+
 struct Writer {
     sessions: Arc<dyn SessionStore>,
     runs: RunStore,
@@ -230,12 +241,7 @@ impl Writer {
             self.stored.insert(s.id().clone(), Some(known));
             return Ok(());
         }
-        // The store reads a file's header and trailer times from the session's stamper: a
-        // write of our own must not draw from the run's (it mints the run's ids and times, and
-        // how many writes a claim makes depends on timing), so it gets a fixed one.
-        let copy = s
-            .clone()
-            .with_stamper(Stamper::seeded(self.lease.run.seed()));
+        let copy = for_store(s, &self.lease.run);
         let mut batch = WriteBatch::new().with(Write::Append {
             session: &copy,
             expected_len: known,

@@ -589,6 +589,7 @@ impl Worker {
         known: Option<usize>,
     ) -> Result<(), RuntimeError> {
         let sessions = &self.rt.sessions;
+        let out = &crate::live::for_store(out, &lease.run);
         let stored = match known {
             Some(n) => Some(n),
             None => sessions.stored_len(out.id()).await?,

@@ -379,6 +379,26 @@ async fn reference() -> HashMap<RunId, Vec<u8>> {
     out
 }
 
+/// Where two serialized sessions part, with some context from each side.
+fn first_difference(want: &[u8], got: &[u8]) -> String {
+    let at = want
+        .iter()
+        .zip(got)
+        .position(|(a, b)| a != b)
+        .unwrap_or(want.len().min(got.len()));
+    let from = at.saturating_sub(160);
+    let show = |b: &[u8]| {
+        String::from_utf8_lossy(&b[from.min(b.len())..(at + 240).min(b.len())]).into_owned()
+    };
+    format!(
+        "{} vs {} bytes, first difference at byte {at}\n  uninterrupted: …{}…\n  this run:      …{}…",
+        want.len(),
+        got.len(),
+        show(want),
+        show(got)
+    )
+}
+
 /// What one store ended with, checked against the acceptance.
 async fn verify(
     rig: &Rig,
@@ -430,11 +450,16 @@ async fn verify(
                 }
                 let out = rt.output(&run.id).await.unwrap().unwrap();
                 let bytes = serde_json::to_vec(&out).unwrap();
+                let want = reference
+                    .get(&run.id)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
                 assert!(
-                    reference.get(&run.id) == Some(&bytes),
-                    "{label}: {} (attempts {}) differs from its uninterrupted run",
+                    want == bytes.as_slice(),
+                    "{label}: {} (attempts {}) differs from its uninterrupted run: {}",
                     run.id,
-                    run.attempts
+                    run.attempts,
+                    first_difference(want, &bytes)
                 );
             }
             RunStatus::NeedsReview => {

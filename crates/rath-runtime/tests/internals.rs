@@ -115,13 +115,18 @@ struct Env {
 
 async fn env() -> Env {
     let dir = tempfile::tempdir().unwrap();
-    let ctl = Arc::new(Control::default());
     // A SQL session store: the worker writes the run's sessions as they grow there.
     let sessions: Arc<dyn SessionStore> = Arc::new(
         rath_store_sql::SqliteStore::open(dir.path().join("sessions.db"))
             .await
             .unwrap(),
     );
+    env_on(dir, sessions).await
+}
+
+/// An environment whose sessions go to `sessions` (its runs to a SQLite file in `dir`).
+async fn env_on(dir: tempfile::TempDir, sessions: Arc<dyn SessionStore>) -> Env {
+    let ctl = Arc::new(Control::default());
     let url = format!("sqlite:{}", dir.path().join("runs.db").display());
     let rt = Runtime::connect(&url, sessions.clone(), registry(ctl.clone()))
         .await
@@ -420,6 +425,57 @@ async fn the_session_is_written_as_it_goes_and_never_by_a_fenced_worker() {
     assert_eq!(
         env.rt.runs().get(&id).await.unwrap().status,
         RunStatus::Cancelled
+    );
+}
+
+/// The first `session` event of run `id`: the session its live writer stored first.
+async fn first_session_event(rt: &Runtime, id: &RunId) -> SessionId {
+    let mut events = rt.runs().subscribe(id, 0).await.unwrap();
+    loop {
+        let ev = events
+            .next_within(Duration::from_secs(10))
+            .await
+            .unwrap()
+            .unwrap();
+        if ev.kind == "session" {
+            let v: serde_json::Value = serde_json::from_str(&ev.detail).unwrap();
+            return SessionId::new(v["session"].as_str().unwrap());
+        }
+    }
+}
+
+/// A run's stored output is the same session, `created_at` included, whichever write
+/// created its row: here the live writer (a SQL store, the run held until its first round
+/// is stored), there the worker's final persist (a JSONL directory, where no live writer
+/// runs). Once the row's creation time came from the run's own stamper on one path and from
+/// a fixed one on the other, so the chaos test's outputs differed by timing.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_stored_output_does_not_depend_on_which_write_created_it() {
+    let live = env().await;
+    live.ctl.held.store(2, Ordering::SeqCst);
+    let id = live.submit(9, RunOptions::default()).await;
+    let w = live.worker();
+    let task = tokio::spawn(async move { w.run_once().await });
+    live.ctl.reached.notified().await;
+    let early = first_session_event(&live.rt, &id).await;
+    live.ctl.gate.add_permits(1);
+    let (_, outcome) = task.await.unwrap().unwrap().unwrap();
+    assert_eq!(outcome, Outcome::Moved(RunStatus::Succeeded));
+    let a = live.rt.output(&id).await.unwrap().unwrap();
+    assert_eq!(a.id(), &early, "the live writer created the output's row");
+
+    let dir = tempfile::tempdir().unwrap();
+    let files: Arc<dyn SessionStore> =
+        Arc::new(rath_persist::Store::at(dir.path().join("sessions")));
+    let at_end = env_on(dir, files).await;
+    let id_b = at_end.submit(9, RunOptions::default()).await;
+    assert_eq!(id_b, id);
+    let (_, outcome) = at_end.worker().run_once().await.unwrap().unwrap();
+    assert_eq!(outcome, Outcome::Moved(RunStatus::Succeeded));
+    let b = at_end.rt.output(&id).await.unwrap().unwrap();
+    assert_eq!(
+        serde_json::to_string(&a).unwrap(),
+        serde_json::to_string(&b).unwrap()
     );
 }
 
