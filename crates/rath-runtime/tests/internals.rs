@@ -381,24 +381,7 @@ async fn a_running_run_past_its_deadline_times_out_with_its_session_kept() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_session_is_written_as_it_goes_and_never_by_a_fenced_worker() {
     let env = env().await;
-    env.ctl.held.store(2, Ordering::SeqCst);
-    let id = env.submit(8, RunOptions::default()).await;
-    let w = env.worker();
-    let task = tokio::spawn(async move { w.run_once().await });
-    env.ctl.reached.notified().await;
-    // The second model call is held: round one is in the session store already.
-    let mut events = env.rt.runs().subscribe(&id, 0).await.unwrap();
-    let session = loop {
-        let ev = events
-            .next_within(Duration::from_secs(10))
-            .await
-            .unwrap()
-            .unwrap();
-        if ev.kind == "session" {
-            let v: serde_json::Value = serde_json::from_str(&ev.detail).unwrap();
-            break SessionId::new(v["session"].as_str().unwrap());
-        }
-    };
+    let (id, task, session) = held_at_second_call(&env, 8).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     let stored = loop {
         let s = env.sessions.load(&session).await.unwrap().session;
@@ -428,6 +411,22 @@ async fn the_session_is_written_as_it_goes_and_never_by_a_fenced_worker() {
     );
 }
 
+/// The worker's task on a run of `seed` whose second model call is held.
+type Held = tokio::task::JoinHandle<Result<Option<(RunId, Outcome)>, rath_runtime::RuntimeError>>;
+
+/// Starts a worker on a new run of `seed` and holds the run's second model call: the run,
+/// the worker's task, and the session its live writer stored first (round one is in the
+/// session store by then). `env.ctl.gate` lets the call go on.
+async fn held_at_second_call(env: &Env, seed: u64) -> (RunId, Held, SessionId) {
+    env.ctl.held.store(2, Ordering::SeqCst);
+    let id = env.submit(seed, RunOptions::default()).await;
+    let w = env.worker();
+    let task = tokio::spawn(async move { w.run_once().await });
+    env.ctl.reached.notified().await;
+    let session = first_session_event(&env.rt, &id).await;
+    (id, task, session)
+}
+
 /// The first `session` event of run `id`: the session its live writer stored first.
 async fn first_session_event(rt: &Runtime, id: &RunId) -> SessionId {
     let mut events = rt.runs().subscribe(id, 0).await.unwrap();
@@ -452,12 +451,7 @@ async fn first_session_event(rt: &Runtime, id: &RunId) -> SessionId {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_stored_output_does_not_depend_on_which_write_created_it() {
     let live = env().await;
-    live.ctl.held.store(2, Ordering::SeqCst);
-    let id = live.submit(9, RunOptions::default()).await;
-    let w = live.worker();
-    let task = tokio::spawn(async move { w.run_once().await });
-    live.ctl.reached.notified().await;
-    let early = first_session_event(&live.rt, &id).await;
+    let (id, task, early) = held_at_second_call(&live, 9).await;
     live.ctl.gate.add_permits(1);
     let (_, outcome) = task.await.unwrap().unwrap().unwrap();
     assert_eq!(outcome, Outcome::Moved(RunStatus::Succeeded));
