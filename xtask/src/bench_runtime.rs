@@ -609,12 +609,18 @@ const SQLITE_MISS: &str = "profiled (timers per claim over a drain, perf on the 
     session's load, two shared run-store commits per step and the final persist queued behind \
     the session store's group transactions, on 2 cores where sqlx's SQLite worker threads' \
     handoffs (futex wake-ups, context switches) are about half the CPU profile";
-const PG_MISS: &str = "profiled: the session store bounds it: an append is about ten \
-    statements over the socket (table lock, fence upsert, row read FOR UPDATE, chunk and ref \
-    inserts, row update, the pool's ping before each acquire), group committed in one \
-    writer (concurrent ones could deadlock on shared chunk rows), some 200 ms a write queued \
-    with 200 runs in flight; the run store's three committer lanes take under 3 ms a batch; \
-    PostgreSQL's backends share the 2 cores with the workers";
+const PG_MISS: &str = "profiled (perf over the whole machine, pg_stat_statements over one \
+    profile run, 2026-12-03): the cost is per statement, not per commit. 200 submissions and \
+    one drain of 1000 steps ran 9,853 statements, 8 to 10 a step: four event inserts a run \
+    (800), the session store's row reads (801), parents' FOR SHARE reads (798), segment \
+    inserts (601), fence upserts (401), row inserts and updates (601), then the claims and run \
+    reads. PostgreSQL's backends take 46% of the CPU samples (a quarter of it the loopback \
+    TCP send path, then planning and executor start-up per statement), our process 27%, idle \
+    24%: some 150-180 µs of CPU a statement, all in. Turning the live session writes off \
+    entirely made it slower (850 steps/s: the final persist then writes every chunk), so \
+    fewer commits are not the way. 20× (about 7,900 steps/s) leaves 0.25 ms of CPU a step on \
+    2 cores, under 2 such statements a step: set-based writes across the runs of a group \
+    (events, session rows and segments, one statement each), not statements per run";
 
 /// One row per goal of issue 20's benchmarks (met, missed, or not measured), for the
 /// summary of `docs/benchmarks.md`.
