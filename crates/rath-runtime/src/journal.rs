@@ -166,9 +166,8 @@ pub async fn crash_point(point: CrashPoint) {
         let mut it = spec.split(':');
         if it.next() == Some(point.name()) && it.next().and_then(|s| s.parse().ok()) == Some(n) {
             // Waits for the transactions under way and lets no new one start until the
-            // process is continued.
-            // kill(2) returns before every thread has stopped, so the share is held until
-            // SIGCONT is seen, not only until the call returns.
+            // process is continued: until SIGCONT is seen, since kill(2) returns before
+            // every thread has stopped.
             let _quiet = QUIET.write().await;
             let continued = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(
                 libc::SIGCONT,

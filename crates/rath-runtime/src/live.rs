@@ -148,6 +148,27 @@ pub(crate) fn for_store(s: &Session, run: &crate::RunId) -> Session {
     s.clone().with_stamper(Stamper::seeded(run.seed()))
 }
 
+/// Writes one session write of the run `lease` holds: fenced with the lease's token where
+/// the session store checks fences, else after a lease check in the run store (the live
+/// writer's appends and the worker's final persist both go through here).
+pub(crate) async fn write_held(
+    sessions: &dyn SessionStore,
+    runs: &RunStore,
+    lease: &Lease,
+    write: Write<'_>,
+) -> Result<(), RuntimeError> {
+    let mut batch = WriteBatch::new().with(write);
+    if sessions.capabilities().fencing {
+        let token = u64::try_from(lease.token).unwrap_or(0);
+        batch = batch.fenced(Fence::new(lease.run.as_str(), token));
+    } else {
+        runs.check(lease).await?;
+    }
+    let _quiet = crate::journal::quiet_share().await;
+    sessions.write(batch).await?;
+    Ok(())
+}
+
 struct Writer {
     sessions: Arc<dyn SessionStore>,
     runs: RunStore,
@@ -242,20 +263,11 @@ impl Writer {
             return Ok(());
         }
         let copy = for_store(s, &self.lease.run);
-        let mut batch = WriteBatch::new().with(Write::Append {
+        let write = Write::Append {
             session: &copy,
             expected_len: known,
-        });
-        if self.sessions.capabilities().fencing {
-            let token = u64::try_from(self.lease.token).unwrap_or(0);
-            batch = batch.fenced(Fence::new(self.lease.run.as_str(), token));
-        } else {
-            self.runs.check(&self.lease).await?;
-        }
-        {
-            let _quiet = crate::journal::quiet_share().await;
-            self.sessions.write(batch).await?;
-        }
+        };
+        write_held(&*self.sessions, &self.runs, &self.lease, write).await?;
         if !self.stored.contains_key(s.id()) {
             self.report.sessions.push(s.id().to_string());
             let detail = serde_json::json!({"session": s.id().as_str()}).to_string();

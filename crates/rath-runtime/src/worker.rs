@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rath_flow::{CancellationToken, FlowContext, FlowError};
-use rath_persist::{Fence, PersistError, Write, WriteBatch};
+use rath_persist::{PersistError, Write};
 use rath_session::{Session, Stamper};
 use tracing::Instrument as _;
 use tracing::field::Empty;
@@ -601,16 +601,7 @@ impl Worker {
             },
             _ => Write::Save(out),
         };
-        let mut batch = WriteBatch::new().with(write);
-        if sessions.capabilities().fencing {
-            let token = u64::try_from(lease.token).unwrap_or(0);
-            batch = batch.fenced(Fence::new(lease.run.as_str(), token));
-        } else {
-            self.rt.runs.check(lease).await?;
-        }
-        let _quiet = crate::journal::quiet_share().await;
-        sessions.write(batch).await?;
-        Ok(())
+        crate::live::write_held(&**sessions, &self.rt.runs, lease, write).await
     }
 
     /// Times out the overdue runs no live worker is on (see [`crate::RunStore::expire_overdue`]);
