@@ -160,8 +160,9 @@ impl Runtime {
             .await
     }
 
-    /// Waits (polling every `poll`) until the run is final, waiting or in review, or
-    /// `timeout` passed; returns the run as it is then.
+    /// Waits until the run is final, waiting or in review, or `timeout` passed; returns the
+    /// run as it is then. It looks again when a worker of this process writes an event of
+    /// the run, and every `poll` (for workers elsewhere).
     pub async fn wait(
         &self,
         id: &RunId,
@@ -169,6 +170,7 @@ impl Runtime {
         poll: Duration,
     ) -> Result<Run, RuntimeError> {
         let start = Instant::now();
+        let mut events = self.runs.local_events();
         loop {
             let run = self.runs.get(id).await?;
             let settled = run.status.is_final()
@@ -176,7 +178,22 @@ impl Runtime {
             if settled || start.elapsed() >= timeout {
                 return Ok(run);
             }
-            tokio::time::sleep(poll).await;
+            let next = tokio::time::sleep(poll.min(timeout.saturating_sub(start.elapsed())));
+            tokio::pin!(next);
+            loop {
+                tokio::select! {
+                    () = &mut next => break,
+                    got = events.recv() => match got {
+                        Ok(run) if *run == *id.as_str() => break,
+                        Ok(_) => {}
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                            (&mut next).await;
+                            break;
+                        }
+                    },
+                }
+            }
         }
     }
 

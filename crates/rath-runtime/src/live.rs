@@ -61,8 +61,9 @@ pub(crate) struct LiveSink {
     leave: Arc<std::sync::Mutex<Option<SessionId>>>,
 }
 
-/// The least time between two writes of one claim's writer: what queues up meanwhile is
-/// coalesced into one append per session. The live writes are for visibility (a failed or
+/// The least time between two writes of one claim's writer, and from its start to its
+/// first: what queues up meanwhile is coalesced into one append per session (a claim that
+/// ends sooner leaves all of its output session to the worker's one final write). The live writes are for visibility (a failed or
 /// killed run is stored about as far as it got); durability is the journal's, so spacing
 /// them costs no guarantee and saves the session store one transaction per round.
 const GAP: std::time::Duration = std::time::Duration::from_millis(25);
@@ -188,14 +189,12 @@ impl Writer {
     async fn drain(mut self, mut rx: mpsc::UnboundedReceiver<Option<Session>>) -> LiveReport {
         let mut open = true;
         let mut closed = false;
-        let mut last: Option<tokio::time::Instant> = None;
+        let mut last = tokio::time::Instant::now();
         while open {
             // Wait out the gap since the last write (unless the claim is closing).
-            if let Some(at) = last
-                && !closed
-            {
+            if !closed {
                 tokio::select! {
-                    () = tokio::time::sleep_until(at + GAP) => {}
+                    () = tokio::time::sleep_until(last + GAP) => {}
                     () = self.closing.notified() => closed = true,
                 }
             }
@@ -222,7 +221,7 @@ impl Writer {
                     batch.retain(|s| *s.id() != id);
                 }
             }
-            last = Some(tokio::time::Instant::now());
+            last = tokio::time::Instant::now();
             let bw = self.barrier.wait().await;
             if let Err(e) = bw {
                 self.report.fenced = matches!(e, RuntimeError::Fenced { .. });

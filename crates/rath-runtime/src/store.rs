@@ -525,14 +525,15 @@ impl RunStore {
             Answer::Claimed(got) => got,
             Answer::Done => None,
         };
-        let Some((id, token)) = got else {
+        let Some(got) = got else {
             return Ok(None);
         };
-        let run = self.get(&RunId(id.clone())).await?;
+        let (run, token) = *got;
+        let id = run.id.clone();
         Ok(Some((
             run,
             Lease {
-                run: RunId(id),
+                run: id,
                 worker: worker.to_owned(),
                 token,
                 expires_ms: now + ms(lease),
@@ -682,8 +683,8 @@ impl RunStore {
             if let Some(run) = job.notifies() {
                 self.hub.notify(run);
             }
-            if let Ok(Answer::Claimed(Some((run, _)))) = &result {
-                self.hub.notify(run);
+            if let Ok(Answer::Claimed(Some(c))) = &result {
+                self.hub.notify(c.0.id.as_str());
             }
         }
         result
@@ -828,6 +829,12 @@ impl RunStore {
             self.hub.notify(id);
         }
         Ok(moved.into_iter().map(RunId).collect())
+    }
+
+    /// The runs this process's writes add events to, as they commit (see
+    /// [`Runtime::wait`](crate::Runtime::wait)).
+    pub(crate) fn local_events(&self) -> tokio::sync::broadcast::Receiver<Arc<str>> {
+        self.hub.receiver()
     }
 
     /// Follows the run's events after position `after` (0: from the first): see
@@ -1146,7 +1153,7 @@ struct Finish {
 #[derive(Debug)]
 enum Answer {
     Done,
-    Claimed(Option<(String, i64)>),
+    Claimed(Option<Box<(Run, i64)>>),
 }
 
 /// Who is told when a write is committed: a caller waiting for it, or a run's [`Barrier`]
@@ -1179,8 +1186,8 @@ impl Job {
             if let Some(run) = self.notifies() {
                 hub.notify(run);
             }
-            if let Answer::Claimed(Some((run, _))) = a {
-                hub.notify(run);
+            if let Answer::Claimed(Some(c)) = a {
+                hub.notify(c.0.id.as_str());
             }
         }
         match self.done {
@@ -1234,6 +1241,40 @@ impl Failed {
                 store: "run store".into(),
                 message: message.clone(),
             },
+        }
+    }
+}
+
+/// The event rows of one group transaction, each numbered after its run's stored events
+/// and the batch's earlier ones for the run (inserted in one statement).
+#[derive(Default)]
+struct Events {
+    rows: Vec<serde_json::Value>,
+    nth: std::collections::HashMap<String, i64>,
+}
+
+impl Events {
+    fn push(&mut self, run: &str, kind: &str, detail: &str, by: &str, token: i64) {
+        let n = self.nth.entry(run.to_owned()).or_insert(0);
+        *n += 1;
+        self.rows.push(serde_json::json!({
+            "run_id": run, "nth": *n, "kind": kind, "detail": detail, "by_worker": by, "token": token,
+        }));
+    }
+
+    fn sql(pg: bool) -> &'static str {
+        if pg {
+            "INSERT INTO rt_events (run_id, seq, kind, detail, by_worker, token, at_ms) \
+             SELECT v.run_id, COALESCE((SELECT MAX(e.seq) FROM rt_events e WHERE e.run_id = v.run_id), 0) + v.nth, \
+             v.kind, v.detail, v.by_worker, v.token, $2 FROM json_to_recordset($1::json) \
+             AS v(run_id text, nth bigint, kind text, detail text, by_worker text, token bigint)"
+        } else {
+            "INSERT INTO rt_events (run_id, seq, kind, detail, by_worker, token, at_ms) \
+             SELECT v.run_id, COALESCE((SELECT MAX(e.seq) FROM rt_events e WHERE e.run_id = v.run_id), 0) + v.nth, \
+             v.kind, v.detail, v.by_worker, v.token, $2 FROM (SELECT json_extract(value, '$.run_id') AS run_id, \
+             json_extract(value, '$.nth') AS nth, json_extract(value, '$.kind') AS kind, \
+             json_extract(value, '$.detail') AS detail, json_extract(value, '$.by_worker') AS by_worker, \
+             json_extract(value, '$.token') AS token FROM json_each($1)) AS v"
         }
     }
 }
@@ -1460,22 +1501,21 @@ impl Committer {
                     .await?;
             }
             // Events, heartbeats and releases in the order they were handed over (a run's
-            // events keep their order).
+            // events keep their order): every event row of the batch goes in one statement
+            // at the end, each numbered after its run's stored ones and the batch's earlier
+            // ones; the releases of runs finished once in the batch go in two statements.
             let mut notify: Vec<&str> = Vec::new();
+            let mut events = Events::default();
+            let mut finishes: Vec<serde_json::Value> = Vec::new();
+            let mut finished: Vec<&str> = Vec::new();
+            let mut finishes_twice = false;
             for (j, o) in jobs.iter().zip(&out) {
                 let (Some(held), Some(Ok(_))) = (&j.lease, o) else {
                     continue;
                 };
                 match &j.op {
                     Op::Event { kind, detail } => {
-                        insert_event!(
-                            tx,
-                            held.run.as_str(),
-                            kind,
-                            detail,
-                            &held.worker,
-                            held.token
-                        );
+                        events.push(held.run.as_str(), kind, detail, &held.worker, held.token);
                         notify.push(held.run.as_str());
                     }
                     Op::Heartbeat { expires_ms } => {
@@ -1486,37 +1526,70 @@ impl Committer {
                             .await?;
                     }
                     Op::Finish(to) => {
-                        sqlx::query("UPDATE rt_runs SET status = $2, output_session = COALESCE($3, output_session), detail = $4, \
-                                     resume_session = COALESCE($5, resume_session), failures = failures + $6, updated_ms = $7, \
-                                     not_before_ms = $8 WHERE id = $1")
-                            .bind(held.run.as_str())
-                            .bind(to.status.as_str())
-                            .bind(to.output.as_deref())
-                            .bind(to.detail.as_deref())
-                            .bind(to.resume.as_deref())
-                            .bind(i64::from(to.failed))
-                            .bind(now_ms())
-                            .bind(to.not_before_ms)
-                            .execute(&mut *tx)
-                            .await?;
-                        sqlx::query(
-                            "UPDATE rt_leases SET worker = NULL, expires_ms = 0 WHERE run_id = $1",
-                        )
-                        .bind(held.run.as_str())
-                        .execute(&mut *tx)
-                        .await?;
+                        finishes_twice |= finished.contains(&held.run.as_str());
+                        finished.push(held.run.as_str());
+                        finishes.push(serde_json::json!({
+                            "id": held.run.as_str(), "status": to.status.as_str(),
+                            "output": to.output, "detail": to.detail, "resume": to.resume,
+                            "failed": i64::from(to.failed), "not_before": to.not_before_ms,
+                        }));
                         let detail = format!("{{\"status\": \"{}\"}}", to.status);
-                        insert_event!(
-                            tx,
+                        events.push(
                             held.run.as_str(),
                             "status",
                             &detail,
                             &held.worker,
-                            held.token
+                            held.token,
                         );
                         notify.push(held.run.as_str());
                     }
                     Op::Record(_) | Op::Effect(_) | Op::Check | Op::Claim { .. } => {}
+                }
+            }
+            if !finishes.is_empty() {
+                // One statement may not update a row twice: a run finished twice in one
+                // batch has its releases done one at a time, in order.
+                let rows: Vec<serde_json::Value> = if finishes_twice {
+                    finishes
+                        .into_iter()
+                        .map(|f| serde_json::Value::Array(vec![f]))
+                        .collect()
+                } else {
+                    vec![serde_json::Value::Array(finishes)]
+                };
+                for set in rows {
+                    let sql = if pg {
+                        "UPDATE rt_runs AS r SET status = v.status, output_session = COALESCE(v.output, r.output_session), \
+                         detail = v.detail, resume_session = COALESCE(v.resume, r.resume_session), failures = r.failures + v.failed, \
+                         updated_ms = $2, not_before_ms = v.not_before FROM json_to_recordset($1::json) AS v(id text, status text, \
+                         output text, detail text, resume text, failed bigint, not_before bigint) WHERE r.id = v.id"
+                    } else {
+                        "UPDATE rt_runs AS r SET status = v.status, output_session = COALESCE(v.output, r.output_session), \
+                         detail = v.detail, resume_session = COALESCE(v.resume, r.resume_session), failures = r.failures + v.failed, \
+                         updated_ms = $2, not_before_ms = v.not_before FROM (SELECT json_extract(value, '$.id') AS id, \
+                         json_extract(value, '$.status') AS status, json_extract(value, '$.output') AS output, \
+                         json_extract(value, '$.detail') AS detail, json_extract(value, '$.resume') AS resume, \
+                         json_extract(value, '$.failed') AS failed, json_extract(value, '$.not_before') AS not_before \
+                         FROM json_each($1)) AS v WHERE r.id = v.id"
+                    };
+                    let ids: Vec<&serde_json::Value> = set
+                        .as_array()
+                        .map(|a| a.iter().map(|f| &f["id"]).collect())
+                        .unwrap_or_default();
+                    let ids = serde_json::to_string(&ids).map_err(|e| corrupt("run ids", e))?;
+                    sqlx::query(sql)
+                        .bind(set.to_string())
+                        .bind(now_ms())
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query(if pg {
+                        "UPDATE rt_leases SET worker = NULL, expires_ms = 0 WHERE run_id IN (SELECT json_array_elements_text($1::json))"
+                    } else {
+                        "UPDATE rt_leases SET worker = NULL, expires_ms = 0 WHERE run_id IN (SELECT value FROM json_each($1))"
+                    })
+                    .bind(ids)
+                    .execute(&mut *tx)
+                    .await?;
                 }
             }
             // Claims last: a write of the run's earlier holder in this batch was checked
@@ -1545,33 +1618,85 @@ impl Committer {
                     .iter()
                     .map(|r| r.try_get::<String, _>("id"))
                     .collect::<Result<_, _>>()?;
-                let mut found = found.into_iter();
-                for &i in &claims {
-                    let Op::Claim { worker, lease_ms } = &jobs[i].op else {
-                        continue;
-                    };
-                    let Some(id) = found.next() else {
-                        out[i] = Some(Ok(Answer::Claimed(None)));
-                        continue;
-                    };
-                    let token: i64 = sqlx::query("UPDATE rt_leases SET worker = $2, token = token + 1, expires_ms = $3 WHERE run_id = $1 RETURNING token")
-                        .bind(&id)
-                        .bind(worker)
-                        .bind(now + lease_ms)
-                        .fetch_one(&mut *tx)
-                        .await?
-                        .try_get("token")?;
-                    sqlx::query("UPDATE rt_runs SET status = 'running', attempts = attempts + 1, updated_ms = $2 WHERE id = $1")
-                        .bind(&id)
-                        .bind(now)
-                        .execute(&mut *tx)
-                        .await?;
-                    let detail =
-                        format!("{{\"worker\": {}, \"token\": {token}}}", json_str(worker));
-                    insert_event!(tx, &id, "claimed", &detail, worker, token);
-                    claimed.push(id.clone());
-                    out[i] = Some(Ok(Answer::Claimed(Some((id, token)))));
+                // The i-th claim takes the i-th run found: one statement moves every lease
+                // on (a token one more than the last), one marks every run running and
+                // reads it back for its worker.
+                let mut takes: Vec<(usize, &str, &String)> = Vec::new();
+                for (&i, id) in claims.iter().zip(&found) {
+                    if let Op::Claim { worker, .. } = &jobs[i].op {
+                        takes.push((i, worker.as_str(), id));
+                    }
                 }
+                for &i in &claims {
+                    out[i] = Some(Ok(Answer::Claimed(None)));
+                }
+                if !takes.is_empty() {
+                    let leases: Vec<serde_json::Value> = takes
+                        .iter()
+                        .map(|&(i, worker, id)| {
+                            let lease_ms = match &jobs[i].op {
+                                Op::Claim { lease_ms, .. } => *lease_ms,
+                                _ => 0,
+                            };
+                            serde_json::json!({"id": id, "worker": worker, "expires": now + lease_ms})
+                        })
+                        .collect();
+                    let sql = if pg {
+                        "UPDATE rt_leases AS l SET worker = v.worker, token = l.token + 1, expires_ms = v.expires \
+                         FROM json_to_recordset($1::json) AS v(id text, worker text, expires bigint) \
+                         WHERE l.run_id = v.id RETURNING run_id, token"
+                    } else {
+                        "UPDATE rt_leases AS l SET worker = v.worker, token = l.token + 1, expires_ms = v.expires \
+                         FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.worker') AS worker, \
+                         json_extract(value, '$.expires') AS expires FROM json_each($1)) AS v \
+                         WHERE l.run_id = v.id RETURNING run_id, token"
+                    };
+                    let tokens: std::collections::HashMap<String, i64> = sqlx::query(sql)
+                        .bind(serde_json::Value::Array(leases).to_string())
+                        .fetch_all(&mut *tx)
+                        .await?
+                        .iter()
+                        .map(|r| Ok((r.try_get::<String, _>(0)?, r.try_get::<i64, _>(1)?)))
+                        .collect::<Result<_, sqlx::Error>>()?;
+                    let ids: Vec<&str> = takes.iter().map(|t| t.2.as_str()).collect();
+                    let sql = format!(
+                        "UPDATE rt_runs SET status = 'running', attempts = attempts + 1, updated_ms = $2 \
+                         WHERE id IN (SELECT {}) RETURNING {RUN_COLS}",
+                        if pg {
+                            "json_array_elements_text($1::json)"
+                        } else {
+                            "value FROM json_each($1)"
+                        }
+                    );
+                    let mut runs: std::collections::HashMap<String, Run> =
+                        std::collections::HashMap::new();
+                    for r in sqlx::query(&sql)
+                        .bind(serde_json::to_string(&ids).map_err(|e| corrupt("run ids", e))?)
+                        .bind(now)
+                        .fetch_all(&mut *tx)
+                        .await?
+                    {
+                        let run = run_from(&r)?;
+                        runs.insert(run.id.0.clone(), run);
+                    }
+                    for (i, worker, id) in takes {
+                        let (Some(&token), Some(run)) = (tokens.get(id), runs.remove(id)) else {
+                            continue;
+                        };
+                        let detail =
+                            format!("{{\"worker\": {}, \"token\": {token}}}", json_str(worker));
+                        events.push(id, "claimed", &detail, worker, token);
+                        claimed.push(id.clone());
+                        out[i] = Some(Ok(Answer::Claimed(Some(Box::new((run, token))))));
+                    }
+                }
+            }
+            if !events.rows.is_empty() {
+                sqlx::query(Events::sql(pg))
+                    .bind(serde_json::Value::Array(std::mem::take(&mut events.rows)).to_string())
+                    .bind(now_ms())
+                    .execute(&mut *tx)
+                    .await?;
             }
             if pg && (!notify.is_empty() || !claimed.is_empty()) {
                 let mut runs: Vec<String> = notify

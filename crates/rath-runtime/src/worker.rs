@@ -191,12 +191,15 @@ impl Worker {
     /// Claims one run and runs it to where it stops; `None` when nothing was claimable.
     pub async fn run_once(&self) -> Result<Option<(RunId, Outcome)>, RuntimeError> {
         let never = CancellationToken::new();
-        self.claim_and_run(&never).await
+        self.claim_and_run(&never, None).await
     }
 
+    /// `idle`: the worker's idle loops and whether this claim is their poll (told what
+    /// the claim found before the run is executed).
     async fn claim_and_run(
         &self,
         shutdown: &CancellationToken,
+        idle: Option<(&Idle, bool)>,
     ) -> Result<Option<(RunId, Outcome)>, RuntimeError> {
         let claim = tracing::debug_span!(
             "worker.claim",
@@ -214,6 +217,9 @@ impl Worker {
             .claim(&self.opts.name, self.opts.lease)
             .instrument(claim.clone())
             .await;
+        if let Some((idle, poll)) = idle {
+            idle.claimed(matches!(claimed, Ok(Some(_))), poll);
+        }
         let claimed = claimed.inspect_err(|e| record_error(&claim, e))?;
         let Some((run, lease)) = claimed else {
             claim.record("rath.claim.outcome", "empty");
@@ -258,21 +264,40 @@ impl Worker {
     /// [`WorkerOptions::grace`] to finish and are handed back (`queued`) after it.
     pub async fn run(&self, shutdown: CancellationToken) -> Result<(), RuntimeError> {
         let mut set = tokio::task::JoinSet::new();
-        for n in 0..self.opts.concurrency {
+        let idle = Arc::new(Idle::default());
+        for _ in 0..self.opts.concurrency {
             let me = self.clone();
             let shutdown = shutdown.clone();
+            let idle = idle.clone();
             set.spawn(
                 async move {
                     while !shutdown.is_cancelled() {
-                        match me.claim_and_run(&shutdown).await {
-                            Ok(Some(_)) => {}
-                            Ok(None) => {
-                                if n == 0 {
-                                    me.sweep().await;
-                                }
+                        let found = idle.found.notified();
+                        tokio::pin!(found);
+                        found.as_mut().enable();
+                        let turn = idle.turn();
+                        match turn {
+                            Turn::Claim => {}
+                            Turn::Poll => {
                                 tokio::select! {
                                     _ = tokio::time::sleep(me.opts.poll) => {}
-                                    _ = shutdown.cancelled() => {}
+                                    _ = shutdown.cancelled() => break,
+                                }
+                            }
+                            Turn::Wait => {
+                                tokio::select! {
+                                    _ = found => {}
+                                    _ = shutdown.cancelled() => break,
+                                }
+                                continue;
+                            }
+                        }
+                        let poll = matches!(turn, Turn::Poll);
+                        match me.claim_and_run(&shutdown, Some((&idle, poll))).await {
+                            Ok(Some(_)) => {}
+                            Ok(None) => {
+                                if poll {
+                                    me.sweep().await;
                                 }
                             }
                             Err(e) => {
@@ -708,4 +733,66 @@ fn deadline_watch(
         timed_out.store(true, Ordering::SeqCst);
         cancel.cancel();
     })
+}
+
+/// The claim loops of one worker while its store has nothing to claim: one loop polls (a
+/// claim every [`WorkerOptions::poll`], and the deadline sweep) and the others wait until a
+/// claim finds a run, when every loop claims again. An idle worker asks its store once a
+/// poll, not once a poll for each of its loops.
+#[derive(Debug, Default)]
+struct Idle {
+    state: std::sync::Mutex<IdleState>,
+    /// Told when a claim found a run after the store was found empty.
+    found: tokio::sync::Notify,
+}
+
+#[derive(Debug, Default)]
+struct IdleState {
+    /// The last claim found nothing.
+    empty: bool,
+    /// A loop has taken the poll.
+    polling: bool,
+}
+
+/// What a claim loop does next.
+#[derive(Clone, Copy, Debug)]
+enum Turn {
+    /// Claim now (the last claim found a run).
+    Claim,
+    /// Claim after a poll interval, for the idle worker.
+    Poll,
+    /// Wait until a claim finds a run.
+    Wait,
+}
+
+impl Idle {
+    fn lock(&self) -> std::sync::MutexGuard<'_, IdleState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn turn(&self) -> Turn {
+        let mut s = self.lock();
+        if !s.empty {
+            Turn::Claim
+        } else if !s.polling {
+            s.polling = true;
+            Turn::Poll
+        } else {
+            Turn::Wait
+        }
+    }
+
+    /// A claim came back (`found`: with a run); `poll`: it was the idle worker's poll.
+    fn claimed(&self, found: bool, poll: bool) {
+        let mut s = self.lock();
+        if poll {
+            s.polling = false;
+        }
+        if !found {
+            s.empty = true;
+        } else if s.empty {
+            s.empty = false;
+            self.found.notify_waiters();
+        }
+    }
 }

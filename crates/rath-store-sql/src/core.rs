@@ -10,7 +10,6 @@ macro_rules! sql_store {
         db: $db:ty,
         migrations: $migrations:expr,
         begin_write: $begin_write:expr,
-        begin_read: $begin_read:expr,
         write_lock: $write_lock:expr,
         gc_lock: $gc_lock:expr,
         migrate_lock: $migrate_lock:expr,
@@ -19,6 +18,8 @@ macro_rules! sql_store {
         octets: $octets:expr,
         hash_in: $hash_in:expr,
         hash_out: $hash_out:expr,
+        blob: $blob:expr,
+        json_ids: $json_ids:expr,
         kind: $kind:expr $(,)?
     ) => {
         use std::path::PathBuf;
@@ -176,31 +177,85 @@ macro_rules! sql_store {
         }
 
         /// The stored parents of `s`, in lineage order: `(key, len, digest)` of each (a
-        /// parent not in the store is left out), read under the store's share lock.
+        /// parent not in the store is left out), read under the store's share lock in one
+        /// query; with `same` (`(digest, len)`), the same query also looks for a stored
+        /// session holding exactly those chunks (see [`same_chunks`]) and returns its key.
         async fn stored_parents(
             tx: &mut Tx,
             name: &str,
             s: &Session,
-        ) -> Result<Vec<(i64, usize, Vec<u8>)>, PersistError> {
-            let sql = format!(
-                "SELECT key, len, digest FROM rath_sessions WHERE id = $1{}",
-                $for_share
+            same: Option<(&[u8], usize)>,
+        ) -> Result<(Parents, Option<i64>), PersistError> {
+            let ids: Vec<&str> = s.lineage().parents.iter().map(|p| p.as_str()).collect();
+            if ids.is_empty() && same.is_none() {
+                return Ok((Vec::new(), None));
+            }
+            let parents = format!(
+                "SELECT key, len, digest, id, 0 AS same FROM (SELECT key, len, digest, id FROM \
+                 rath_sessions WHERE id IN ({}){}) p",
+                $json_ids, $for_share
             );
-            let mut out = Vec::new();
-            for parent in s.lineage().parents.iter() {
-                let row = sqlx::query(&sql)
-                    .bind(parent.as_str())
-                    .fetch_optional(&mut **tx)
-                    .await
-                    .map_err(|e| backend(name, "read", e))?;
-                let Some(row) = row else { continue };
-                let get = |e: sqlx::Error| backend(name, "read", e);
+            let sql = if same.is_some() {
+                format!(
+                    "{parents} UNION ALL SELECT key, len, digest, id, 1 FROM (SELECT key, len, \
+                     digest, id FROM rath_sessions WHERE saved_digest = $2 AND digest = $2 \
+                     AND len = $3 LIMIT 1{}) q",
+                    $for_share
+                )
+            } else {
+                parents
+            };
+            let list = serde_json::to_string(&ids).map_err(|e| PersistError::Backend {
+                store: name.to_owned(),
+                op: "read",
+                message: e.to_string(),
+                source: None,
+            })?;
+            let mut q = sqlx::query(&sql).bind(list);
+            if let Some((digest, len)) = same {
+                q = q.bind(digest).bind(len as i64);
+            }
+            let rows = q
+                .fetch_all(&mut **tx)
+                .await
+                .map_err(|e| backend(name, "read", e))?;
+            let get = |e: sqlx::Error| backend(name, "read", e);
+            let mut found: Vec<(String, (i64, usize, Vec<u8>))> = Vec::with_capacity(rows.len());
+            let mut same_key = None;
+            for row in &rows {
                 let key: i64 = row.try_get("key").map_err(get)?;
+                if row.try_get::<i32, _>("same").map_err(get)? == 1 {
+                    same_key = Some(key);
+                    continue;
+                }
                 let len = row.try_get::<i64, _>("len").map_err(get)? as usize;
                 let digest: Vec<u8> = row.try_get("digest").map_err(get)?;
-                out.push((key, len, digest));
+                found.push((row.try_get("id").map_err(get)?, (key, len, digest)));
             }
-            Ok(out)
+            let mut out = Vec::with_capacity(found.len());
+            for id in &ids {
+                if let Some((_, p)) = found.iter().find(|(f, _)| f == id) {
+                    out.push(p.clone());
+                }
+            }
+            Ok((out, same_key))
+        }
+
+        /// `(key, len, digest)` of each stored parent of a session, in lineage order.
+        type Parents = Vec<(i64, usize, Vec<u8>)>;
+
+        /// The stored parents of `s` (see [`stored_parents`]), read the first time a write
+        /// asks for them and kept in `cache` for the rest of it.
+        async fn parents_once<'a>(
+            tx: &mut Tx,
+            name: &str,
+            s: &Session,
+            cache: &'a mut Option<Parents>,
+        ) -> Result<&'a Parents, PersistError> {
+            if cache.is_none() {
+                *cache = Some(stored_parents(tx, name, s, None).await?.0);
+            }
+            Ok(cache.get_or_insert_with(Vec::new))
         }
 
         /// A parent of `s` other than its base whose whole chunk list is exactly `own`
@@ -210,6 +265,7 @@ macro_rules! sql_store {
             tx: &mut Tx,
             name: &str,
             s: &Session,
+            parents: &mut Option<Parents>,
             base: Option<i64>,
             own: &[EncodedChunk],
         ) -> Result<Option<(i64, usize)>, PersistError> {
@@ -217,14 +273,14 @@ macro_rules! sql_store {
                 return Ok(None);
             }
             let mut want: Option<Vec<u8>> = None;
-            for (key, len, digest) in stored_parents(tx, name, s).await? {
+            for &(key, len, ref digest) in parents_once(tx, name, s, parents).await? {
                 if Some(key) == base || len != own.len() {
                     continue;
                 }
                 let want = want.get_or_insert_with(|| {
                     prefix_digests(empty_digest(), own).pop().unwrap_or_else(empty_digest)
                 });
-                if *want == digest {
+                if want == digest {
                     return Ok(Some((key, len)));
                 }
             }
@@ -237,23 +293,27 @@ macro_rules! sql_store {
             tx: &mut Tx,
             name: &str,
             s: &Session,
+            parents: &mut Option<Parents>,
             digests: &[Vec<u8>],
         ) -> Result<Option<(i64, usize)>, PersistError> {
+            // The parents and a session with exactly these chunks (what a detach, which
+            // names no parent, starts as), in one query.
+            let n = digests.len() - 1;
+            let (stored, same) =
+                stored_parents(tx, name, s, (n > 0).then(|| (digests[n].as_slice(), n))).await?;
             let mut best: Option<(i64, usize)> = None;
-            for (key, len, digest) in stored_parents(tx, name, s).await? {
+            for &(key, len, ref digest) in &stored {
                 if len > 0
                     && len < digests.len()
-                    && digests[len] == digest
+                    && digests[len] == *digest
                     && best.is_none_or(|(_, l)| len > l)
                 {
                     best = Some((key, len));
                 }
             }
-            // A session with exactly these chunks (what a detach, which names no parent,
-            // starts as): share all of them.
-            let n = digests.len() - 1;
+            *parents = Some(stored);
             if n > 0 && best.is_none_or(|(_, l)| l < n) {
-                if let Some(key) = same_chunks(tx, name, &digests[n], n).await? {
+                if let Some(key) = same {
                     best = Some((key, n));
                 }
             }
@@ -363,8 +423,10 @@ macro_rules! sql_store {
             learned: &mut Learned,
             s: &Session,
             times: Times,
+            absent: bool,
         ) -> Result<WriteReport, PersistError> {
             let id = s.id();
+            let mut parents: Option<Parents> = None;
             let (base, own, digest) = match remembered_base(tx, name, known, s).await? {
                 Some((key, len, start)) => {
                     let own = encode_from(s, len)?;
@@ -385,7 +447,7 @@ macro_rules! sql_store {
                 None => {
                     let mut chunks = encode_from(s, 0)?;
                     let digests = prefix_digests(empty_digest(), &chunks);
-                    let base = match shared_base(tx, name, s, &digests).await? {
+                    let base = match shared_base(tx, name, s, &mut parents, &digests).await? {
                         Some(b) => Some(b),
                         None => partly_shared_base(tx, name, s, &chunks).await?,
                     };
@@ -395,9 +457,16 @@ macro_rules! sql_store {
                 }
             };
             let digest = &digest;
-            let graft = graft_of(tx, name, s, base.map(|(k, _)| k), &own).await?;
+            let graft = graft_of(tx, name, s, &mut parents, base.map(|(k, _)| k), &own).await?;
             let own = if graft.is_some() { Vec::new() } else { own };
-            if let Some(row) = stored_row(tx, name, id.as_str()).await? {
+            // `absent`: the write read the row already, in this transaction, and found none
+            // (a concurrent insert then fails the insert below as a unique violation).
+            let row = if absent {
+                None
+            } else {
+                stored_row(tx, name, id.as_str()).await?
+            };
+            if let Some(row) = row {
                 let epoch = Timestamp::from_unix_micros(0);
                 let content = encode_state(s, epoch, None, digest)?.content;
                 if row.content == content {
@@ -497,7 +566,7 @@ macro_rules! sql_store {
                 if expected != 0 {
                     return Err(conflict(None));
                 }
-                return match save_new(tx, name, known, learned, s, Times::Now).await {
+                return match save_new(tx, name, known, learned, s, Times::Now, true).await {
                     Err(PersistError::Exists { .. }) => Err(conflict(Some(0))),
                     other => other,
                 };
@@ -603,13 +672,13 @@ macro_rules! sql_store {
             let mut reports = Vec::with_capacity(batch.writes.len());
             for w in &batch.writes {
                 let r = match *w {
-                    Write::Save(s) => save_new(tx, name, known, learned, s, Times::Now).await?,
+                    Write::Save(s) => save_new(tx, name, known, learned, s, Times::Now, false).await?,
                     Write::Restore(l) => {
                         let closed = l
                             .closed
                             .then(|| l.closed_at.unwrap_or_else(|| l.session.stamper().now()));
                         let times = Times::Given(l.created_at, closed);
-                        save_new(tx, name, known, learned, &l.session, times).await?
+                        save_new(tx, name, known, learned, &l.session, times, false).await?
                     }
                     Write::Append {
                         session,
@@ -841,53 +910,74 @@ macro_rules! sql_store {
             }
         }
 
-        /// The chunk documents of row `key` in order, joined by line breaks, and how many.
-        ///
-        /// One recursive query. A chain node is "the first `hi` chunks of row `key`, placed
-        /// from `off`": its base's first chunks (at most `base_len`), its graft's (at most
-        /// `graft_len`, from `off + base_len`), then its own segments below `hi`. The rows come
-        /// back in position order, one per segment; a cut inside a segment (a session that
-        /// shares only part of what its parent had) keeps that segment's first chunks.
+        /// The recursive part of the query that reads a row's chunks, for the row `start`
+        /// picks (a condition on `rath_sessions`). A chain node is "the first `hi` chunks of
+        /// row `key`, placed from `off`": its base's first chunks (at most `base_len`), its
+        /// graft's (at most `graft_len`, from `off + base_len`), then its own segments below
+        /// `hi`.
+        fn chain_cte(start: &str) -> String {
+            format!(
+                "chain (key, hi, off, own, base_key, base_len, graft_key, graft_len) AS ( \
+                 SELECT key, len, CAST(0 AS BIGINT), base_len + graft_len, base_key, base_len, \
+                 graft_key, graft_len FROM rath_sessions WHERE {start} \
+                 UNION ALL \
+                 SELECT s.key, \
+                 CASE WHEN w.which = 0 THEN \
+                   CASE WHEN c.hi < c.base_len THEN c.hi ELSE c.base_len END \
+                 ELSE \
+                   CASE WHEN c.hi - c.base_len < c.graft_len THEN c.hi - c.base_len \
+                   ELSE c.graft_len END \
+                 END, \
+                 CASE WHEN w.which = 0 THEN c.off ELSE c.off + c.base_len END, \
+                 s.base_len + s.graft_len, s.base_key, s.base_len, s.graft_key, s.graft_len \
+                 FROM chain c \
+                 JOIN (SELECT 0 AS which UNION ALL SELECT 1) w \
+                   ON (w.which = 0 AND c.base_len > 0) \
+                   OR (w.which = 1 AND c.graft_len > 0 AND c.hi > c.base_len) \
+                 JOIN rath_sessions s \
+                   ON s.key = CASE WHEN w.which = 0 THEN c.base_key ELSE c.graft_key END \
+                 )"
+            )
+        }
+
+        /// The segment rows of the chain, in position order: `at`, `n`, `docs`, `room`.
+        const CHAIN_SEGMENTS: &str = "SELECT c.off + g.pos AS at, g.n AS n, g.docs AS docs, \
+            c.hi - g.pos AS room FROM chain c \
+            JOIN rath_segments g ON g.session_key = c.key AND g.pos >= c.own AND g.pos < c.hi";
+
+        /// The chunk documents of row `key` in order, joined by line breaks, and how many
+        /// (one recursive query; see [`chain_cte`]).
         async fn chain_docs(
             tx: &mut Tx,
             name: &str,
             id: &SessionId,
             key: i64,
         ) -> Result<(Vec<u8>, usize), PersistError> {
-            let get = |e: sqlx::Error| backend(name, "load", e);
-            let sql = "WITH RECURSIVE chain (key, hi, off, own, base_key, base_len, graft_key, \
-                   graft_len) AS ( \
-                   SELECT key, len, CAST(0 AS BIGINT), base_len + graft_len, base_key, base_len, \
-                   graft_key, graft_len FROM rath_sessions WHERE key = $1 \
-                   UNION ALL \
-                   SELECT s.key, \
-                   CASE WHEN w.which = 0 THEN \
-                     CASE WHEN c.hi < c.base_len THEN c.hi ELSE c.base_len END \
-                   ELSE \
-                     CASE WHEN c.hi - c.base_len < c.graft_len THEN c.hi - c.base_len \
-                     ELSE c.graft_len END \
-                   END, \
-                   CASE WHEN w.which = 0 THEN c.off ELSE c.off + c.base_len END, \
-                   s.base_len + s.graft_len, s.base_key, s.base_len, s.graft_key, s.graft_len \
-                   FROM chain c \
-                   JOIN (SELECT 0 AS which UNION ALL SELECT 1) w \
-                     ON (w.which = 0 AND c.base_len > 0) \
-                     OR (w.which = 1 AND c.graft_len > 0 AND c.hi > c.base_len) \
-                   JOIN rath_sessions s \
-                     ON s.key = CASE WHEN w.which = 0 THEN c.base_key ELSE c.graft_key END \
-                 ) \
-                 SELECT c.off + g.pos AS at, g.n, g.docs, c.hi - g.pos AS room FROM chain c \
-                 JOIN rath_segments g ON g.session_key = c.key AND g.pos >= c.own AND g.pos < c.hi \
-                 ORDER BY at";
-            let rows = sqlx::query(sql)
+            let sql = format!(
+                "WITH RECURSIVE {} {CHAIN_SEGMENTS} ORDER BY at",
+                chain_cte("key = $1")
+            );
+            let rows = sqlx::query(&sql)
                 .bind(key)
                 .fetch_all(&mut **tx)
                 .await
-                .map_err(get)?;
+                .map_err(|e| backend(name, "load", e))?;
+            docs_of(name, id, &rows)
+        }
+
+        /// Joins the chunk documents of segment rows (`at`, `n`, `docs`, `room`, in
+        /// position order; one per segment). A cut inside a segment (a session that shares
+        /// only part of what its parent had) keeps that segment's first chunks.
+        fn docs_of(
+            name: &str,
+            id: &SessionId,
+            rows: &[<$db as sqlx::Database>::Row],
+        ) -> Result<(Vec<u8>, usize), PersistError> {
+            let get = |e: sqlx::Error| backend(name, "load", e);
             let mut docs = Vec::new();
             let mut found = 0usize;
             let mut one = Vec::new();
-            for row in &rows {
+            for row in rows {
                 let at: i64 = row.try_get("at").map_err(get)?;
                 let n: i32 = row.try_get("n").map_err(get)?;
                 let room: i64 = row.try_get("room").map_err(get)?;
@@ -924,23 +1014,32 @@ macro_rules! sql_store {
             Ok((docs, found))
         }
 
-        /// Loads a session: its row, then its chunks along its base and graft links
-        /// ([`chain_docs`], one query), decoded in one pass.
+        /// Loads a session in one statement (one snapshot, no transaction): its row first
+        /// (`at` -1), then its chunks' segments along its base and graft links
+        /// ([`chain_cte`]), decoded in one pass.
         async fn load_in(
             pool: &Pool,
             name: &str,
             known: &KnownSessions,
             id: &SessionId,
         ) -> Result<LoadedSession, PersistError> {
-            let mut tx = begin(pool, name, $begin_read).await?;
-            let row = sqlx::query(
-                "SELECT key, len, digest, header, trailer FROM rath_sessions WHERE id = $1",
-            )
-            .bind(id.as_str())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(|e| backend(name, "load", e))?;
-            let Some(row) = row else {
+            let sql = format!(
+                "WITH RECURSIVE me AS (SELECT key, len, digest, header, trailer FROM rath_sessions \
+                 WHERE id = $1), {} \
+                 SELECT CAST(-1 AS BIGINT) AS at, CAST(0 AS INTEGER) AS n, CAST(NULL AS {blob}) AS docs, \
+                 CAST(0 AS BIGINT) AS room, key, len, digest, header, trailer FROM me \
+                 UNION ALL \
+                 SELECT s.at, s.n, s.docs, s.room, NULL, NULL, NULL, NULL, NULL FROM ({CHAIN_SEGMENTS}) s \
+                 ORDER BY at",
+                chain_cte("key = (SELECT key FROM me)"),
+                blob = $blob,
+            );
+            let rows = sqlx::query(&sql)
+                .bind(id.as_str())
+                .fetch_all(pool)
+                .await
+                .map_err(|e| backend(name, "load", e))?;
+            let Some(row) = rows.first() else {
                 return Err(PersistError::NotFound {
                     id: id.to_string(),
                     dir: PathBuf::from(name),
@@ -952,8 +1051,7 @@ macro_rules! sql_store {
             let digest: Vec<u8> = row.try_get("digest").map_err(get)?;
             let header: String = row.try_get("header").map_err(get)?;
             let trailer: Option<String> = row.try_get("trailer").map_err(get)?;
-            let (docs, found) = chain_docs(&mut tx, name, id, key).await?;
-            tx.commit().await.map_err(get)?;
+            let (docs, found) = docs_of(name, id, &rows[1..])?;
             if found != len {
                 return Err(corrupt(
                     name,

@@ -22,7 +22,6 @@ mod imp {
         db: sqlx::Postgres,
         migrations: crate::schema::POSTGRES,
         begin_write: "BEGIN",
-        begin_read: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
         write_lock: "LOCK TABLE rath_segments IN ROW EXCLUSIVE MODE",
         gc_lock: "LOCK TABLE rath_segments IN SHARE ROW EXCLUSIVE MODE",
         migrate_lock: "SELECT pg_advisory_xact_lock(7243901)",
@@ -31,6 +30,8 @@ mod imp {
         octets: "octet_length(docs)::BIGINT",
         hash_in: "encode({}, 'hex')::uuid",
         hash_out: "uuid_send(last_hash)",
+        blob: "BYTEA",
+        json_ids: "SELECT json_array_elements_text($1::json)",
         kind: rath_persist::spans::StoreKind::Postgres,
     }
 }

@@ -21,7 +21,6 @@ mod imp {
         db: sqlx::Sqlite,
         migrations: crate::schema::SQLITE,
         begin_write: "BEGIN IMMEDIATE",
-        begin_read: "BEGIN",
         write_lock: "",
         gc_lock: "",
         migrate_lock: "",
@@ -30,6 +29,8 @@ mod imp {
         octets: "length(docs)",
         hash_in: "{}",
         hash_out: "last_hash",
+        blob: "BLOB",
+        json_ids: "SELECT value FROM json_each($1)",
         kind: rath_persist::spans::StoreKind::Sqlite,
     }
 }
