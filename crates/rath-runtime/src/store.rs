@@ -194,28 +194,17 @@ macro_rules! on_pool {
     }};
 }
 
-// Appends an event row (its `seq` the run's next) in one statement, inside a transaction.
-macro_rules! insert_event {
-    ($tx:ident, $run:expr, $kind:expr, $detail:expr, $by:expr, $token:expr) => {{
-        sqlx::query(
-            "INSERT INTO rt_events (run_id, seq, kind, detail, by_worker, token, at_ms) \
-             SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5, $6 FROM rt_events WHERE run_id = $1",
-        )
-        .bind($run)
-        .bind($kind)
-        .bind($detail)
-        .bind($by)
-        .bind($token)
-        .bind(now_ms())
-        .execute(&mut *$tx)
-        .await?;
-    }};
-}
-
-// Appends an event row inside a transaction (and notifies PostgreSQL listeners at commit).
+// Appends an event row (its `seq` the run's next) inside a transaction, through the same
+// statement the committer's batches use (and notifies PostgreSQL listeners at commit).
 macro_rules! push_event {
     ($tx:ident, $pg:ident, $run:expr, $kind:expr, $detail:expr, $by:expr, $token:expr) => {{
-        insert_event!($tx, $run, $kind, $detail, $by, $token);
+        let mut one = Events::default();
+        one.push($run, $kind, &$detail, $by, $token);
+        sqlx::query(Events::sql($pg))
+            .bind(one.take_json())
+            .bind(now_ms())
+            .execute(&mut *$tx)
+            .await?;
         if $pg {
             sqlx::query("SELECT pg_notify('rt_events', $1)")
                 .bind($run)
@@ -1262,6 +1251,13 @@ impl Events {
         }));
     }
 
+    /// The rows pushed so far as one JSON array (the statement's `$1`), leaving none.
+    fn take_json(&mut self) -> String {
+        self.nth.clear();
+        serde_json::Value::Array(std::mem::take(&mut self.rows)).to_string()
+    }
+
+    /// The insert of a batch: `$1` its rows (see [`Events::take_json`]), `$2` the time.
     fn sql(pg: bool) -> &'static str {
         if pg {
             "INSERT INTO rt_events (run_id, seq, kind, detail, by_worker, token, at_ms) \
@@ -1506,8 +1502,7 @@ impl Committer {
             // ones; the releases of runs finished once in the batch go in two statements.
             let mut notify: Vec<&str> = Vec::new();
             let mut events = Events::default();
-            let mut finishes: Vec<serde_json::Value> = Vec::new();
-            let mut finished: Vec<&str> = Vec::new();
+            let mut finishes: Vec<(&str, serde_json::Value)> = Vec::new();
             let mut finishes_twice = false;
             for (j, o) in jobs.iter().zip(&out) {
                 let (Some(held), Some(Ok(_))) = (&j.lease, o) else {
@@ -1526,13 +1521,16 @@ impl Committer {
                             .await?;
                     }
                     Op::Finish(to) => {
-                        finishes_twice |= finished.contains(&held.run.as_str());
-                        finished.push(held.run.as_str());
-                        finishes.push(serde_json::json!({
-                            "id": held.run.as_str(), "status": to.status.as_str(),
-                            "output": to.output, "detail": to.detail, "resume": to.resume,
-                            "failed": i64::from(to.failed), "not_before": to.not_before_ms,
-                        }));
+                        let run = held.run.as_str();
+                        finishes_twice |= finishes.iter().any(|(f, _)| *f == run);
+                        finishes.push((
+                            run,
+                            serde_json::json!({
+                                "id": run, "status": to.status.as_str(),
+                                "output": to.output, "detail": to.detail, "resume": to.resume,
+                                "failed": i64::from(to.failed), "not_before": to.not_before_ms,
+                            }),
+                        ));
                         let detail = format!("{{\"status\": \"{}\"}}", to.status);
                         events.push(
                             held.run.as_str(),
@@ -1549,47 +1547,38 @@ impl Committer {
             if !finishes.is_empty() {
                 // One statement may not update a row twice: a run finished twice in one
                 // batch has its releases done one at a time, in order.
-                let rows: Vec<serde_json::Value> = if finishes_twice {
-                    finishes
-                        .into_iter()
-                        .map(|f| serde_json::Value::Array(vec![f]))
-                        .collect()
-                } else {
-                    vec![serde_json::Value::Array(finishes)]
-                };
-                for set in rows {
-                    let sql = if pg {
-                        "UPDATE rt_runs AS r SET status = v.status, output_session = COALESCE(v.output, r.output_session), \
-                         detail = v.detail, resume_session = COALESCE(v.resume, r.resume_session), failures = r.failures + v.failed, \
-                         updated_ms = $2, not_before_ms = v.not_before FROM json_to_recordset($1::json) AS v(id text, status text, \
-                         output text, detail text, resume text, failed bigint, not_before bigint) WHERE r.id = v.id"
+                let sql = format!(
+                    "UPDATE rt_runs AS r SET status = v.status, output_session = COALESCE(v.output, r.output_session), \
+                     detail = v.detail, resume_session = COALESCE(v.resume, r.resume_session), failures = r.failures + v.failed, \
+                     updated_ms = $2, not_before_ms = v.not_before FROM {} WHERE r.id = v.id",
+                    if pg {
+                        "json_to_recordset($1::json) AS v(id text, status text, output text, detail text, \
+                         resume text, failed bigint, not_before bigint)"
                     } else {
-                        "UPDATE rt_runs AS r SET status = v.status, output_session = COALESCE(v.output, r.output_session), \
-                         detail = v.detail, resume_session = COALESCE(v.resume, r.resume_session), failures = r.failures + v.failed, \
-                         updated_ms = $2, not_before_ms = v.not_before FROM (SELECT json_extract(value, '$.id') AS id, \
-                         json_extract(value, '$.status') AS status, json_extract(value, '$.output') AS output, \
-                         json_extract(value, '$.detail') AS detail, json_extract(value, '$.resume') AS resume, \
-                         json_extract(value, '$.failed') AS failed, json_extract(value, '$.not_before') AS not_before \
-                         FROM json_each($1)) AS v WHERE r.id = v.id"
-                    };
-                    let ids: Vec<&serde_json::Value> = set
-                        .as_array()
-                        .map(|a| a.iter().map(|f| &f["id"]).collect())
-                        .unwrap_or_default();
-                    let ids = serde_json::to_string(&ids).map_err(|e| corrupt("run ids", e))?;
-                    sqlx::query(sql)
-                        .bind(set.to_string())
+                        "(SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.status') AS status, \
+                         json_extract(value, '$.output') AS output, json_extract(value, '$.detail') AS detail, \
+                         json_extract(value, '$.resume') AS resume, json_extract(value, '$.failed') AS failed, \
+                         json_extract(value, '$.not_before') AS not_before FROM json_each($1)) AS v"
+                    }
+                );
+                let release = if pg {
+                    "UPDATE rt_leases SET worker = NULL, expires_ms = 0 WHERE run_id IN (SELECT json_array_elements_text($1::json))"
+                } else {
+                    "UPDATE rt_leases SET worker = NULL, expires_ms = 0 WHERE run_id IN (SELECT value FROM json_each($1))"
+                };
+                let size = if finishes_twice { 1 } else { finishes.len() };
+                for batch in finishes.chunks(size) {
+                    let rows: Vec<&serde_json::Value> = batch.iter().map(|(_, f)| f).collect();
+                    let ids: Vec<&str> = batch.iter().map(|(id, _)| *id).collect();
+                    sqlx::query(&sql)
+                        .bind(serde_json::to_string(&rows).map_err(|e| corrupt("run finishes", e))?)
                         .bind(now_ms())
                         .execute(&mut *tx)
                         .await?;
-                    sqlx::query(if pg {
-                        "UPDATE rt_leases SET worker = NULL, expires_ms = 0 WHERE run_id IN (SELECT json_array_elements_text($1::json))"
-                    } else {
-                        "UPDATE rt_leases SET worker = NULL, expires_ms = 0 WHERE run_id IN (SELECT value FROM json_each($1))"
-                    })
-                    .bind(ids)
-                    .execute(&mut *tx)
-                    .await?;
+                    sqlx::query(release)
+                        .bind(serde_json::to_string(&ids).map_err(|e| corrupt("run ids", e))?)
+                        .execute(&mut *tx)
+                        .await?;
                 }
             }
             // Claims last: a write of the run's earlier holder in this batch was checked
@@ -1693,7 +1682,7 @@ impl Committer {
             }
             if !events.rows.is_empty() {
                 sqlx::query(Events::sql(pg))
-                    .bind(serde_json::Value::Array(std::mem::take(&mut events.rows)).to_string())
+                    .bind(events.take_json())
                     .bind(now_ms())
                     .execute(&mut *tx)
                     .await?;

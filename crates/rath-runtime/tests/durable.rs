@@ -92,7 +92,9 @@ fn record_tool(file: PathBuf) -> impl rath_flow::Tool + 'static {
                     .append(true)
                     .open(&file)
                     .map_err(|e| ToolError::exception(e.to_string()))?;
-                writeln!(f, "{key}").map_err(|e| ToolError::exception(e.to_string()))?;
+                // One write per line: concurrent calls append whole lines (O_APPEND).
+                f.write_all(format!("{key}\n").as_bytes())
+                    .map_err(|e| ToolError::exception(e.to_string()))?;
                 Ok::<_, ToolError>(json!({"recorded": a.text}))
             }
         },
@@ -763,7 +765,7 @@ async fn in_process_pool_runs_many_and_replays_nothing_twice() {
     handle.await.unwrap().unwrap();
     let keys = env.effect_lines();
     assert_eq!(keys.len(), 16);
-    assert!(has_no_duplicates(&keys));
+    assert!(has_no_duplicates(&keys), "{keys:#?}");
     assert_eq!(
         rt.runs()
             .list(Some(RunStatus::Succeeded))

@@ -220,7 +220,8 @@ macro_rules! sql_store {
                 .await
                 .map_err(|e| backend(name, "read", e))?;
             let get = |e: sqlx::Error| backend(name, "read", e);
-            let mut found: Vec<(String, (i64, usize, Vec<u8>))> = Vec::with_capacity(rows.len());
+            let mut found: std::collections::HashMap<String, (i64, usize, Vec<u8>)> =
+                std::collections::HashMap::with_capacity(rows.len());
             let mut same_key = None;
             for row in &rows {
                 let key: i64 = row.try_get("key").map_err(get)?;
@@ -230,14 +231,9 @@ macro_rules! sql_store {
                 }
                 let len = row.try_get::<i64, _>("len").map_err(get)? as usize;
                 let digest: Vec<u8> = row.try_get("digest").map_err(get)?;
-                found.push((row.try_get("id").map_err(get)?, (key, len, digest)));
+                found.insert(row.try_get("id").map_err(get)?, (key, len, digest));
             }
-            let mut out = Vec::with_capacity(found.len());
-            for id in &ids {
-                if let Some((_, p)) = found.iter().find(|(f, _)| f == id) {
-                    out.push(p.clone());
-                }
-            }
+            let out = ids.iter().filter_map(|id| found.get(*id).cloned()).collect();
             Ok((out, same_key))
         }
 

@@ -106,7 +106,9 @@ fn registry(effects: PathBuf) -> WorkflowRegistry {
                         .append(true)
                         .open(&effects)
                         .map_err(|e| ToolError::exception(e.to_string()))?;
-                    writeln!(f, "{key}").map_err(|e| ToolError::exception(e.to_string()))?;
+                    // One write per line: concurrent calls append whole lines (O_APPEND).
+                    f.write_all(format!("{key}\n").as_bytes())
+                        .map_err(|e| ToolError::exception(e.to_string()))?;
                     Ok::<_, ToolError>(json!({"filed": a.text}))
                 }
             });
