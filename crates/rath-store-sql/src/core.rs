@@ -20,6 +20,7 @@ macro_rules! sql_store {
         hash_out: $hash_out:expr,
         blob: $blob:expr,
         json_ids: $json_ids:expr,
+        fence_rows: $fence_rows:expr,
         kind: $kind:expr $(,)?
     ) => {
         use std::path::PathBuf;
@@ -653,6 +654,46 @@ macro_rules! sql_store {
             Ok(())
         }
 
+        /// [`check_fence`] for fences of distinct keys in one statement; the first refused
+        /// one's error.
+        async fn check_fences(tx: &mut Tx, name: &str, fences: &[&rath_persist::Fence]) -> Result<(), PersistError> {
+            let mut rows = Vec::with_capacity(fences.len());
+            for f in fences {
+                let token = i64::try_from(f.token).map_err(|_| PersistError::Fenced {
+                    store: name.to_owned(),
+                    key: f.key.clone(),
+                    token: f.token,
+                    current: i64::MAX as u64,
+                })?;
+                rows.push(serde_json::json!({"k": format!("fence:{}", f.key), "t": token}));
+            }
+            let sql = format!(
+                "INSERT INTO rath_meta (key, value) {} ON CONFLICT (key) DO UPDATE \
+                 SET value = CASE WHEN rath_meta.value < excluded.value THEN excluded.value \
+                 ELSE rath_meta.value END RETURNING key, value",
+                $fence_rows
+            );
+            let current: std::collections::HashMap<String, i64> = sqlx::query_as::<_, (String, i64)>(&sql)
+                .bind(serde_json::Value::Array(rows).to_string())
+                .fetch_all(&mut **tx)
+                .await
+                .map_err(|e| backend(name, "fence", e))?
+                .into_iter()
+                .collect();
+            for f in fences {
+                let now = current.get(&format!("fence:{}", f.key)).copied().unwrap_or(i64::MAX);
+                if now as u64 > f.token {
+                    return Err(PersistError::Fenced {
+                        store: name.to_owned(),
+                        key: f.key.clone(),
+                        token: f.token,
+                        current: now as u64,
+                    });
+                }
+            }
+            Ok(())
+        }
+
         /// The writes of a batch inside an open write transaction (the fence checked
         /// first); what they taught goes to `learned`, to remember once committed.
         async fn batch_in(
@@ -661,8 +702,11 @@ macro_rules! sql_store {
             known: &KnownSessions,
             learned: &mut Learned,
             batch: &WriteBatch<'_>,
+            fence_checked: bool,
         ) -> Result<Vec<WriteReport>, PersistError> {
-            if let Some(fence) = &batch.fence {
+            if let Some(fence) = &batch.fence
+                && !fence_checked
+            {
                 check_fence(tx, name, fence).await?;
             }
             let mut reports = Vec::with_capacity(batch.writes.len());
@@ -702,7 +746,7 @@ macro_rules! sql_store {
             let mut learned = Learned::new();
             let mut tx = begin(pool, name, $begin_write).await?;
             exec(&mut tx, name, "lock", $write_lock).await?;
-            let reports = batch_in(&mut tx, name, known, &mut learned, &batch).await?;
+            let reports = batch_in(&mut tx, name, known, &mut learned, &batch, false).await?;
             tx.commit().await.map_err(|e| backend(name, "commit", e))?;
             for (id, k) in learned {
                 known.remember(&id, k);
@@ -751,9 +795,9 @@ macro_rules! sql_store {
         pub(crate) type Group = std::sync::Arc<[tokio::sync::mpsc::UnboundedSender<Pending>]>;
 
         /// Starts the group committer of a store (on the current tokio runtime): it takes
-        /// every batch waiting and does them in one transaction, each under a savepoint of
-        /// its own, so a batch that fails (a conflict, a fence) is rolled back alone and
-        /// the others commit. Each batch is atomic and sees the batches before it, as if
+        /// every batch waiting and does them in one transaction; should one fail (a
+        /// conflict, a fence), each is done again in a transaction of its own, so the
+        /// failing batch fails alone and the others commit. Each batch is atomic and sees the batches before it, as if
         /// done one after another; each waiter is told once the transaction committed.
         /// `lanes` committers run side by side (PostgreSQL: each waits on its own round
         /// trips; SQLite has one writer at a time, so one).
@@ -786,75 +830,56 @@ macro_rules! sql_store {
             tx
         }
 
-        /// One group transaction (see [`group`]).
+        /// One group transaction (see [`group`]): every batch in order in one transaction,
+        /// without a savepoint each. Should one fail (a conflict, a fence, a backend error),
+        /// the transaction is rolled back and each batch is done again alone, in order: the
+        /// failing one then fails by itself and the others commit, as if each had been done
+        /// after the one before.
         async fn group_in(pool: &Pool, name: &str, known: &KnownSessions, jobs: Vec<Pending>) {
-            let whole = |e: &PersistError| PersistError::Backend {
-                store: name.to_owned(),
-                op: "group commit",
-                message: e.to_string(),
-                source: None,
-            };
-            let mut tx = match begin(pool, name, $begin_write).await {
-                Ok(tx) => tx,
-                Err(e) => {
+            match group_all(pool, name, &jobs, known).await {
+                Ok(results) => {
+                    for (j, (reports, learned)) in jobs.into_iter().zip(results) {
+                        for (id, k) in learned {
+                            known.remember(&id, k);
+                        }
+                        let _ = j.done.send(Ok(reports));
+                    }
+                }
+                Err(_) => {
                     for j in jobs {
-                        let _ = j.done.send(Err(whole(&e)));
-                    }
-                    return;
-                }
-            };
-            let mut results: Vec<Result<(Vec<WriteReport>, Learned), PersistError>> =
-                Vec::with_capacity(jobs.len());
-            let mut broken: Option<PersistError> = exec(&mut tx, name, "lock", $write_lock).await.err();
-            for j in &jobs {
-                if broken.is_some() {
-                    break;
-                }
-                if let Err(e) = exec(&mut tx, name, "savepoint", "SAVEPOINT rath_group").await {
-                    broken = Some(e);
-                    break;
-                }
-                let mut learned = Learned::new();
-                let r = batch_in(&mut tx, name, known, &mut learned, &j.batch()).await;
-                let undo = if r.is_ok() {
-                    "RELEASE SAVEPOINT rath_group"
-                } else {
-                    "ROLLBACK TO SAVEPOINT rath_group"
-                };
-                if let Err(e) = exec(&mut tx, name, "savepoint", undo).await {
-                    broken = Some(e);
-                    break;
-                }
-                if r.is_err() {
-                    if let Err(e) = exec(&mut tx, name, "savepoint", "RELEASE SAVEPOINT rath_group").await {
-                        broken = Some(e);
-                        break;
-                    }
-                }
-                results.push(r.map(|reports| (reports, learned)));
-            }
-            let committed = match broken {
-                Some(e) => Err(e),
-                None => tx.commit().await.map_err(|e| backend(name, "commit", e)),
-            };
-            match committed {
-                Ok(()) => {
-                    for (j, r) in jobs.into_iter().zip(results) {
-                        let r = r.map(|(reports, learned)| {
-                            for (id, k) in learned {
-                                known.remember(&id, k);
-                            }
-                            reports
-                        });
+                        let r = write_in(pool, name, known, j.batch()).await;
                         let _ = j.done.send(r);
                     }
                 }
-                Err(e) => {
-                    for j in jobs {
-                        let _ = j.done.send(Err(whole(&e)));
-                    }
-                }
             }
+        }
+
+        /// The batches of `jobs` in one transaction, committed only if every one of them
+        /// succeeded (dropping the transaction rolls it back).
+        async fn group_all(
+            pool: &Pool,
+            name: &str,
+            jobs: &[Pending],
+            known: &KnownSessions,
+        ) -> Result<Vec<(Vec<WriteReport>, Learned)>, PersistError> {
+            let mut tx = begin(pool, name, $begin_write).await?;
+            exec(&mut tx, name, "lock", $write_lock).await?;
+            // The fences of batches guarding different keys are checked in one statement
+            // (each key's check is independent of the other batches' writes).
+            let fences: Vec<&rath_persist::Fence> = jobs.iter().filter_map(|j| j.fence.as_ref()).collect();
+            let mut keys = std::collections::HashSet::with_capacity(fences.len());
+            let checked = fences.len() > 1 && fences.iter().all(|f| keys.insert(f.key.as_str()));
+            if checked {
+                check_fences(&mut tx, name, &fences).await?;
+            }
+            let mut results = Vec::with_capacity(jobs.len());
+            for j in jobs {
+                let mut learned = Learned::new();
+                let reports = batch_in(&mut tx, name, known, &mut learned, &j.batch(), checked).await?;
+                results.push((reports, learned));
+            }
+            tx.commit().await.map_err(|e| backend(name, "commit", e))?;
+            Ok(results)
         }
 
         /// A batch of saves and appends goes to the group committer (when it runs); any

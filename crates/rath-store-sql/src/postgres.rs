@@ -32,6 +32,7 @@ mod imp {
         hash_out: "uuid_send(last_hash)",
         blob: "BYTEA",
         json_ids: "SELECT json_array_elements_text($1::json)",
+        fence_rows: "SELECT v.k, v.t FROM json_to_recordset($1::json) AS v(k text, t bigint)",
         kind: rath_persist::spans::StoreKind::Postgres,
     }
 }

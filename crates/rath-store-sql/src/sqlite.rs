@@ -31,6 +31,7 @@ mod imp {
         hash_out: "last_hash",
         blob: "BLOB",
         json_ids: "SELECT value FROM json_each($1)",
+        fence_rows: "SELECT json_extract(value, '$.k'), json_extract(value, '$.t') FROM json_each($1) WHERE true",
         kind: rath_persist::spans::StoreKind::Sqlite,
     }
 }

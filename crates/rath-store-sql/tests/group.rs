@@ -1,6 +1,6 @@
-//! Group commit: concurrent writes on one store handle share a transaction, each batch under
-//! a savepoint of its own. A batch that fails (a conflict, a fence) fails alone: the others
-//! commit, and nothing of the failed one is stored.
+//! Group commit: concurrent writes on one store handle share a transaction. A batch that
+//! fails (a conflict, a fence) fails alone: the batches are then done again one transaction
+//! each, so the others commit, and nothing of the failed one is stored.
 
 mod common;
 
@@ -60,6 +60,105 @@ async fn concurrent_batches_fail_alone(store: Arc<dyn SessionStore>) {
             assert_eq!(loaded.session.chunks(), grown[i].chunks(), "{name}");
         }
     }
+}
+
+/// Batches fenced on keys of their own (as runs' writes are): the group checks their fences
+/// in one statement, and a stale one still fails alone.
+async fn distinct_fences_fail_alone(store: Arc<dyn SessionStore>) {
+    let name = store.name();
+    let mut grown = Vec::new();
+    for i in 0..30u64 {
+        let s = Session::user_with(format!("run {i}"), Stamper::seeded(700 + i));
+        store.save(&s).await.expect("save");
+        if i % 4 == 0 {
+            store
+                .write(WriteBatch::new().fenced(Fence::new(format!("run-{name}-{i}"), 5)))
+                .await
+                .expect("raise the fence to 5");
+        }
+        grown.push(s.push(Chunk::assistant_text(format!("reply {i}"))));
+    }
+    let mut tasks = Vec::new();
+    for (i, s) in grown.iter().cloned().enumerate() {
+        let store = store.clone();
+        let key = format!("run-{name}-{i}");
+        tasks.push(tokio::spawn(async move {
+            let token = if i % 4 == 0 { 4 } else { 1 + i as u64 };
+            store
+                .write(
+                    WriteBatch::new()
+                        .with(Write::Append {
+                            session: &s,
+                            expected_len: 1,
+                        })
+                        .fenced(Fence::new(key, token)),
+                )
+                .await
+        }));
+    }
+    for (i, t) in tasks.into_iter().enumerate() {
+        let r = t.await.expect("task");
+        let stored = store.stored_len(grown[i].id()).await.expect("stored_len");
+        if i % 4 == 0 {
+            assert!(
+                matches!(
+                    r,
+                    Err(PersistError::Fenced {
+                        token: 4,
+                        current: 5,
+                        ..
+                    })
+                ),
+                "{name}: batch {i} should be fenced, got {r:?}"
+            );
+            assert_eq!(stored, Some(1), "{name}: batch {i} left nothing");
+        } else {
+            r.unwrap_or_else(|e| panic!("{name}: batch {i}: {e}"));
+            assert_eq!(stored, Some(2), "{name}: batch {i} committed");
+        }
+    }
+    // A token below the one a committed batch left (2, for session 1) is refused too.
+    let late = grown[1].push(Chunk::user("late"));
+    let r = store
+        .write(
+            WriteBatch::new()
+                .with(Write::Append {
+                    session: &late,
+                    expected_len: 2,
+                })
+                .fenced(Fence::new(format!("run-{name}-1"), 1)),
+        )
+        .await;
+    assert!(
+        matches!(
+            r,
+            Err(PersistError::Fenced {
+                token: 1,
+                current: 2,
+                ..
+            })
+        ),
+        "{name}: a late token: {r:?}"
+    );
+    assert_eq!(
+        store.stored_len(late.id()).await.expect("stored_len"),
+        Some(2)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distinct_fences_fail_alone_on_sqlite() {
+    let (_dir, store) = common::sqlite().await;
+    distinct_fences_fail_alone(Arc::new(store)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distinct_fences_fail_alone_on_postgres() {
+    let Some((schema, store)) = common::postgres("group_fences").await else {
+        return;
+    };
+    distinct_fences_fail_alone(Arc::new(store)).await;
+    schema.drop_now().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
