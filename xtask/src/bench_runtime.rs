@@ -240,8 +240,11 @@ async fn throughput(
 }
 
 /// Rows and logical bytes in the run store's tables and the session store after one run of
-/// `k` steps (on SQLite).
-async fn writes_after(dir: &Path, k: usize) -> Result<(i64, i64, u64, u64)> {
+/// `k` steps (on SQLite); and the session store's rows and bytes for the run's last step
+/// alone: its output session's chunks from the last model call on, appended to the rest
+/// stored in a store of its own (the run's own session rows depend on how the live writer's
+/// time-spaced appends fell).
+async fn writes_after(dir: &Path, k: usize) -> Result<((i64, i64, u64, u64), (u64, u64))> {
     let t = fresh_target("sqlite", dir, &format!("writes_{k}"))
         .await?
         .context("sqlite")?;
@@ -263,13 +266,38 @@ async fn writes_after(dir: &Path, k: usize) -> Result<(i64, i64, u64, u64)> {
         bytes += b;
     }
     let path = t.sessions.trim_start_matches("sqlite://");
-    let store = rath_store_sql::SqliteStore::open(path).await?;
-    let (mut srows, mut sbytes) = (0, 0);
+    let (srows, sbytes) = session_totals(&rath_store_sql::SqliteStore::open(path).await?).await?;
+    let last = out
+        .chunks()
+        .iter()
+        .rposition(|c| c.kind() == rath_session::ChunkKind::ModelCall)
+        .context("the run's last model call")?;
+    let probe = rath_store_sql::SqliteStore::open(dir.join(format!("step_{k}.db"))).await?;
+    probe.save(&out.with_chunks(out.slice(0..last)?)).await?;
+    let before = session_totals(&probe).await?;
+    probe
+        .write(
+            rath_persist::WriteBatch::new().with(rath_persist::Write::Append {
+                session: &out,
+                expected_len: last,
+            }),
+        )
+        .await?;
+    let after = session_totals(&probe).await?;
+    Ok((
+        (rows, bytes, srows, sbytes),
+        (after.0 - before.0, after.1 - before.1),
+    ))
+}
+
+/// Rows and bytes over a SQLite session store's tables.
+async fn session_totals(store: &rath_store_sql::SqliteStore) -> Result<(u64, u64)> {
+    let (mut rows, mut bytes) = (0, 0);
     for s in store.table_stats().await? {
-        srows += s.rows;
-        sbytes += s.bytes;
+        rows += s.rows;
+        bytes += s.bytes;
     }
-    Ok((rows, bytes, srows, sbytes))
+    Ok((rows, bytes))
 }
 
 /// Set to `<sqlite|postgres>:<runs in flight per worker>[:<drains>]` to measure only our
@@ -462,8 +490,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 const CONCURRENCY: [usize; 4] = [1, 16, 50, 100];
 
 /// Store writes after one run of K steps: (K, (run-store rows, run-store bytes, session
-/// rows, session bytes)).
-pub type Writes = (usize, (i64, i64, u64, u64));
+/// rows, session bytes), (session rows, session bytes) of its last step alone).
+pub type Writes = (usize, (i64, i64, u64, u64), (u64, u64));
 
 /// Everything one sitting of the runtime workload measured.
 #[derive(Debug)]
@@ -541,7 +569,8 @@ fn measure_with(quick: bool, repeats: usize) -> Result<RuntimeResults> {
         .collect::<Result<_>>()?;
     let mut writes = Vec::new();
     for k in [10usize, 11, 500, 501] {
-        writes.push((k, rt.block_on(writes_after(&dir, k))?));
+        let (totals, last) = rt.block_on(writes_after(&dir, k))?;
+        writes.push((k, totals, last));
     }
     Ok(RuntimeResults {
         quick,
@@ -601,26 +630,26 @@ fn throughput_miss(store: &str) -> String {
     }
 }
 
-const SQLITE_MISS: &str = "profiled (timers per claim over a drain, perf on the bench): all \
-    runs are in flight at once, so a drain is about one run's latency, and the session store \
-    bounded it (each live append and final persist a transaction of its own, queued in \
-    SQLite's busy handler): now group committed (a savepoint per batch) and the output's last \
-    version written once; what is left per run is the claim and its run read, the input \
-    session's load, two shared run-store commits per step and the final persist queued behind \
-    the session store's group transactions, on 2 cores where sqlx's SQLite worker threads' \
-    handoffs (futex wake-ups, context switches) are about half the CPU profile";
-const PG_MISS: &str = "profiled (perf over the whole machine, pg_stat_statements over one \
-    profile run, 2026-12-03): the cost is per statement, not per commit. 200 submissions and \
-    one drain of 1000 steps ran 9,853 statements, 8 to 10 a step: four event inserts a run \
-    (800), the session store's row reads (801), parents' FOR SHARE reads (798), segment \
-    inserts (601), fence upserts (401), row inserts and updates (601), then the claims and run \
-    reads. PostgreSQL's backends take 46% of the CPU samples (a quarter of it the loopback \
-    TCP send path, then planning and executor start-up per statement), our process 27%, idle \
-    24%: some 150-180 µs of CPU a statement, all in. Turning the live session writes off \
-    entirely made it slower (850 steps/s: the final persist then writes every chunk), so \
-    fewer commits are not the way. 20× (about 7,900 steps/s) leaves 0.25 ms of CPU a step on \
-    2 cores, under 2 such statements a step: set-based writes across the runs of a group \
-    (events, session rows and segments, one statement each), not statements per run";
+const SQLITE_MISS: &str = "profiled (timers per claim, perf and pg_stat_statements on the PostgreSQL twin, \
+    2026-12-03): all runs are in flight at once, so a drain is about one run's latency \
+    through the two stores' committers; events, finishes and claims are set-based, a load is \
+    one statement and grouped session writes take no savepoint and one fence statement a \
+    group, so what is left is per session write (its row and parents read, its segments and \
+    row written, one statement each) and the run store's transactions, each statement a \
+    handoff to one of sqlx's SQLite worker threads (futex wake-ups, context switches: about \
+    half the CPU profile on 2 cores); the next step is the session writes of a group \
+    set-based, one statement per kind";
+const PG_MISS: &str = "profiled (pg_stat_statements over one profile run, 2026-12-03): the cost is per \
+    statement, not per commit. 200 submissions and one drain of 1000 steps ran 5,441 \
+    statements (9,853 at the first profile): the run committer's events, finishes and claims \
+    are set-based, a session load is one statement, and the 601 session writes went in 5 \
+    group transactions with no savepoint each and one fence statement a group. What is left: \
+    per session write a row read (601), a parents read (395), segment inserts (601) and the \
+    row's insert or update (601), about 2,200; the run store's ~400 transactions (BEGIN and \
+    COMMIT each) and the submissions' ~1,000. At some 150-180 µs of CPU a statement on 2 \
+    cores (PostgreSQL's backends took 46% of the samples, a quarter of it the loopback TCP \
+    path), 20× leaves under 2 statements a step: the session writes of a group set-based \
+    (one statement per kind for the group), which is not built yet";
 
 /// One row per goal of issue 20's benchmarks (met, missed, or not measured), for the
 /// summary of `docs/benchmarks.md`.
@@ -677,20 +706,17 @@ pub(crate) fn goal_rows(r: &RuntimeResults) -> Vec<crate::bench::GoalRow> {
         .writes
         .chunks(2)
         .filter_map(|p| match p {
-            [(k, a), (_, b)] => Some((
-                k + 1,
-                b.0 - a.0 + (b.2 as i64 - a.2 as i64),
-                b.1 - a.1 + (b.3 as i64 - a.3 as i64),
-            )),
+            [(k, a, _), (_, b, step)] => {
+                Some((k + 1, b.0 - a.0 + step.0 as i64, b.1 - a.1 + step.1 as i64))
+            }
             _ => None,
         })
         .collect();
     let (measured, met) = match alone.as_slice() {
         [(k1, r1, b1), (k2, r2, b2)] => (
             format!("step {k1}: {r1} rows, {b1} B; step {k2}: {r2} rows, {b2} B"),
-            // A late step may write less than an early one: the session store's segments
-            // group what the live writer finds waiting, so the difference of two runs'
-            // totals varies by a segment either way. O(new chunks) is "not more".
+            // O(new chunks): a late step writes no more rows than an early one, and about
+            // as many bytes (its chunks' text is a few bytes longer).
             Some(r2 <= r1 && (*b2 as f64) <= (*b1 as f64) * 1.1),
         ),
         _ => ("not measured".to_owned(), None),
@@ -793,27 +819,30 @@ pub fn render(r: &RuntimeResults) -> String {
     let _ = writeln!(md, "\n### Store writes per step (SQLite)\n");
     let _ = writeln!(
         md,
-        "Totals after one run of K steps, and the step K+1 alone (a run of K+1 minus a run of K): \
-         run store rows and bytes (`rt_*` tables: journal, ledger, events, runs, leases; bytes are \
-         the text columns' lengths), session store rows and bytes (rath-store-sql's table stats).\n"
+        "Totals after one run of K steps, and the step K+1 alone: run store rows and bytes (`rt_*` \
+         tables: journal, ledger, events, runs, leases; bytes are the text columns' lengths), a run \
+         of K+1 minus a run of K; session store rows and bytes (rath-store-sql's table stats), for \
+         the step alone what appending the run's last step (its output session from the last model \
+         call on) to the rest, stored, adds (a run's own session rows depend on when the live \
+         writer's appends, at least 25 ms apart, fell).\n"
     );
     let _ = writeln!(
         md,
         "| steps | run-store rows | run-store bytes | session rows | session bytes |\n|---|---|---|---|---|"
     );
-    for (k, (rows, bytes, sr, sb)) in &r.writes {
+    for (k, (rows, bytes, sr, sb), _) in &r.writes {
         let _ = writeln!(md, "| {k} | {rows} | {bytes} | {sr} | {sb} |");
     }
     for pair in r.writes.chunks(2) {
-        if let [(k, a), (_, b)] = pair {
+        if let [(k, a, _), (_, b, step)] = pair {
             let _ = writeln!(
                 md,
                 "| step {} alone | {} | {} | {} | {} |",
                 k + 1,
                 b.0 - a.0,
                 b.1 - a.1,
-                b.2 as i64 - a.2 as i64,
-                b.3 as i64 - a.3 as i64
+                step.0,
+                step.1
             );
         }
     }
