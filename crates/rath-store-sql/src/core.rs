@@ -626,45 +626,19 @@ macro_rules! sql_store {
             Ok(report(s, written, false))
         }
 
-        async fn check_fence(tx: &mut Tx, name: &str, fence: &rath_persist::Fence) -> Result<(), PersistError> {
-            let token = i64::try_from(fence.token).map_err(|_| PersistError::Fenced {
-                store: name.to_owned(),
-                key: fence.key.clone(),
-                token: fence.token,
-                current: i64::MAX as u64,
-            })?;
-            let current: i64 = sqlx::query_scalar(
-                "INSERT INTO rath_meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE \
-                 SET value = CASE WHEN rath_meta.value < excluded.value THEN excluded.value \
-                 ELSE rath_meta.value END RETURNING value",
-            )
-            .bind(format!("fence:{}", fence.key))
-            .bind(token)
-            .fetch_one(&mut **tx)
-            .await
-            .map_err(|e| backend(name, "fence", e))?;
-            if current > token {
-                return Err(PersistError::Fenced {
-                    store: name.to_owned(),
-                    key: fence.key.clone(),
-                    token: fence.token,
-                    current: current as u64,
-                });
-            }
-            Ok(())
-        }
-
-        /// [`check_fence`] for fences of distinct keys in one statement; the first refused
-        /// one's error.
+        /// Checks `fences` (of distinct keys) in one statement: each key's newest token
+        /// becomes the larger of the stored one and the fence's, and a fence below the
+        /// stored one is refused (the first such one's error).
         async fn check_fences(tx: &mut Tx, name: &str, fences: &[&rath_persist::Fence]) -> Result<(), PersistError> {
+            let fenced = |f: &rath_persist::Fence, current: u64| PersistError::Fenced {
+                store: name.to_owned(),
+                key: f.key.clone(),
+                token: f.token,
+                current,
+            };
             let mut rows = Vec::with_capacity(fences.len());
             for f in fences {
-                let token = i64::try_from(f.token).map_err(|_| PersistError::Fenced {
-                    store: name.to_owned(),
-                    key: f.key.clone(),
-                    token: f.token,
-                    current: i64::MAX as u64,
-                })?;
+                let token = i64::try_from(f.token).map_err(|_| fenced(f, i64::MAX as u64))?;
                 rows.push(serde_json::json!({"k": format!("fence:{}", f.key), "t": token}));
             }
             let sql = format!(
@@ -683,12 +657,7 @@ macro_rules! sql_store {
             for f in fences {
                 let now = current.get(&format!("fence:{}", f.key)).copied().unwrap_or(i64::MAX);
                 if now as u64 > f.token {
-                    return Err(PersistError::Fenced {
-                        store: name.to_owned(),
-                        key: f.key.clone(),
-                        token: f.token,
-                        current: now as u64,
-                    });
+                    return Err(fenced(f, now as u64));
                 }
             }
             Ok(())
@@ -707,7 +676,7 @@ macro_rules! sql_store {
             if let Some(fence) = &batch.fence
                 && !fence_checked
             {
-                check_fence(tx, name, fence).await?;
+                check_fences(tx, name, &[fence]).await?;
             }
             let mut reports = Vec::with_capacity(batch.writes.len());
             for w in &batch.writes {
