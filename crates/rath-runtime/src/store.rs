@@ -214,6 +214,15 @@ macro_rules! push_event {
     }};
 }
 
+/// A subquery of the strings in the JSON array `$1` (a list of run ids).
+fn json_ids(pg: bool) -> &'static str {
+    if pg {
+        "SELECT json_array_elements_text($1::json)"
+    } else {
+        "SELECT value FROM json_each($1)"
+    }
+}
+
 const RUN_COLS: &str = "id, workflow, definition_hash, input_session, options, status, attempts, failures, resume_session, segment, output_session, detail, submitted_ms, not_before_ms, deadline_ms";
 
 fn run_from<R: Row>(r: &R) -> Result<Run, RuntimeError>
@@ -1396,12 +1405,16 @@ impl Committer {
             let mut current: std::collections::HashMap<String, i64> =
                 std::collections::HashMap::with_capacity(ids.len());
             if !ids.is_empty() {
-                let sql = if pg {
-                    "SELECT run_id, token FROM rt_leases WHERE run_id IN (SELECT json_array_elements_text($1::json)) ORDER BY run_id FOR UPDATE"
-                } else {
-                    "SELECT run_id, token FROM rt_leases WHERE run_id IN (SELECT value FROM json_each($1))"
-                };
-                let rows = sqlx::query(sql)
+                let sql = format!(
+                    "SELECT run_id, token FROM rt_leases WHERE run_id IN ({}){}",
+                    json_ids(pg),
+                    if pg {
+                        " ORDER BY run_id FOR UPDATE"
+                    } else {
+                        ""
+                    }
+                );
+                let rows = sqlx::query(&sql)
                     .bind(serde_json::to_string(&ids).map_err(|e| corrupt("run ids", e))?)
                     .fetch_all(&mut *tx)
                     .await?
@@ -1561,11 +1574,10 @@ impl Committer {
                          json_extract(value, '$.not_before') AS not_before FROM json_each($1)) AS v"
                     }
                 );
-                let release = if pg {
-                    "UPDATE rt_leases SET worker = NULL, expires_ms = 0 WHERE run_id IN (SELECT json_array_elements_text($1::json))"
-                } else {
-                    "UPDATE rt_leases SET worker = NULL, expires_ms = 0 WHERE run_id IN (SELECT value FROM json_each($1))"
-                };
+                let release = format!(
+                    "UPDATE rt_leases SET worker = NULL, expires_ms = 0 WHERE run_id IN ({})",
+                    json_ids(pg)
+                );
                 let size = if finishes_twice { 1 } else { finishes.len() };
                 for batch in finishes.chunks(size) {
                     let rows: Vec<&serde_json::Value> = batch.iter().map(|(_, f)| f).collect();
@@ -1575,7 +1587,7 @@ impl Committer {
                         .bind(now_ms())
                         .execute(&mut *tx)
                         .await?;
-                    sqlx::query(release)
+                    sqlx::query(&release)
                         .bind(serde_json::to_string(&ids).map_err(|e| corrupt("run ids", e))?)
                         .execute(&mut *tx)
                         .await?;
@@ -1610,10 +1622,10 @@ impl Committer {
                 // The i-th claim takes the i-th run found: one statement moves every lease
                 // on (a token one more than the last), one marks every run running and
                 // reads it back for its worker.
-                let mut takes: Vec<(usize, &str, &String)> = Vec::new();
+                let mut takes: Vec<(usize, &str, i64, &String)> = Vec::new();
                 for (&i, id) in claims.iter().zip(&found) {
-                    if let Op::Claim { worker, .. } = &jobs[i].op {
-                        takes.push((i, worker.as_str(), id));
+                    if let Op::Claim { worker, lease_ms } = &jobs[i].op {
+                        takes.push((i, worker.as_str(), *lease_ms, id));
                     }
                 }
                 for &i in &claims {
@@ -1622,11 +1634,7 @@ impl Committer {
                 if !takes.is_empty() {
                     let leases: Vec<serde_json::Value> = takes
                         .iter()
-                        .map(|&(i, worker, id)| {
-                            let lease_ms = match &jobs[i].op {
-                                Op::Claim { lease_ms, .. } => *lease_ms,
-                                _ => 0,
-                            };
+                        .map(|&(_, worker, lease_ms, id)| {
                             serde_json::json!({"id": id, "worker": worker, "expires": now + lease_ms})
                         })
                         .collect();
@@ -1647,15 +1655,11 @@ impl Committer {
                         .iter()
                         .map(|r| Ok((r.try_get::<String, _>(0)?, r.try_get::<i64, _>(1)?)))
                         .collect::<Result<_, sqlx::Error>>()?;
-                    let ids: Vec<&str> = takes.iter().map(|t| t.2.as_str()).collect();
+                    let ids: Vec<&str> = takes.iter().map(|t| t.3.as_str()).collect();
                     let sql = format!(
                         "UPDATE rt_runs SET status = 'running', attempts = attempts + 1, updated_ms = $2 \
-                         WHERE id IN (SELECT {}) RETURNING {RUN_COLS}",
-                        if pg {
-                            "json_array_elements_text($1::json)"
-                        } else {
-                            "value FROM json_each($1)"
-                        }
+                         WHERE id IN ({}) RETURNING {RUN_COLS}",
+                        json_ids(pg)
                     );
                     let mut runs: std::collections::HashMap<String, Run> =
                         std::collections::HashMap::new();
@@ -1668,7 +1672,7 @@ impl Committer {
                         let run = run_from(&r)?;
                         runs.insert(run.id.0.clone(), run);
                     }
-                    for (i, worker, id) in takes {
+                    for (i, worker, _, id) in takes {
                         let (Some(&token), Some(run)) = (tokens.get(id), runs.remove(id)) else {
                             continue;
                         };
