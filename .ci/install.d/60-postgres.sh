@@ -6,6 +6,9 @@
 # `set -euo pipefail`; on failure the variable stays unset and, under RATH_CI=1, the
 # PostgreSQL tests fail (they may not skip).
 
+# shellcheck source=../lib/pg-start.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/pg-start.sh"
+
 rath_postgres_setup() {
   local url="postgresql://root:rath@127.0.0.1:5432/test"
   if ! command -v pg_ctlcluster >/dev/null 2>&1; then
@@ -20,9 +23,7 @@ rath_postgres_setup() {
   if ! pg_lsclusters -h 2>/dev/null | awk '$1 == "15" && $2 == "main"' | grep -q .; then
     pg_createcluster 15 main >/dev/null 2>&1 || true
   fi
-  if ! pg_lsclusters -h 2>/dev/null | awk '$1 == "15" && $2 == "main" && $4 == "online"' | grep -q .; then
-    pg_ctlcluster 15 main start || return 1
-  fi
+  rath_pg_start 15 main 5432 || return 1
   local i
   for i in $(seq 1 30); do
     su postgres -c "psql -qAtc 'select 1'" >/dev/null 2>&1 && break

@@ -15,6 +15,9 @@
 # .ci/run with `set -euo pipefail`; on failure the variables stay unset and, under
 # RATH_CI=1, the fault tests fail (they may not skip).
 
+# shellcheck source=../lib/pg-start.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/pg-start.sh"
+
 rath_postgres_faults_setup() {
   local version=15 cluster=rathfaults port=5444
   local small=/var/lib/postgresql/rath_small
@@ -35,10 +38,7 @@ rath_postgres_faults_setup() {
   fi
   chown postgres:postgres "$small"
   chmod 0700 "$small"
-  if ! pg_lsclusters -h 2>/dev/null |
-    awk -v c="$cluster" '$1 == "15" && $2 == c && $4 == "online"' | grep -q .; then
-    pg_ctlcluster "$version" "$cluster" start || return 1
-  fi
+  rath_pg_start "$version" "$cluster" "$port" || return 1
   local i psql="psql -p $port -qAt"
   for i in $(seq 1 30); do
     su postgres -c "$psql -c 'select 1'" >/dev/null 2>&1 && break
