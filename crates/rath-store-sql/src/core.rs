@@ -198,10 +198,8 @@ macro_rules! sql_store {
             );
             let sql = if same.is_some() {
                 format!(
-                    "{parents} UNION ALL SELECT key, len, digest, id, 1 FROM (SELECT key, len, \
-                     digest, id FROM rath_sessions WHERE saved_digest = $2 AND digest = $2 \
-                     AND len = $3 LIMIT 1{}) q",
-                    $for_share
+                    "{parents} UNION ALL SELECT key, len, digest, id, 1 FROM ({}) q",
+                    same_chunks_sql("$2", "$3")
                 )
             } else {
                 parents
@@ -357,17 +355,23 @@ macro_rules! sql_store {
             digest: &[u8],
             len: usize,
         ) -> Result<Option<i64>, PersistError> {
-            let sql = format!(
-                "SELECT key FROM rath_sessions WHERE saved_digest = $1 AND digest = $1 \
-                 AND len = $2 LIMIT 1{}",
-                $for_share
-            );
-            sqlx::query_scalar(&sql)
+            sqlx::query_scalar(&same_chunks_sql("$1", "$2"))
                 .bind(digest)
                 .bind(len as i64)
                 .fetch_optional(&mut **tx)
                 .await
                 .map_err(|e| backend(name, "read", e))
+        }
+
+        /// The query of [`same_chunks`] (`key` first, then `len`, `digest`, `id`), its
+        /// digest and length the parameters `digest` and `len`; [`stored_parents`] runs it
+        /// inside its own query.
+        fn same_chunks_sql(digest: &str, len: &str) -> String {
+            format!(
+                "SELECT key, len, digest, id FROM rath_sessions WHERE saved_digest = {digest} \
+                 AND digest = {digest} AND len = {len} LIMIT 1{}",
+                $for_share
+            )
         }
 
         enum Times {
@@ -636,10 +640,11 @@ macro_rules! sql_store {
                 token: f.token,
                 current,
             };
+            let keys: Vec<String> = fences.iter().map(|f| format!("fence:{}", f.key)).collect();
             let mut rows = Vec::with_capacity(fences.len());
-            for f in fences {
+            for (f, k) in fences.iter().zip(&keys) {
                 let token = i64::try_from(f.token).map_err(|_| fenced(f, i64::MAX as u64))?;
-                rows.push(serde_json::json!({"k": format!("fence:{}", f.key), "t": token}));
+                rows.push(serde_json::json!({"k": k, "t": token}));
             }
             let sql = format!(
                 "INSERT INTO rath_meta (key, value) {} ON CONFLICT (key) DO UPDATE \
@@ -654,8 +659,8 @@ macro_rules! sql_store {
                 .map_err(|e| backend(name, "fence", e))?
                 .into_iter()
                 .collect();
-            for f in fences {
-                let now = current.get(&format!("fence:{}", f.key)).copied().unwrap_or(i64::MAX);
+            for (f, k) in fences.iter().zip(&keys) {
+                let now = current.get(k).copied().unwrap_or(i64::MAX);
                 if now as u64 > f.token {
                     return Err(fenced(f, now as u64));
                 }
