@@ -119,6 +119,17 @@ pub(crate) fn encode_state(
     })
 }
 
+/// Lowercase hex of `bytes` (how the set-based group writes pass binary values in JSON).
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)] as char);
+        out.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    out
+}
+
 /// Chunks per segment row at most (a save of more writes several).
 pub(crate) const SEGMENT_CHUNKS: usize = 1024;
 

@@ -21,6 +21,7 @@ macro_rules! sql_store {
         blob: $blob:expr,
         json_ids: $json_ids:expr,
         fence_rows: $fence_rows:expr,
+        pg: $pg:expr,
         kind: $kind:expr $(,)?
     ) => {
         use std::path::PathBuf;
@@ -35,8 +36,8 @@ macro_rules! sql_store {
         use rath_persist::spans;
 
         use crate::codec::{
-            EncodedChunk, SEGMENT_CHUNKS, decode_segment, empty_digest, encode_from, encode_one,
-            encode_segment, encode_state, prefix_digests,
+            EncodedChunk, EncodedState, SEGMENT_CHUNKS, decode_segment, empty_digest, encode_from,
+            encode_one, encode_segment, encode_state, hex, prefix_digests,
         };
         use crate::known::{Known, KnownSessions};
         use crate::schema::SCHEMA_VERSION;
@@ -810,7 +811,13 @@ macro_rules! sql_store {
         /// failing one then fails by itself and the others commit, as if each had been done
         /// after the one before.
         async fn group_in(pool: &Pool, name: &str, known: &KnownSessions, jobs: Vec<Pending>) {
-            match group_all(pool, name, &jobs, known).await {
+            group_in_with(pool, name, known, jobs, true).await;
+        }
+
+        /// [`group_in`]; `set_path: false` does every batch one after another in the group's
+        /// transaction (what the set path must come out the same as; tests compare them).
+        async fn group_in_with(pool: &Pool, name: &str, known: &KnownSessions, jobs: Vec<Pending>, set_path: bool) {
+            match group_all(pool, name, &jobs, known, set_path).await {
                 Ok(results) => {
                     for (j, (reports, learned)) in jobs.into_iter().zip(results) {
                         for (id, k) in learned {
@@ -835,6 +842,7 @@ macro_rules! sql_store {
             name: &str,
             jobs: &[Pending],
             known: &KnownSessions,
+            set_path: bool,
         ) -> Result<Vec<(Vec<WriteReport>, Learned)>, PersistError> {
             let mut tx = begin(pool, name, $begin_write).await?;
             exec(&mut tx, name, "lock", $write_lock).await?;
@@ -847,13 +855,672 @@ macro_rules! sql_store {
                 check_fences(&mut tx, name, &fences).await?;
             }
             let mut results = Vec::with_capacity(jobs.len());
-            for j in jobs {
+            let mut i = 0;
+            while i < jobs.len() {
+                // The one-write batches (a save or an append) of distinct sessions from here
+                // go the set path, as many as it can do; a batch it leaves is done on its own.
+                let mut end = i;
+                let mut seen = std::collections::HashSet::new();
+                while end < jobs.len()
+                    && set_write(&jobs[end]).is_some_and(|(s, _)| seen.insert(s.id().as_str()))
+                {
+                    end += 1;
+                }
+                if set_path && end - i >= 2 {
+                    let done = group_set(&mut tx, name, known, &jobs[i..end], checked).await?;
+                    if !done.is_empty() {
+                        i += done.len();
+                        results.extend(done);
+                        continue;
+                    }
+                }
                 let mut learned = Learned::new();
-                let reports = batch_in(&mut tx, name, known, &mut learned, &j.batch(), checked).await?;
+                let reports = batch_in(&mut tx, name, known, &mut learned, &jobs[i].batch(), checked).await?;
                 results.push((reports, learned));
+                i += 1;
             }
             tx.commit().await.map_err(|e| backend(name, "commit", e))?;
             Ok(results)
+        }
+
+        /// The one write of a batch the set path of a group can do: a save (`None`) or an
+        /// append (the length the session's row must have; 0: the row must not exist yet).
+        fn set_write(j: &Pending) -> Option<(&Session, Option<usize>)> {
+            match j.writes.as_slice() {
+                [OwnedWrite::Append(s, n)] => Some((s, Some(*n))),
+                [OwnedWrite::Save(s)] => Some((s, None)),
+                _ => None,
+            }
+        }
+
+        /// The rows source `v` of a JSON array of objects bound as `$1`, with `cols` (name,
+        /// PostgreSQL type) as its columns.
+        fn json_rows(cols: &[(&str, &str)]) -> String {
+            if $pg {
+                let defs: Vec<String> = cols.iter().map(|(n, t)| format!("{n} {t}")).collect();
+                format!("json_to_recordset($1::json) AS v({})", defs.join(", "))
+            } else {
+                let picks: Vec<String> = cols
+                    .iter()
+                    .map(|(n, _)| format!("json_extract(value, '$.{n}') AS {n}"))
+                    .collect();
+                format!("(SELECT {} FROM json_each($1)) AS v", picks.join(", "))
+            }
+        }
+
+        /// SQL turning the hex text `e` into bytes.
+        fn unhex(e: &str) -> String {
+            if $pg {
+                format!("decode({e}, 'hex')")
+            } else {
+                format!("unhex({e})")
+            }
+        }
+
+        /// SQL turning the hex text `e` into a stored chunk address.
+        fn hash_hex(e: &str) -> String {
+            if $pg {
+                format!("{e}::uuid")
+            } else {
+                format!("unhex({e})")
+            }
+        }
+
+        fn json_list<T: serde::Serialize>(name: &str, v: &T) -> Result<String, PersistError> {
+            serde_json::to_string(v).map_err(|e| PersistError::Backend {
+                store: name.to_owned(),
+                op: "write",
+                message: e.to_string(),
+                source: None,
+            })
+        }
+
+        /// A new session's row, as the set path plans it.
+        struct NewRow {
+            job: usize,
+            base: Option<(i64, usize)>,
+            graft: Option<(i64, usize)>,
+            digest: Vec<u8>,
+            last_hash: Option<Vec<u8>>,
+            state: EncodedState,
+            created_us: i64,
+            own: Vec<EncodedChunk>,
+        }
+
+        /// An append to a stored row, as the set path plans it.
+        struct AppendRow {
+            job: usize,
+            key: i64,
+            digest: Vec<u8>,
+            last_hash: Option<Vec<u8>>,
+            state: EncodedState,
+            own: Vec<EncodedChunk>,
+        }
+
+        /// What planning a new session needs before it reads the store: the session it
+        /// remembers as a base, the chunks to encode (after that base, or all), their
+        /// prefix digests and the session's digest.
+        struct Fresh {
+            remembered: Option<(String, Known)>,
+            chunks: Vec<EncodedChunk>,
+            digests: Vec<Vec<u8>>,
+            digest: Vec<u8>,
+        }
+
+        /// The set path of a group: from the start of `jobs` (each one save or append, see
+        /// [`set_write`], of sessions all distinct), as many jobs as come out exactly as
+        /// they would one after another ([`save_new`], [`append`]), done with a few
+        /// statements for all of them: one read of their rows, one of their parents and
+        /// remembered bases, one of the sessions that may already hold their chunks, one
+        /// insert of the new rows, one of the segments, one update of the appended rows.
+        /// A job stops the prefix when it reads what an earlier one of it writes (its
+        /// parent, its remembered base, a session with its very chunks) or needs a read
+        /// this path does not make (a parent's chunks, several sessions with its chunks, a
+        /// remembered base whose row changed); the caller does it one by one. Returns the
+        /// prefix's results (none: the first job stops it). An error is a job's that would
+        /// fail one by one too (a conflict, a fence, a row inserted meanwhile): the
+        /// caller's group then fails and is done again batch by batch.
+        async fn group_set(
+            tx: &mut Tx,
+            name: &str,
+            known: &KnownSessions,
+            jobs: &[Pending],
+            fences_checked: bool,
+        ) -> Result<Vec<(Vec<WriteReport>, Learned)>, PersistError> {
+            let writes: Vec<(&Session, Option<usize>)> = jobs.iter().filter_map(set_write).collect();
+            if writes.len() != jobs.len() {
+                return Ok(Vec::new());
+            }
+            let get = |e: sqlx::Error| backend(name, "read", e);
+            // Their rows, locked in key order.
+            let ids: Vec<&str> = writes.iter().map(|(s, _)| s.id().as_str()).collect();
+            let sql = format!(
+                "SELECT id, key, len, digest, {} AS last_hash, content, created_us FROM rath_sessions \
+                 WHERE id IN ({}) ORDER BY key{}",
+                $hash_out, $json_ids, $for_update
+            );
+            let mut rows: std::collections::HashMap<String, Stored> = std::collections::HashMap::new();
+            for row in sqlx::query(&sql)
+                .bind(json_list(name, &ids)?)
+                .fetch_all(&mut **tx)
+                .await
+                .map_err(get)?
+            {
+                rows.insert(
+                    row.try_get("id").map_err(get)?,
+                    Stored {
+                        key: row.try_get("key").map_err(get)?,
+                        len: row.try_get::<i64, _>("len").map_err(get)? as usize,
+                        digest: row.try_get("digest").map_err(get)?,
+                        last_hash: row.try_get("last_hash").map_err(get)?,
+                        content: row.try_get("content").map_err(get)?,
+                        created_us: row.try_get("created_us").map_err(get)?,
+                    },
+                );
+            }
+            // The new sessions' chunks, and what their planning reads.
+            let mut fresh: Vec<Option<Fresh>> = Vec::with_capacity(writes.len());
+            let mut look: Vec<String> = Vec::new();
+            let mut digests_wanted: Vec<String> = Vec::new();
+            for (s, n) in &writes {
+                let stored = rows.contains_key(s.id().as_str());
+                if matches!(n, Some(n) if *n != 0 || stored) {
+                    fresh.push(None);
+                    continue;
+                }
+                let remembered = known.named_base_of(s);
+                let (chunks, digests) = match &remembered {
+                    Some((_, k)) => {
+                        let own = encode_from(s, k.chunks.len())?;
+                        let d = prefix_digests(k.digest.clone(), &own);
+                        (own, d)
+                    }
+                    None => {
+                        let all = encode_from(s, 0)?;
+                        let d = prefix_digests(empty_digest(), &all);
+                        (all, d)
+                    }
+                };
+                let digest = digests.last().cloned().unwrap_or_else(empty_digest);
+                if stored {
+                    // A save of a stored session: a no-op when it is the very same one.
+                    fresh.push(Some(Fresh {
+                        remembered,
+                        chunks,
+                        digests,
+                        digest,
+                    }));
+                    continue;
+                }
+                look.extend(s.lineage().parents.iter().map(|p| p.to_string()));
+                if let Some((id, _)) = &remembered {
+                    look.push(id.clone());
+                }
+                if !chunks.is_empty() {
+                    digests_wanted.push(hex(&digest));
+                }
+                fresh.push(Some(Fresh {
+                    remembered,
+                    chunks,
+                    digests,
+                    digest,
+                }));
+            }
+            let mut found: std::collections::HashMap<String, (i64, usize, Vec<u8>)> =
+                std::collections::HashMap::new();
+            if !look.is_empty() {
+                let sql = format!(
+                    "SELECT key, len, digest, id FROM rath_sessions WHERE id IN ({}){}",
+                    $json_ids, $for_share
+                );
+                for row in sqlx::query(&sql)
+                    .bind(json_list(name, &look)?)
+                    .fetch_all(&mut **tx)
+                    .await
+                    .map_err(get)?
+                {
+                    found.insert(
+                        row.try_get("id").map_err(get)?,
+                        (
+                            row.try_get("key").map_err(get)?,
+                            row.try_get::<i64, _>("len").map_err(get)? as usize,
+                            row.try_get("digest").map_err(get)?,
+                        ),
+                    );
+                }
+            }
+            // Sessions saved with one of the wanted digests: `(key, len, digest, saved)`.
+            let mut holders: Vec<(i64, usize, Vec<u8>, Vec<u8>)> = Vec::new();
+            if !digests_wanted.is_empty() {
+                let list = if $pg {
+                    "SELECT decode(json_array_elements_text($1::json), 'hex')"
+                } else {
+                    "SELECT unhex(value) FROM json_each($1)"
+                };
+                let sql = format!(
+                    "SELECT key, len, digest, saved_digest FROM rath_sessions WHERE saved_digest IN ({list}){}",
+                    $for_share
+                );
+                for row in sqlx::query(&sql)
+                    .bind(json_list(name, &digests_wanted)?)
+                    .fetch_all(&mut **tx)
+                    .await
+                    .map_err(get)?
+                {
+                    holders.push((
+                        row.try_get("key").map_err(get)?,
+                        row.try_get::<i64, _>("len").map_err(get)? as usize,
+                        row.try_get("digest").map_err(get)?,
+                        row.try_get("saved_digest").map_err(get)?,
+                    ));
+                }
+            }
+            // Plan each job in order, as `append` and `save_new` would.
+            let mut written: std::collections::HashSet<&str> = std::collections::HashSet::new();
+            // (digest, len) of every row a planned job writes, before and after.
+            let mut made: Vec<(Vec<u8>, usize)> = Vec::new();
+            let mut news: Vec<NewRow> = Vec::new();
+            let mut appends: Vec<AppendRow> = Vec::new();
+            // Saves of sessions stored already, the very same: (job, key, digest).
+            let mut same_again: Vec<(usize, i64, Vec<u8>)> = Vec::new();
+            let mut done = 0;
+            for (i, ((s, expected), f)) in writes.iter().zip(fresh).enumerate() {
+                let id = s.id().as_str();
+                if let (Some(row), None, Some(f)) = (rows.get(id), expected, &f) {
+                    // As `save_new` finds a stored row: the same session is a no-op.
+                    let epoch = Timestamp::from_unix_micros(0);
+                    if encode_state(s, epoch, None, &f.digest)?.content != row.content {
+                        return Err(exists(name, s.id()));
+                    }
+                    same_again.push((i, row.key, row.digest.clone()));
+                    done = i + 1;
+                    continue;
+                }
+                if let (Some(row), Some(expected)) = (rows.get(id), expected) {
+                    if row.len != *expected {
+                        return Err(PersistError::Conflict {
+                            store: name.to_owned(),
+                            id: id.to_owned(),
+                            expected: *expected,
+                            found: Some(row.len),
+                        });
+                    }
+                    let continues = s.len() >= *expected
+                        && (*expected == 0
+                            || s.chunks()
+                                .get(*expected - 1)
+                                .map(encode_one)
+                                .transpose()?
+                                .map(|c| c.hash)
+                                == row.last_hash);
+                    if !continues {
+                        return Err(PersistError::NotAContinuation {
+                            path: PathBuf::from(format!("{name}#{id}")),
+                            message: format!(
+                                "session {id} does not continue the {expected} chunks stored"
+                            ),
+                        });
+                    }
+                    let own = encode_from(s, *expected)?;
+                    let digest = prefix_digests(row.digest.clone(), &own).pop().unwrap_or_else(empty_digest);
+                    let created = Timestamp::from_unix_micros(row.created_us);
+                    let state = encode_state(s, created, Some(s.stamper().now()), &digest)?;
+                    let last_hash = own.last().map(|c| c.hash.clone()).or_else(|| row.last_hash.clone());
+                    made.push((row.digest.clone(), row.len));
+                    made.push((digest.clone(), s.len()));
+                    appends.push(AppendRow {
+                        job: i,
+                        key: row.key,
+                        digest,
+                        last_hash,
+                        state,
+                        own,
+                    });
+                } else {
+                    let Some(f) = f else {
+                        return Err(PersistError::Conflict {
+                            store: name.to_owned(),
+                            id: id.to_owned(),
+                            expected: expected.unwrap_or(0),
+                            found: None,
+                        });
+                    };
+                    let parents = &s.lineage().parents;
+                    if parents.iter().any(|p| written.contains(p.as_str()))
+                        || f.remembered.as_ref().is_some_and(|(r, _)| written.contains(r.as_str()))
+                        || made.iter().any(|(d, l)| *l == s.len() && *d == f.digest)
+                    {
+                        break;
+                    }
+                    // The one stored session holding exactly these chunks, if asked.
+                    let same = if f.chunks.is_empty() {
+                        None
+                    } else {
+                        let mut m = holders.iter().filter(|(_, len, d, saved)| {
+                            *len == s.len() && *d == f.digest && *saved == f.digest
+                        });
+                        let first = m.next().map(|h| h.0);
+                        if m.next().is_some() {
+                            break;
+                        }
+                        first
+                    };
+                    let stored_parents: Vec<(i64, usize, Vec<u8>)> =
+                        parents.iter().filter_map(|p| found.get(p.as_str()).cloned()).collect();
+                    let (base, own) = match &f.remembered {
+                        Some((r, k)) => {
+                            let unchanged = found.get(r).is_some_and(|(key, len, d)| {
+                                *key == k.key && *len == k.chunks.len() && *d == k.digest
+                            });
+                            if !unchanged {
+                                break;
+                            }
+                            match same {
+                                Some(key) => (Some((key, s.len())), Vec::new()),
+                                None => (Some((k.key, k.chunks.len())), f.chunks),
+                            }
+                        }
+                        None => {
+                            let n = s.len();
+                            let mut best: Option<(i64, usize)> = None;
+                            for &(key, len, ref digest) in &stored_parents {
+                                if len > 0
+                                    && len < f.digests.len()
+                                    && f.digests[len] == *digest
+                                    && best.is_none_or(|(_, l)| len > l)
+                                {
+                                    best = Some((key, len));
+                                }
+                            }
+                            if n > 0 && best.is_none_or(|(_, l)| l < n) {
+                                if let Some(key) = same {
+                                    best = Some((key, n));
+                                }
+                            }
+                            if best.is_none() && !stored_parents.is_empty() {
+                                // A parent's chunks would be read (a partly shared base).
+                                break;
+                            }
+                            let mut chunks = f.chunks;
+                            let own = chunks.split_off(best.map_or(0, |(_, l)| l));
+                            (best, own)
+                        }
+                    };
+                    let graft = if own.is_empty() || parents.len() < 2 {
+                        None
+                    } else {
+                        let want = prefix_digests(empty_digest(), &own).pop().unwrap_or_else(empty_digest);
+                        stored_parents
+                            .iter()
+                            .find(|(key, len, d)| {
+                                Some(*key) != base.map(|(k, _)| k) && *len == own.len() && *d == want
+                            })
+                            .map(|(k, l, _)| (*k, *l))
+                    };
+                    let own = if graft.is_some() { Vec::new() } else { own };
+                    let created = s.stamper().now();
+                    let closed = Some(s.stamper().now());
+                    let state = encode_state(s, created, closed, &f.digest)?;
+                    let last_hash = match own.last() {
+                        Some(c) => Some(c.hash.clone()),
+                        None => match s.chunks().last() {
+                            Some(c) => Some(encode_one(c)?.hash),
+                            None => None,
+                        },
+                    };
+                    made.push((f.digest.clone(), s.len()));
+                    news.push(NewRow {
+                        job: i,
+                        base,
+                        graft,
+                        digest: f.digest,
+                        last_hash,
+                        state,
+                        created_us: created.unix_micros(),
+                        own,
+                    });
+                }
+                written.insert(id);
+                done = i + 1;
+            }
+            if done == 0 {
+                return Ok(Vec::new());
+            }
+            #[cfg(test)]
+            SET_DONE.fetch_add(done, std::sync::atomic::Ordering::Relaxed);
+            if !fences_checked {
+                for j in &jobs[..done] {
+                    if let Some(fence) = &j.fence {
+                        check_fences(tx, name, &[fence]).await?;
+                    }
+                }
+            }
+            let put = |e: sqlx::Error| backend(name, "write session", e);
+            // The new rows, in job order (so their keys are the ones one by one gives).
+            let mut keys: Vec<i64> = Vec::with_capacity(news.len());
+            if !news.is_empty() {
+                let rows: Vec<serde_json::Value> = news
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| {
+                        let s = writes[r.job].0;
+                        serde_json::json!({
+                            "i": i, "id": s.id().as_str(),
+                            "base_key": r.base.map(|(k, _)| k), "base_len": r.base.map_or(0, |(_, l)| l),
+                            "len": s.len(), "digest": hex(&r.digest),
+                            "last_hash": r.last_hash.as_deref().map(hex), "content": hex(&r.state.content),
+                            "created_us": r.created_us, "header": r.state.header,
+                            "trailer": r.state.trailer, "failure": r.state.failure,
+                            "conversation": r.state.conversation, "evidence": r.state.evidence,
+                            "graft_key": r.graft.map(|(k, _)| k), "graft_len": r.graft.map_or(0, |(_, l)| l),
+                        })
+                    })
+                    .collect();
+                let sql = format!(
+                    "INSERT INTO rath_sessions (id, base_key, base_len, len, digest, saved_digest, \
+                     last_hash, content, created_us, header, trailer, failure, conversation, \
+                     evidence, graft_key, graft_len) SELECT v.id, v.base_key, v.base_len, v.len, {d}, {d}, \
+                     {h}, {c}, v.created_us, v.header, v.trailer, v.failure, v.conversation, \
+                     v.evidence, v.graft_key, v.graft_len FROM {rows} ORDER BY v.i RETURNING id, key",
+                    d = unhex("v.digest"),
+                    h = hash_hex("v.last_hash"),
+                    c = unhex("v.content"),
+                    rows = json_rows(&[
+                        ("i", "bigint"), ("id", "text"), ("base_key", "bigint"), ("base_len", "bigint"),
+                        ("len", "bigint"), ("digest", "text"), ("last_hash", "text"), ("content", "text"),
+                        ("created_us", "bigint"), ("header", "text"), ("trailer", "text"),
+                        ("failure", "text"), ("conversation", "bigint"), ("evidence", "bigint"),
+                        ("graft_key", "bigint"), ("graft_len", "bigint"),
+                    ]),
+                );
+                let mut by_id: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+                for row in sqlx::query(&sql)
+                    .bind(serde_json::Value::Array(rows).to_string())
+                    .fetch_all(&mut **tx)
+                    .await
+                    .map_err(put)?
+                {
+                    by_id.insert(row.try_get("id").map_err(put)?, row.try_get("key").map_err(put)?);
+                }
+                for r in &news {
+                    let id = writes[r.job].0.id().as_str();
+                    keys.push(*by_id.get(id).ok_or_else(|| PersistError::Backend {
+                        store: name.to_owned(),
+                        op: "write session",
+                        message: format!("the insert of session {id} returned no row"),
+                        source: None,
+                    })?);
+                }
+            }
+            // Every segment of the new and appended rows, in one statement.
+            let mut segments: Vec<serde_json::Value> = Vec::new();
+            let mut add = |key: i64, from: usize, own: &[EncodedChunk]| {
+                for (n, part) in own.chunks(SEGMENT_CHUNKS).enumerate() {
+                    segments.push(serde_json::json!({
+                        "session_key": key, "pos": from + n * SEGMENT_CHUNKS,
+                        "n": part.len(), "docs": hex(&encode_segment(part)),
+                    }));
+                }
+            };
+            for (r, key) in news.iter().zip(&keys) {
+                let from = r.base.map_or(0, |(_, l)| l) + r.graft.map_or(0, |(_, l)| l);
+                add(*key, from, &r.own);
+            }
+            for a in &appends {
+                add(a.key, writes[a.job].1.unwrap_or(0), &a.own);
+            }
+            if !segments.is_empty() {
+                let sql = format!(
+                    "INSERT INTO rath_segments (session_key, pos, n, docs) \
+                     SELECT v.session_key, v.pos, v.n, {} FROM {}",
+                    unhex("v.docs"),
+                    json_rows(&[("session_key", "bigint"), ("pos", "bigint"), ("n", "int"), ("docs", "text")])
+                );
+                sqlx::query(&sql)
+                    .bind(serde_json::Value::Array(segments).to_string())
+                    .execute(&mut **tx)
+                    .await
+                    .map_err(|e| backend(name, "write chunks", e))?;
+            }
+            if !appends.is_empty() {
+                let rows: Vec<serde_json::Value> = appends
+                    .iter()
+                    .map(|a| {
+                        serde_json::json!({
+                            "key": a.key, "len": writes[a.job].0.len(), "digest": hex(&a.digest),
+                            "last_hash": a.last_hash.as_deref().map(hex), "content": hex(&a.state.content),
+                            "header": a.state.header, "trailer": a.state.trailer,
+                            "failure": a.state.failure, "conversation": a.state.conversation,
+                            "evidence": a.state.evidence,
+                        })
+                    })
+                    .collect();
+                let sql = format!(
+                    "UPDATE rath_sessions AS r SET len = v.len, digest = {}, last_hash = {}, \
+                     content = {}, header = v.header, trailer = v.trailer, failure = v.failure, \
+                     conversation = v.conversation, evidence = v.evidence FROM {} WHERE r.key = v.key",
+                    unhex("v.digest"),
+                    hash_hex("v.last_hash"),
+                    unhex("v.content"),
+                    json_rows(&[
+                        ("key", "bigint"), ("len", "bigint"), ("digest", "text"), ("last_hash", "text"),
+                        ("content", "text"), ("header", "text"), ("trailer", "text"), ("failure", "text"),
+                        ("conversation", "bigint"), ("evidence", "bigint"),
+                    ])
+                );
+                sqlx::query(&sql)
+                    .bind(serde_json::Value::Array(rows).to_string())
+                    .execute(&mut **tx)
+                    .await
+                    .map_err(put)?;
+            }
+            // Each job's report and what it taught, in job order.
+            let mut out: Vec<Option<(Vec<WriteReport>, Learned)>> = (0..done).map(|_| None).collect();
+            for (r, key) in news.iter().zip(&keys) {
+                let s = writes[r.job].0;
+                let known = Known { key: *key, digest: r.digest.clone(), chunks: s.chunks().clone() };
+                out[r.job] = Some((vec![report(s, r.own.len(), false)], vec![(s.id().to_string(), known)]));
+            }
+            for a in &appends {
+                let s = writes[a.job].0;
+                let known = Known { key: a.key, digest: a.digest.clone(), chunks: s.chunks().clone() };
+                out[a.job] = Some((vec![report(s, a.own.len(), false)], vec![(s.id().to_string(), known)]));
+            }
+            for (job, key, digest) in same_again {
+                let s = writes[job].0;
+                let known = Known { key, digest, chunks: s.chunks().clone() };
+                out[job] = Some((vec![report(s, 0, true)], vec![(s.id().to_string(), known)]));
+            }
+            Ok(out.into_iter().flatten().collect())
+        }
+
+        /// Batches the set path did (for the tests that check it ran).
+        #[cfg(test)]
+        pub(crate) static SET_DONE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+        /// Does `batches` as one group, in order, with or without the set path: what the
+        /// group committer does with the batches it finds waiting.
+        #[cfg(test)]
+        pub(crate) async fn group_now(
+            pool: &Pool,
+            name: &str,
+            known: &KnownSessions,
+            batches: &[WriteBatch<'_>],
+            set_path: bool,
+        ) -> Vec<Result<Vec<WriteReport>, PersistError>> {
+            let mut jobs = Vec::new();
+            let mut answers = Vec::new();
+            for b in batches {
+                let mut writes = Vec::new();
+                for w in &b.writes {
+                    match *w {
+                        Write::Save(s) => writes.push(OwnedWrite::Save(s.clone())),
+                        Write::Append { session, expected_len } => {
+                            writes.push(OwnedWrite::Append(session.clone(), expected_len));
+                        }
+                        _ => {}
+                    }
+                }
+                let (done, answer) = tokio::sync::oneshot::channel();
+                jobs.push(Pending { writes, fence: b.fence.clone(), done });
+                answers.push(answer);
+            }
+            group_in_with(pool, name, known, jobs, set_path).await;
+            let mut out = Vec::new();
+            for a in answers {
+                out.push(a.await.unwrap_or_else(|_| {
+                    Err(PersistError::Unsupported { store: name.to_owned(), what: "an unanswered batch" })
+                }));
+            }
+            out
+        }
+
+        /// Every row of the store's tables, as text (keys included), in key order.
+        #[cfg(test)]
+        pub(crate) async fn dump(pool: &Pool) -> Vec<String> {
+            let mut out = Vec::new();
+            let sql = format!(
+                "SELECT key, id, base_key, base_len, len, digest, saved_digest, {} AS last_hash, content, \
+                 created_us, header, trailer, failure, conversation, evidence, graft_key, graft_len \
+                 FROM rath_sessions ORDER BY key",
+                $hash_out
+            );
+            for r in sqlx::query(&sql).fetch_all(pool).await.unwrap_or_default() {
+                out.push(format!(
+                    "session {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?}",
+                    r.try_get::<i64, _>(0).ok(),
+                    r.try_get::<Option<String>, _>(1).ok(),
+                    r.try_get::<Option<i64>, _>(2).ok(),
+                    r.try_get::<i64, _>(3).ok(),
+                    r.try_get::<i64, _>(4).ok(),
+                    r.try_get::<Vec<u8>, _>(5).ok(),
+                    r.try_get::<Option<Vec<u8>>, _>(6).ok(),
+                    r.try_get::<Option<Vec<u8>>, _>(7).ok(),
+                    r.try_get::<Vec<u8>, _>(8).ok(),
+                    r.try_get::<i64, _>(9).ok(),
+                    r.try_get::<String, _>(10).ok(),
+                    r.try_get::<Option<String>, _>(11).ok(),
+                    r.try_get::<Option<String>, _>(12).ok(),
+                    r.try_get::<i64, _>(13).ok(),
+                    r.try_get::<i64, _>(14).ok(),
+                    r.try_get::<Option<i64>, _>(15).ok(),
+                    r.try_get::<i64, _>(16).ok(),
+                ));
+            }
+            let sql = "SELECT session_key, pos, CAST(n AS BIGINT), docs FROM rath_segments ORDER BY session_key, pos";
+            for r in sqlx::query(sql).fetch_all(pool).await.unwrap_or_default() {
+                out.push(format!(
+                    "segment {:?} {:?} {:?} {:?}",
+                    r.try_get::<i64, _>(0).ok(),
+                    r.try_get::<i64, _>(1).ok(),
+                    r.try_get::<i64, _>(2).ok(),
+                    r.try_get::<Vec<u8>, _>(3).ok(),
+                ));
+            }
+            for r in sqlx::query("SELECT key, value FROM rath_meta ORDER BY key").fetch_all(pool).await.unwrap_or_default() {
+                out.push(format!("meta {:?} {:?}", r.try_get::<String, _>(0).ok(), r.try_get::<i64, _>(1).ok()));
+            }
+            out
         }
 
         /// A batch of saves and appends goes to the group committer (when it runs); any

@@ -81,20 +81,25 @@ impl KnownSessions {
     /// a session saved again) one holding exactly its chunks. Empty sessions are never a
     /// base.
     pub(crate) fn base_of(&self, s: &Session) -> Option<Known> {
+        self.named_base_of(s).map(|(_, k)| k)
+    }
+
+    /// [`KnownSessions::base_of`], with the remembered session's id.
+    pub(crate) fn named_base_of(&self, s: &Session) -> Option<(String, Known)> {
         let e = self.entries.lock().ok()?;
         let parents = &s.lineage().parents;
-        let mut best: Option<&Known> = None;
+        let mut best: Option<(&String, &Known)> = None;
         for (id, k) in e.iter() {
             let n = k.chunks.len();
-            if n == 0 || best.is_some_and(|b| b.chunks.len() >= n) {
+            if n == 0 || best.is_some_and(|(_, b)| b.chunks.len() >= n) {
                 continue;
             }
             let named = parents.iter().any(|p| p.as_str() == id);
             let same = n == s.len() && s.chunks().ptr_eq(&k.chunks);
             if (named || same) && starts_with(s.chunks(), &k.chunks) {
-                best = Some(k);
+                best = Some((id, k));
             }
         }
-        best.cloned()
+        best.map(|(id, k)| (id.clone(), k.clone()))
     }
 }

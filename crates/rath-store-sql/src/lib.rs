@@ -34,6 +34,8 @@
 pub mod admin;
 mod codec;
 mod core;
+#[cfg(test)]
+mod group_set_tests;
 mod known;
 pub mod postgres;
 pub mod schema;

@@ -33,6 +33,7 @@ mod imp {
         blob: "BYTEA",
         json_ids: "SELECT json_array_elements_text($1::json)",
         fence_rows: "SELECT v.k, v.t FROM json_to_recordset($1::json) AS v(k text, t bigint)",
+        pg: true,
         kind: rath_persist::spans::StoreKind::Postgres,
     }
 }
@@ -46,6 +47,28 @@ pub struct PgStore {
     known: Arc<KnownSessions>,
     /// The group committer's queue: concurrent writes share one transaction.
     group: imp::Group,
+}
+
+#[cfg(test)]
+impl PgStore {
+    /// `batches` as one group of the group committer, with or without its set path.
+    pub(crate) async fn group_now(
+        &self,
+        batches: &[WriteBatch<'_>],
+        set_path: bool,
+    ) -> Vec<Result<Vec<WriteReport>, PersistError>> {
+        imp::group_now(&self.pool, &self.name, &self.known, batches, set_path).await
+    }
+
+    /// Every row of the store, as text.
+    pub(crate) async fn dump(&self) -> Vec<String> {
+        imp::dump(&self.pool).await
+    }
+
+    /// Batches the set path did so far.
+    pub(crate) fn set_done() -> usize {
+        imp::SET_DONE.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl PgStore {
