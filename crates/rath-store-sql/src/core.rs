@@ -142,16 +142,21 @@ macro_rules! sql_store {
                 .fetch_optional(&mut **tx)
                 .await
                 .map_err(|e| backend(name, "read", e))?;
-            let Some(row) = row else { return Ok(None) };
+            row.map(|r| stored_from(name, &r)).transpose()
+        }
+
+        /// A [`Stored`] from a row with its columns (`key`, `len`, `digest`, `last_hash`,
+        /// `content`, `created_us`).
+        fn stored_from(name: &str, row: &<$db as sqlx::Database>::Row) -> Result<Stored, PersistError> {
             let get = |e: sqlx::Error| backend(name, "read", e);
-            Ok(Some(Stored {
+            Ok(Stored {
                 key: row.try_get("key").map_err(get)?,
                 len: row.try_get::<i64, _>("len").map_err(get)? as usize,
                 digest: row.try_get("digest").map_err(get)?,
                 last_hash: row.try_get("last_hash").map_err(get)?,
                 content: row.try_get("content").map_err(get)?,
                 created_us: row.try_get("created_us").map_err(get)?,
-            }))
+            })
         }
 
         /// Stores the chunks of `key` at positions `from..` as segment rows (one per
@@ -205,13 +210,7 @@ macro_rules! sql_store {
             } else {
                 parents
             };
-            let list = serde_json::to_string(&ids).map_err(|e| PersistError::Backend {
-                store: name.to_owned(),
-                op: "read",
-                message: e.to_string(),
-                source: None,
-            })?;
-            let mut q = sqlx::query(&sql).bind(list);
+            let mut q = sqlx::query(&sql).bind(json_list(name, &ids)?);
             if let Some((digest, len)) = same {
                 q = q.bind(digest).bind(len as i64);
             }
@@ -268,8 +267,14 @@ macro_rules! sql_store {
             if own.is_empty() || s.lineage().parents.len() < 2 {
                 return Ok(None);
             }
+            Ok(pick_graft(parents_once(tx, name, s, parents).await?, base, own))
+        }
+
+        /// The first of `parents` other than `base` whose whole chunk list is `own` (see
+        /// [`graft_of`]).
+        fn pick_graft(parents: &Parents, base: Option<i64>, own: &[EncodedChunk]) -> Option<(i64, usize)> {
             let mut want: Option<Vec<u8>> = None;
-            for &(key, len, ref digest) in parents_once(tx, name, s, parents).await? {
+            for &(key, len, ref digest) in parents {
                 if Some(key) == base || len != own.len() {
                     continue;
                 }
@@ -277,10 +282,10 @@ macro_rules! sql_store {
                     prefix_digests(empty_digest(), own).pop().unwrap_or_else(empty_digest)
                 });
                 if want == digest {
-                    return Ok(Some((key, len)));
+                    return Some((key, len));
                 }
             }
-            Ok(None)
+            None
         }
 
         /// The longest stored parent of `s` whose chunks are exactly `s`'s first ones:
@@ -297,8 +302,18 @@ macro_rules! sql_store {
             let n = digests.len() - 1;
             let (stored, same) =
                 stored_parents(tx, name, s, (n > 0).then(|| (digests[n].as_slice(), n))).await?;
+            let best = pick_base(&stored, digests, same);
+            *parents = Some(stored);
+            Ok(best)
+        }
+
+        /// What [`shared_base`] picks from what it read: the longest of the `stored` parents
+        /// whose chunks are the session's first ones (`digests[k]`: the digest of its first
+        /// `k`), unless `same` (a stored session with exactly its chunks) shares more.
+        fn pick_base(stored: &Parents, digests: &[Vec<u8>], same: Option<i64>) -> Option<(i64, usize)> {
+            let n = digests.len() - 1;
             let mut best: Option<(i64, usize)> = None;
-            for &(key, len, ref digest) in &stored {
+            for &(key, len, ref digest) in stored {
                 if len > 0
                     && len < digests.len()
                     && digests[len] == *digest
@@ -307,13 +322,12 @@ macro_rules! sql_store {
                     best = Some((key, len));
                 }
             }
-            *parents = Some(stored);
             if n > 0 && best.is_none_or(|(_, l)| l < n) {
                 if let Some(key) = same {
                     best = Some((key, n));
                 }
             }
-            Ok(best)
+            best
         }
 
         /// The stored parent of `s` sharing the longest run of first chunks with it when
@@ -416,6 +430,15 @@ macro_rules! sql_store {
             Ok((len == k.chunks.len() && digest == k.digest).then_some((k.key, len, digest)))
         }
 
+        /// The content address of a new row's last chunk: its own last one, else (all of
+        /// them shared) the session's last one, encoded.
+        fn last_hash_of(s: &Session, own: &[EncodedChunk]) -> Result<Option<Vec<u8>>, PersistError> {
+            match own.last() {
+                Some(c) => Ok(Some(c.hash.clone())),
+                None => s.chunks().last().map(|c| encode_one(c).map(|e| e.hash)).transpose(),
+            }
+        }
+
         /// A session not stored yet (or, when stored, the very same one: a no-op). The
         /// chunks it shares with a remembered session are neither encoded nor hashed.
         async fn save_new(
@@ -493,13 +516,7 @@ macro_rules! sql_store {
             };
             let base_len = base.map_or(0, |(_, l)| l);
             let state = encode_state(s, created, closed, digest)?;
-            let last_hash = match own.last() {
-                Some(c) => Some(c.hash.clone()),
-                None => match s.chunks().last() {
-                    Some(c) => Some(encode_one(c)?.hash),
-                    None => None,
-                },
-            };
+            let last_hash = last_hash_of(s, &own)?;
             let sql = format!(
                 "INSERT INTO rath_sessions (id, base_key, base_len, len, digest, saved_digest, \
                  last_hash, content, created_us, header, trailer, failure, conversation, \
@@ -573,26 +590,7 @@ macro_rules! sql_store {
                     other => other,
                 };
             };
-            if row.len != expected {
-                return Err(conflict(Some(row.len)));
-            }
-            let continues = s.len() >= expected
-                && (expected == 0
-                    || s.chunks()
-                        .get(expected - 1)
-                        .map(encode_one)
-                        .transpose()?
-                        .map(|c| c.hash)
-                        == row.last_hash);
-            if !continues {
-                return Err(PersistError::NotAContinuation {
-                    path: PathBuf::from(format!("{name}#{}", s.id())),
-                    message: format!(
-                        "session {} does not continue the {expected} chunks stored",
-                        s.id()
-                    ),
-                });
-            }
+            continues_row(name, s, expected, &row)?;
             let new = encode_from(s, expected)?;
             let digests = prefix_digests(row.digest.clone(), &new);
             let digest = &digests[new.len()];
@@ -629,6 +627,38 @@ macro_rules! sql_store {
                 },
             ));
             Ok(report(s, written, false))
+        }
+
+        /// Refuses an append of `s` expecting `expected` stored chunks to `row`: a `Conflict`
+        /// when the row holds another count, `NotAContinuation` when `s` does not start with
+        /// the stored chunks (its chunk at `expected - 1` is not the row's last).
+        fn continues_row(name: &str, s: &Session, expected: usize, row: &Stored) -> Result<(), PersistError> {
+            if row.len != expected {
+                return Err(PersistError::Conflict {
+                    store: name.to_owned(),
+                    id: s.id().to_string(),
+                    expected,
+                    found: Some(row.len),
+                });
+            }
+            let continues = s.len() >= expected
+                && (expected == 0
+                    || s.chunks()
+                        .get(expected - 1)
+                        .map(encode_one)
+                        .transpose()?
+                        .map(|c| c.hash)
+                        == row.last_hash);
+            if !continues {
+                return Err(PersistError::NotAContinuation {
+                    path: PathBuf::from(format!("{name}#{}", s.id())),
+                    message: format!(
+                        "session {} does not continue the {expected} chunks stored",
+                        s.id()
+                    ),
+                });
+            }
+            Ok(())
         }
 
         /// Checks `fences` (of distinct keys) in one statement: each key's newest token
@@ -929,7 +959,7 @@ macro_rules! sql_store {
         fn json_list<T: serde::Serialize>(name: &str, v: &T) -> Result<String, PersistError> {
             serde_json::to_string(v).map_err(|e| PersistError::Backend {
                 store: name.to_owned(),
-                op: "write",
+                op: "encode",
                 message: e.to_string(),
                 source: None,
             })
@@ -1006,17 +1036,7 @@ macro_rules! sql_store {
                 .await
                 .map_err(get)?
             {
-                rows.insert(
-                    row.try_get("id").map_err(get)?,
-                    Stored {
-                        key: row.try_get("key").map_err(get)?,
-                        len: row.try_get::<i64, _>("len").map_err(get)? as usize,
-                        digest: row.try_get("digest").map_err(get)?,
-                        last_hash: row.try_get("last_hash").map_err(get)?,
-                        content: row.try_get("content").map_err(get)?,
-                        created_us: row.try_get("created_us").map_err(get)?,
-                    },
-                );
+                rows.insert(row.try_get("id").map_err(get)?, stored_from(name, &row)?);
             }
             // The new sessions' chunks, and what their planning reads.
             let mut fresh: Vec<Option<Fresh>> = Vec::with_capacity(writes.len());
@@ -1137,30 +1157,7 @@ macro_rules! sql_store {
                     continue;
                 }
                 if let (Some(row), Some(expected)) = (rows.get(id), expected) {
-                    if row.len != *expected {
-                        return Err(PersistError::Conflict {
-                            store: name.to_owned(),
-                            id: id.to_owned(),
-                            expected: *expected,
-                            found: Some(row.len),
-                        });
-                    }
-                    let continues = s.len() >= *expected
-                        && (*expected == 0
-                            || s.chunks()
-                                .get(*expected - 1)
-                                .map(encode_one)
-                                .transpose()?
-                                .map(|c| c.hash)
-                                == row.last_hash);
-                    if !continues {
-                        return Err(PersistError::NotAContinuation {
-                            path: PathBuf::from(format!("{name}#{id}")),
-                            message: format!(
-                                "session {id} does not continue the {expected} chunks stored"
-                            ),
-                        });
-                    }
+                    continues_row(name, s, *expected, row)?;
                     let own = encode_from(s, *expected)?;
                     let digest = prefix_digests(row.digest.clone(), &own).pop().unwrap_or_else(empty_digest);
                     let created = Timestamp::from_unix_micros(row.created_us);
@@ -1221,22 +1218,7 @@ macro_rules! sql_store {
                             }
                         }
                         None => {
-                            let n = s.len();
-                            let mut best: Option<(i64, usize)> = None;
-                            for &(key, len, ref digest) in &stored_parents {
-                                if len > 0
-                                    && len < f.digests.len()
-                                    && f.digests[len] == *digest
-                                    && best.is_none_or(|(_, l)| len > l)
-                                {
-                                    best = Some((key, len));
-                                }
-                            }
-                            if n > 0 && best.is_none_or(|(_, l)| l < n) {
-                                if let Some(key) = same {
-                                    best = Some((key, n));
-                                }
-                            }
+                            let best = pick_base(&stored_parents, &f.digests, same);
                             if best.is_none() && !stored_parents.is_empty() {
                                 // A parent's chunks would be read (a partly shared base).
                                 break;
@@ -1249,25 +1231,13 @@ macro_rules! sql_store {
                     let graft = if own.is_empty() || parents.len() < 2 {
                         None
                     } else {
-                        let want = prefix_digests(empty_digest(), &own).pop().unwrap_or_else(empty_digest);
-                        stored_parents
-                            .iter()
-                            .find(|(key, len, d)| {
-                                Some(*key) != base.map(|(k, _)| k) && *len == own.len() && *d == want
-                            })
-                            .map(|(k, l, _)| (*k, *l))
+                        pick_graft(&stored_parents, base.map(|(k, _)| k), &own)
                     };
                     let own = if graft.is_some() { Vec::new() } else { own };
                     let created = s.stamper().now();
                     let closed = Some(s.stamper().now());
                     let state = encode_state(s, created, closed, &f.digest)?;
-                    let last_hash = match own.last() {
-                        Some(c) => Some(c.hash.clone()),
-                        None => match s.chunks().last() {
-                            Some(c) => Some(encode_one(c)?.hash),
-                            None => None,
-                        },
-                    };
+                    let last_hash = last_hash_of(s, &own)?;
                     made.push((f.digest.clone(), s.len()));
                     news.push(NewRow {
                         job: i,
@@ -2021,3 +1991,34 @@ macro_rules! sql_store {
 }
 
 pub(crate) use sql_store;
+
+/// The test hooks of a store type `$ty` whose module instantiated [`sql_store!`] as `imp`
+/// (fields `pool`, `name`, `known`): a group done now, with or without its set path, the
+/// store's rows as text, and how many batches the set path did.
+#[cfg(test)]
+macro_rules! group_test_hooks {
+    ($ty:ty) => {
+        impl $ty {
+            /// `batches` as one group of the group committer, with or without its set path.
+            pub(crate) async fn group_now(
+                &self,
+                batches: &[rath_persist::WriteBatch<'_>],
+                set_path: bool,
+            ) -> Vec<Result<Vec<rath_persist::WriteReport>, rath_persist::PersistError>> {
+                imp::group_now(&self.pool, &self.name, &self.known, batches, set_path).await
+            }
+
+            /// Every row of the store, as text.
+            pub(crate) async fn dump(&self) -> Vec<String> {
+                imp::dump(&self.pool).await
+            }
+
+            /// Batches the set path did so far.
+            pub(crate) fn set_done() -> usize {
+                imp::SET_DONE.load(std::sync::atomic::Ordering::Relaxed)
+            }
+        }
+    };
+}
+#[cfg(test)]
+pub(crate) use group_test_hooks;

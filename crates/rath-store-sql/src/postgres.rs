@@ -50,26 +50,7 @@ pub struct PgStore {
 }
 
 #[cfg(test)]
-impl PgStore {
-    /// `batches` as one group of the group committer, with or without its set path.
-    pub(crate) async fn group_now(
-        &self,
-        batches: &[WriteBatch<'_>],
-        set_path: bool,
-    ) -> Vec<Result<Vec<WriteReport>, PersistError>> {
-        imp::group_now(&self.pool, &self.name, &self.known, batches, set_path).await
-    }
-
-    /// Every row of the store, as text.
-    pub(crate) async fn dump(&self) -> Vec<String> {
-        imp::dump(&self.pool).await
-    }
-
-    /// Batches the set path did so far.
-    pub(crate) fn set_done() -> usize {
-        imp::SET_DONE.load(std::sync::atomic::Ordering::Relaxed)
-    }
-}
+crate::core::group_test_hooks!(PgStore);
 
 impl PgStore {
     /// Connects to `url` (`postgres://user:password@host:port/db`) and applies the

@@ -52,26 +52,7 @@ pub struct SqliteStore {
 pub const DEFAULT_SQLITE_FILE: &str = "store.sqlite";
 
 #[cfg(test)]
-impl SqliteStore {
-    /// `batches` as one group of the group committer, with or without its set path.
-    pub(crate) async fn group_now(
-        &self,
-        batches: &[WriteBatch<'_>],
-        set_path: bool,
-    ) -> Vec<Result<Vec<WriteReport>, PersistError>> {
-        imp::group_now(&self.pool, &self.name, &self.known, batches, set_path).await
-    }
-
-    /// Every row of the store, as text.
-    pub(crate) async fn dump(&self) -> Vec<String> {
-        imp::dump(&self.pool).await
-    }
-
-    /// Batches the set path did so far.
-    pub(crate) fn set_done() -> usize {
-        imp::SET_DONE.load(std::sync::atomic::Ordering::Relaxed)
-    }
-}
+crate::core::group_test_hooks!(SqliteStore);
 
 impl SqliteStore {
     /// Opens (creating it if needed) the store in the file `path` and applies the migrations
