@@ -638,26 +638,25 @@ fn throughput_miss(store: &str) -> String {
     }
 }
 
-const SQLITE_MISS: &str = "profiled (timers per claim, perf and pg_stat_statements on the PostgreSQL twin, \
-    2026-12-03): all runs are in flight at once, so a drain is about one run's latency \
-    through the two stores' committers; events, finishes and claims are set-based, a load is \
-    one statement and grouped session writes take no savepoint and one fence statement a \
-    group, so what is left is per session write (its row and parents read, its segments and \
-    row written, one statement each) and the run store's transactions, each statement a \
-    handoff to one of sqlx's SQLite worker threads (futex wake-ups, context switches: about \
-    half the CPU profile on 2 cores); the next step is the session writes of a group \
-    set-based, one statement per kind";
-const PG_MISS: &str = "profiled (pg_stat_statements over one profile run, 2026-12-03): the cost is per \
-    statement, not per commit. 200 submissions and one drain of 1000 steps ran 5,441 \
-    statements (9,853 at the first profile): the run committer's events, finishes and claims \
-    are set-based, a session load is one statement, and the 601 session writes went in 5 \
-    group transactions with no savepoint each and one fence statement a group. What is left: \
-    per session write a row read (601), a parents read (395), segment inserts (601) and the \
-    row's insert or update (601), about 2,200; the run store's ~400 transactions (BEGIN and \
-    COMMIT each) and the submissions' ~1,000. At some 150-180 µs of CPU a statement on 2 \
-    cores (PostgreSQL's backends took 46% of the samples, a quarter of it the loopback TCP \
-    path), 20× leaves under 2 statements a step: the session writes of a group set-based \
-    (one statement per kind for the group), which is not built yet";
+const SQLITE_MISS: &str = "profiled (perf over 25 profile drains, 2026-12-03, after the set-based session writes): \
+    a drain is about one run's latency through the two stores' committers, and the session \
+    writes of a group are now a few statements for the whole group, so what is left is CPU, \
+    not statements: sqlx's SQLite worker thread (statement steps 28% of the samples, \
+    transaction statements 11%), the handoffs between it and the tokio workers (futex \
+    wake-ups and context switches, about 10%), allocation (malloc and free, about 13%) and \
+    the committer encoding each group's sessions one after another (chunk documents, hashes, \
+    deflate, hex JSON); the next steps are that encoding done in the writers' tasks and \
+    fewer allocations a step";
+const PG_MISS: &str = "profiled (log_statement and whole-machine perf over one profile drain, 2026-12-03, after \
+    the set-based session writes): the session writes of the ~200 runs that end together now \
+    take a handful of statements a group instead of 3-4 a write, which lifted the ratio from \
+    about 5× to 7×. The drain's CPU then went 44% to PostgreSQL's backends, 26% to our \
+    process and 28% idle (mostly while the submissions go one by one); between a group's \
+    statements the committer spends 5-25 ms encoding its ~100 sessions (chunk documents, \
+    hashes, deflate, hex JSON) one after another. PostgreSQL's share alone (44% of 2 cores \
+    at 1637 steps/s, about 0.54 ms a step) caps this workload near 16× on this machine, so \
+    20× also needs fewer statements a step from the run store and the submissions, which is \
+    not built yet";
 
 /// One row per goal of issue 20's benchmarks (met, missed, or not measured), for the
 /// summary of `docs/benchmarks.md`.
