@@ -243,7 +243,7 @@ async fn set_path_writes_what_one_after_another_writes_on_postgres() {
     assert!(
         crate::PgStore::set_done() - before >= 10,
         "the set path did most batches: {}",
-        crate::SqliteStore::set_done() - before
+        crate::PgStore::set_done() - before
     );
     let b = run_work!(&plain, false);
     let admin = sqlx::PgPool::connect(&url).await.expect("connect");
