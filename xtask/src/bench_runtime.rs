@@ -5,7 +5,7 @@
 //! Workload (both sides): R runs of K steps drained by 2 workers. Ours: a step is one model
 //! call of a scripted model whose reply asks a no-op tool (the last step answers in text),
 //! under the journal and the effect ledger: the reply is committed before the tool runs and
-//! the tool's answer before the next model call (group commit batches what concurrent runs
+//! the tool's answer before the next tool runs (group commit batches what concurrent runs
 //! write, it never skips a commit). The output sessions go to the SQL session store of the
 //! same kind (SQLite file or PostgreSQL database). Theirs: `../shared/peers/
 //! openrath_runtime_bench.py` (K `@step` methods, a checkpoint per step, 2 worker processes).
@@ -188,13 +188,11 @@ async fn drain(rt: &Runtime, ids: &[RunId], concurrency: usize) -> Result<f64> {
     // The workers are in this process: a run's end wakes its waiter at once (a local
     // event), so the waiter's own re-read is only a safety net and need not load the store
     // while it drains.
-    for id in ids.iter().rev() {
-        let run = rt
-            .wait(id, Duration::from_secs(600), Duration::from_millis(250))
-            .await?;
-        if run.status != RunStatus::Succeeded {
-            bail!("run {id} ended {}: {:?}", run.status, run.detail);
-        }
+    let runs = rt
+        .wait_all(ids, Duration::from_secs(600), Duration::from_millis(250))
+        .await?;
+    if let Some(run) = runs.iter().find(|r| r.status != RunStatus::Succeeded) {
+        bail!("run {} ended {}: {:?}", run.id, run.status, run.detail);
     }
     let secs = start.elapsed().as_secs_f64();
     stop.cancel();
@@ -230,8 +228,19 @@ async fn throughput(
         return Ok(None);
     };
     let rt = runtime(&t, 0).await?;
+    let submitted = Instant::now();
     let ids = submit_many(&rt, &format!("steps_{STEPS}"), RUNS, 1000).await?;
+    let submit_s = submitted.elapsed().as_secs_f64();
+    let cpu = cpu_ticks();
     let secs = drain(&rt, &ids, concurrency).await?;
+    if std::env::var_os(PROFILE_ENV).is_some() {
+        let after = cpu_ticks();
+        eprintln!(
+            "  submit {submit_s:.3} s; cpu during the drain: ours {:.2} s, postgres {:.2} s, wall {secs:.3} s",
+            (after.0 - cpu.0) as f64 / 100.0,
+            (after.1 - cpu.1) as f64 / 100.0
+        );
+    }
     let rate = (RUNS * STEPS) as f64 / secs;
     Ok(Some(Throughput {
         store: t.label,
@@ -240,6 +249,35 @@ async fn throughput(
         drain_s: secs,
         reps: vec![rate],
     }))
+}
+
+/// CPU ticks (1/100 s) used so far by this process and by every `postgres` process
+/// (profile mode only: says which side a drain's time goes to).
+fn cpu_ticks() -> (u64, u64) {
+    fn ticks(stat: &str) -> Option<(String, u64)> {
+        let (head, rest) = stat.rsplit_once(')')?;
+        let comm = head.split_once('(')?.1.to_owned();
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        Some((
+            comm,
+            f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?,
+        ))
+    }
+    let me = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| ticks(&s))
+        .map_or(0, |t| t.1);
+    let mut pg = 0;
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        if let Some((comm, t)) = std::fs::read_to_string(e.path().join("stat"))
+            .ok()
+            .and_then(|s| ticks(&s))
+            && comm == "postgres"
+        {
+            pg += t;
+        }
+    }
+    (me, pg)
 }
 
 /// Rows and logical bytes in the run store's tables and the session store after one run of
@@ -638,25 +676,30 @@ fn throughput_miss(store: &str) -> String {
     }
 }
 
-const SQLITE_MISS: &str = "profiled (perf over 25 profile drains, 2026-12-03, after the set-based session writes): \
-    a drain is about one run's latency through the two stores' committers, and the session \
-    writes of a group are now a few statements for the whole group, so what is left is CPU, \
-    not statements: sqlx's SQLite worker thread (statement steps 28% of the samples, \
-    transaction statements 11%), the handoffs between it and the tokio workers (futex \
-    wake-ups and context switches, about 10%), allocation (malloc and free, about 13%) and \
-    the committer encoding each group's sessions one after another (chunk documents, hashes, \
-    deflate, hex JSON); the next steps are that encoding done in the writers' tasks and \
-    fewer allocations a step";
-const PG_MISS: &str = "profiled (log_statement and whole-machine perf over one profile drain, 2026-12-03, after \
-    the set-based session writes): the session writes of the ~200 runs that end together now \
-    take a handful of statements a group instead of 3-4 a write, which lifted the ratio from \
-    about 5× to 7×. The drain's CPU then went 44% to PostgreSQL's backends, 26% to our \
-    process and 28% idle (mostly while the submissions go one by one); between a group's \
-    statements the committer spends 5-25 ms encoding its ~100 sessions (chunk documents, \
-    hashes, deflate, hex JSON) one after another. PostgreSQL's share alone (44% of 2 cores \
-    at 1637 steps/s, about 0.54 ms a step) caps this workload near 16× on this machine, so \
-    20× also needs fewer statements a step from the run store and the submissions, which is \
-    not built yet";
+const SQLITE_MISS: &str = "profiled (perf over profile drains and per-group timings, 2026-12-04, \
+    after the model call stopped waiting for the last answer's commit, one waiter for the whole \
+    batch and live session writes 100 ms apart): the drain is CPU-bound (our process uses about \
+    1.6 of the 2 cores while it drains) and has three phases: a ramp of about 60 ms while the \
+    200 claimed runs load their input sessions through the store's 4 connections, about five \
+    commit rounds of 100-300 writes, and a tail of 30-40 ms while the ~200 output sessions \
+    that end together go through SQLite's one writer. sqlx's SQLite worker threads (statement \
+    steps) take about a fifth of the samples, the thread handoffs between them and the tokio \
+    workers about a tenth; the peer measured on a quiet machine is up to 300 steps/s, so 20× \
+    asks a drain of 200 runs × 5 steps in under 170 ms, most of which the ramp and the tail \
+    already take";
+const PG_MISS: &str = "profiled (per-group timings and pg_stat_statements over profile drains, \
+    2026-12-04, after the model call stopped waiting for the last answer's commit and one \
+    waiter for the whole batch): the drain is latency-bound, not CPU-bound (our process and \
+    PostgreSQL's backends together use about 1.2 of the 2 cores; an fdatasync costs 0.13 ms \
+    here). A run waits for about six group transactions in a row (claim, four tool \
+    dispatches, the release), each the ~100 runs' writes of one lane in seven statements \
+    one after another on one connection (5-20 ms), and the ~200 output sessions that end \
+    together go through the session store's one lane, about 100 ms of a 300 ms drain: lanes \
+    side by side measured slower, since the runs share chunk documents and concurrent group \
+    transactions wait on each other's content-addressed inserts. The peer on PostgreSQL \
+    measured up to 434 steps/s on a quiet machine, so 20× asks about 8700 steps/s, a drain \
+    in 115 ms: fewer round trips per group (one statement for the fence and the inserts) and \
+    session writes that do not all wait for one lane at the end are what is left";
 
 /// One row per goal of issue 20's benchmarks (met, missed, or not measured), for the
 /// summary of `docs/benchmarks.md`.
@@ -749,10 +792,13 @@ pub fn render(r: &RuntimeResults) -> String {
          side, one run of the peer script), both sides in one sitting on {} cores; load average \
          before/after: {} / {}. Workload: {RUNS} runs × {STEPS} steps, {WORKERS} workers. Ours: a \
          step is a scripted model call whose reply asks a no-op tool (the last answers in text), \
-         journaled and ledgered at equal durability: each reply is committed before its tool \
-         runs and each tool answer before the next model call (SQLite `synchronous = FULL`, \
-         PostgreSQL `synchronous_commit = on`); the writes of every run in flight are group \
-         committed, one transaction per batch, the fence checked per write. Output sessions go \
+         journaled and ledgered at equal durability: each reply and every tool answer before \
+         it are committed before the reply's tool runs, and every write before the run ends \
+         (SQLite `synchronous = FULL`, PostgreSQL `synchronous_commit = on`); the next model \
+         call, no side effect, does not wait for the last answer's commit (its reply commits \
+         with it or after it); the writes of every run in flight are group committed, one \
+         transaction per batch, the fence checked per write. The drain ends when one waiter \
+         (`Runtime::wait_all`) has seen every run succeed. Output sessions go \
          to the SQL session store of the same kind, appended as they grow. Peer: Python \
          OpenRath 2.0 `LocalRuntime`, K `@step` methods with a checkpoint per step, {WORKERS} \
          worker processes (`../shared/peers/openrath_runtime_bench.py`).\n",
@@ -832,7 +878,7 @@ pub fn render(r: &RuntimeResults) -> String {
          final persist did, a matter of timing), a run of K+1 minus a run of K; session store rows and bytes (rath-store-sql's table stats), for \
          the step alone what appending the run's last step (its output session from the last model \
          call on) to the rest, stored, adds (a run's own session rows depend on when the live \
-         writer's appends, at least 25 ms apart, fell).\n"
+         writer's appends, at least 100 ms apart, fell).\n"
     );
     let _ = writeln!(
         md,

@@ -18,9 +18,9 @@
 //!   idempotent and is otherwise [`RuntimeError::Ambiguous`]: the run goes to review.
 //!
 //! Crash points for tests: `RATH_RUNTIME_CRASH=<point>:<n>` SIGKILLs the process at the
-//! n-th `<point>` it reaches (`model_reply`: a reply received, not recorded;
-//! `tool_effect`: a tool ran, its answer not recorded; `step`: a reply recorded, before
-//! the workflow sees it); `RATH_RUNTIME_STOP=<point>:<n>` SIGSTOPs it there (a worker
+//! n-th `<point>` it reaches (`model_reply`: a reply received, not recorded, everything
+//! before it committed; `tool_effect`: a tool ran, its answer not recorded; `step`: a reply
+//! recorded, before the workflow sees it); `RATH_RUNTIME_STOP=<point>:<n>` SIGSTOPs it there (a worker
 //! paused past its lease, heartbeat and all, until someone sends SIGCONT; it first waits
 //! for the store transactions under way, so the stopped process holds none), and
 //! `RATH_RUNTIME_PAUSE=<point>:<n>:<ms>` sleeps there (the heartbeat goes on).
@@ -67,21 +67,43 @@ pub fn current_call() -> Option<CallInfo> {
 
 /// JSON with object keys sorted and no whitespace: what the idempotency key hashes.
 pub fn canonical_json(v: &Value) -> String {
+    let mut out = Vec::new();
+    write_canonical(v, &mut out);
+    // Only JSON text was written, and JSON text is UTF-8.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// [`canonical_json`] appended to `out` in one pass (no string per nested value).
+fn write_canonical(v: &Value, out: &mut Vec<u8>) {
     match v {
         Value::Object(m) => {
             let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            let parts: Vec<String> = keys
-                .iter()
-                .map(|k| format!("{}:{}", Value::String((*k).clone()), canonical_json(&m[*k])))
-                .collect();
-            format!("{{{}}}", parts.join(","))
+            keys.sort_unstable();
+            out.push(b'{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                // Writing into a Vec cannot fail, and a string always serializes.
+                let _ = serde_json::to_writer(&mut *out, k);
+                out.push(b':');
+                write_canonical(&m[k], out);
+            }
+            out.push(b'}');
         }
         Value::Array(a) => {
-            let parts: Vec<String> = a.iter().map(canonical_json).collect();
-            format!("[{}]", parts.join(","))
+            out.push(b'[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(x, out);
+            }
+            out.push(b']');
         }
-        other => other.to_string(),
+        other => {
+            let _ = serde_json::to_writer(&mut *out, other);
+        }
     }
 }
 
@@ -329,6 +351,15 @@ impl RunScope {
         self.barrier.wait().await.map_err(|e| self.stop(e))
     }
 
+    /// Stops the run when one of its writes is already known refused (no wait: a model may
+    /// be asked while the run's last writes commit, see [`JournaledProvider`]).
+    pub(crate) fn not_failed(&self) -> Result<(), String> {
+        match self.barrier.failed() {
+            Some(e) => Err(self.stop(e)),
+            None => Ok(()),
+        }
+    }
+
     /// The scope's barrier (the live session writer waits on it before each write).
     pub(crate) fn barrier(&self) -> Arc<Barrier> {
         self.barrier.clone()
@@ -387,7 +418,9 @@ impl JournaledProvider {
             return Err(ProviderError::Config(format!("durable run stopped: {why}")));
         }
         let step = self.scope.step(req.agent.as_deref());
-        let hash = sha256_hex(canonical_json(&req.normalized()).as_bytes());
+        let mut text = Vec::new();
+        write_canonical(&req.normalized(), &mut text);
+        let hash = sha256_hex(&text);
         let mut s = self.scope.lock();
         let seq = {
             let c = s.counters.entry(step.clone()).or_insert(0);
@@ -419,6 +452,12 @@ impl JournaledProvider {
         hash: String,
         resp: &ProviderResponse,
     ) -> Result<(), ProviderError> {
+        if armed(CrashPoint::ModelReply) {
+            // The `model_reply` point is "this reply arrived, not recorded" with what the run
+            // recorded before it committed (the model is asked without waiting for that, so
+            // a fast model's reply can arrive while the last answer or reply still commits).
+            let _ = self.scope.durable().await;
+        }
         crash_point(CrashPoint::ModelReply).await;
         let payload = serde_json::to_string(resp)
             .map_err(|e| ProviderError::Config(format!("reply not recordable: {e}")))?;
@@ -431,8 +470,8 @@ impl JournaledProvider {
         };
         // Handed over without waiting: the commit shares a transaction with what the
         // workflow does next (the tool call's `dispatched` row), and everything that must
-        // come after it waits on the barrier (the next model call, a tool dispatch, a session
-        // write, the release).
+        // come after it waits on the barrier (a tool dispatch, a session write, the
+        // release).
         self.scope
             .store
             .record_behind(&self.scope.lease, entry, &self.scope.barrier);
@@ -455,9 +494,12 @@ impl Provider for JournaledProvider {
         match self.lookup(req)? {
             Served::Recorded(r) => Ok(r),
             Served::Live { step, seq, hash } => {
-                // What the run recorded so far (the last tool answer) is durable before
-                // the model is asked again.
-                self.scope.durable().await.map_err(ProviderError::Config)?;
+                // A model call is no side effect: it does not wait for the run's last
+                // writes (the last tool answer) to commit. Its reply is recorded behind
+                // them on the run's lane, so it commits with them or after them, and the
+                // next tool dispatch waits for all of it. A write already known refused
+                // (the lease passed on) stops the run before the model is asked.
+                self.scope.not_failed().map_err(ProviderError::Config)?;
                 let resp = self.inner.complete(req).await?;
                 self.record(step, seq, hash, &resp).await?;
                 Ok(resp)
@@ -478,7 +520,7 @@ impl Provider for JournaledProvider {
                 Ok(r)
             }
             Served::Live { step, seq, hash } => {
-                self.scope.durable().await.map_err(ProviderError::Config)?;
+                self.scope.not_failed().map_err(ProviderError::Config)?;
                 let resp = self.inner.stream(req, sink).await?;
                 self.record(step, seq, hash, &resp).await?;
                 Ok(resp)
@@ -655,8 +697,39 @@ impl JournaledTool {
             EffectState::Failed
         };
         effect.result = Some(answer_json(&answer));
-        // Committed before the next model call or the release (they wait on the barrier).
+        // Committed before the next tool dispatch or the release (they wait on the barrier);
+        // the next model reply is recorded behind it, so it never commits before it.
         self.put_behind(&effect);
         answer
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn canonical_json_sorts_keys_at_every_depth_and_keeps_scalars_compact() {
+        let v = json!({
+            "z": [3, 1.5, {"b": null, "a": "é\"\n"}],
+            "a": {"y": true, "x": [], "\u{1}": {}},
+            "m": -0.25,
+        });
+        assert_eq!(
+            canonical_json(&v),
+            r#"{"a":{"\u0001":{},"x":[],"y":true},"m":-0.25,"z":[3,1.5,{"a":"é\"\n","b":null}]}"#
+        );
+        assert_eq!(canonical_json(&json!("s")), r#""s""#);
+    }
+
+    #[test]
+    fn the_idempotency_key_is_stable() {
+        // Pinned: a journal or ledger written by an earlier build must match on replay.
+        let key = idempotency_key(&RunId("r1".into()), "0/a", "c1", &json!({"b": 1, "a": [2]}));
+        assert_eq!(
+            key,
+            sha256_hex("r1\u{0}0/a\u{0}c1\u{0}{\"a\":[2],\"b\":1}".as_bytes())
+        );
     }
 }

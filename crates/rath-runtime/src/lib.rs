@@ -197,6 +197,125 @@ impl Runtime {
         }
     }
 
+    /// [`Runtime::wait`] for many runs at once: their runs in the order of `ids` once each
+    /// has settled (or the state each is in when `timeout` passes). The runs are read
+    /// together, first and then as this process's writes change them (or every `poll`, for
+    /// changes made by other processes), so waiting for a thousand runs costs a few reads,
+    /// not a thousand.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use rath_flow::{Agent, CancellationToken, SharedWorkflow};
+    /// # use rath_provider::{ScriptedProvider, ScriptedResponse};
+    /// # use rath_runtime::{Runtime, RunOptions, RunStatus, Worker, WorkerOptions, WorkflowRegistry};
+    /// # use rath_session::{Session, Stamper};
+    /// # tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let registry = WorkflowRegistry::new().register("greet", "greet v1", |scope| {
+    /// #     let model = scope.provider(ScriptedProvider::new(vec![ScriptedResponse::text("hello")]));
+    /// #     Ok(Arc::new(Agent::new("greeter", "Greet.", model)) as SharedWorkflow)
+    /// # });
+    /// # let sessions = Arc::new(rath_persist::Store::at(dir.path().join("sessions")));
+    /// # let url = format!("sqlite:{}", dir.path().join("runs.db").display());
+    /// # let rt = Runtime::connect(&url, sessions, registry).await?;
+    /// let mut ids = Vec::new();
+    /// for i in 0..3 {
+    ///     let input = Session::user_with(format!("hi {i}"), Stamper::seeded(2 * i));
+    ///     ids.push(rt.submit(&Stamper::seeded(2 * i + 1), "greet", &input, RunOptions::default()).await?);
+    /// }
+    /// let stop = CancellationToken::new();
+    /// let worker = Worker::new(rt.clone(), WorkerOptions::named("w"));
+    /// let worker = tokio::spawn({
+    ///     let stop = stop.clone();
+    ///     async move { worker.run(stop).await }
+    /// });
+    /// let runs = rt.wait_all(&ids, Duration::from_secs(30), Duration::from_millis(100)).await?;
+    /// assert!(runs.iter().all(|r| r.status == RunStatus::Succeeded));
+    /// stop.cancel();
+    /// worker.await??;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn wait_all(
+        &self,
+        ids: &[RunId],
+        timeout: Duration,
+        poll: Duration,
+    ) -> Result<Vec<Run>, RuntimeError> {
+        let start = Instant::now();
+        let mut events = self.runs.local_events();
+        let mut settled: std::collections::HashMap<RunId, Run> =
+            std::collections::HashMap::with_capacity(ids.len());
+        let mut pending: std::collections::HashSet<&RunId> = ids.iter().collect();
+        // What to read next: every pending run at first and on each poll, else the pending
+        // runs this process's writes touched since the last read.
+        let mut read: Vec<RunId> = pending.iter().map(|id| (*id).clone()).collect();
+        loop {
+            let found = self.runs.get_many(&read).await?;
+            let mut seen = std::collections::HashSet::with_capacity(found.len());
+            for run in found {
+                seen.insert(run.id.clone());
+                let done = run.status.is_final()
+                    || matches!(run.status, RunStatus::Waiting | RunStatus::NeedsReview);
+                if done || start.elapsed() >= timeout {
+                    pending.remove(&run.id);
+                    settled.insert(run.id.clone(), run);
+                }
+            }
+            if let Some(missing) = read.iter().find(|id| !seen.contains(*id)) {
+                return Err(RuntimeError::NoSuchRun(missing.to_string()));
+            }
+            if pending.is_empty() {
+                return Ok(ids
+                    .iter()
+                    .filter_map(|id| settled.get(id).cloned())
+                    .collect());
+            }
+            read.clear();
+            let left = timeout.saturating_sub(start.elapsed());
+            let next = tokio::time::sleep(poll.min(left));
+            tokio::pin!(next);
+            let mut all = false;
+            tokio::select! {
+                () = &mut next => all = true,
+                got = events.recv() => match got {
+                    Ok(run) => {
+                        // Take every event already queued: one read for all of them.
+                        let mut touched = vec![run];
+                        loop {
+                            match events.try_recv() {
+                                Ok(r) => touched.push(r),
+                                Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => {
+                                    all = true;
+                                    break;
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                        let touched: std::collections::HashSet<&str> =
+                            touched.iter().map(|r| &**r).collect();
+                        read.extend(
+                            pending
+                                .iter()
+                                .filter(|id| touched.contains(id.as_str()))
+                                .map(|id| (*id).clone()),
+                        );
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => all = true,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                        (&mut next).await;
+                        all = true;
+                    }
+                },
+            }
+            if all || start.elapsed() >= timeout {
+                read = pending.iter().map(|id| (*id).clone()).collect();
+            }
+        }
+    }
+
     /// The run's output session (its latest, for a waiting run), if it has one.
     pub async fn output(&self, id: &RunId) -> Result<Option<Session>, RuntimeError> {
         let run = self.runs.get(id).await?;

@@ -279,8 +279,11 @@ impl RunStore {
                 .journal_mode(SqliteJournalMode::Wal)
                 .synchronous(SqliteSynchronous::Full)
                 .busy_timeout(Duration::from_secs(30));
+            // No ping before each acquire (a file in this process cannot go away behind the
+            // pool's back; the ping is a round trip to the connection's worker thread).
             let pool = SqlitePoolOptions::new()
                 .max_connections(4)
+                .test_before_acquire(false)
                 .connect_with(opts)
                 .await?;
             RunStore::over(Db::Sqlite(pool), format!("sqlite:{path}"))
@@ -467,6 +470,23 @@ impl RunStore {
                 Some(r) => run_from(&r),
                 None => Err(RuntimeError::NoSuchRun(id.to_string())),
             }
+        })
+    }
+
+    /// The runs among `ids` that exist, in one query (in no particular order).
+    pub async fn get_many(&self, ids: &[RunId]) -> Result<Vec<Run>, RuntimeError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT {RUN_COLS} FROM rt_runs WHERE id IN ({})",
+            json_ids(self.is_postgres())
+        );
+        let list: Vec<&str> = ids.iter().map(RunId::as_str).collect();
+        let list = serde_json::to_string(&list).map_err(|e| corrupt("run ids", e))?;
+        on_pool!(self, p, {
+            let rows = sqlx::query(&sql).bind(list).fetch_all(p).await?;
+            rows.iter().map(run_from).collect()
         })
     }
 
@@ -1294,7 +1314,7 @@ struct Landed {
 
 /// The writes one claim of a run handed to the committer without waiting (its journal
 /// records and tool answers), and how far they are committed. Anything that must come
-/// after them (the run's next model call or tool dispatch, a session write, the release)
+/// after them (the run's next tool dispatch, a session write, the release)
 /// waits on [`Barrier::wait`] first: that is how a recorded reply is durable before the
 /// tool it asks for runs, while the reply's commit shares its transaction with the tool
 /// call's `dispatched` row.
@@ -1324,6 +1344,11 @@ impl Barrier {
                 s.failed = Some(Failed::of(e));
             }
         });
+    }
+
+    /// The first failed write's error, if one is known to have failed by now (no wait).
+    pub(crate) fn failed(&self) -> Option<RuntimeError> {
+        self.state.borrow().failed.as_ref().map(Failed::error)
     }
 
     /// Waits until every write handed over so far is committed; the first failed one's

@@ -754,12 +754,28 @@ async fn in_process_pool_runs_many_and_replays_nothing_twice() {
         let shutdown = shutdown.clone();
         async move { pool.run(shutdown).await }
     });
-    for id in &ids {
-        let run = rt
-            .wait(id, Duration::from_secs(60), Duration::from_millis(20))
-            .await
-            .unwrap();
+    // One waiter for all eight: their runs come back in the order asked.
+    let runs = rt
+        .wait_all(&ids, Duration::from_secs(60), Duration::from_millis(250))
+        .await
+        .unwrap();
+    assert_eq!(runs.iter().map(|r| r.id.clone()).collect::<Vec<_>>(), ids);
+    for run in &runs {
         assert_eq!(run.status, RunStatus::Succeeded, "{:?}", run.detail);
+    }
+    // A run the store does not have is a typed error, not a wait until the timeout.
+    let mut with_unknown = ids.clone();
+    with_unknown.push(RunId("no-such-run".into()));
+    match rt
+        .wait_all(
+            &with_unknown,
+            Duration::from_secs(60),
+            Duration::from_millis(20),
+        )
+        .await
+    {
+        Err(RuntimeError::NoSuchRun(id)) => assert_eq!(id, "no-such-run"),
+        other => panic!("expected NoSuchRun, got {other:?}"),
     }
     shutdown.cancel();
     handle.await.unwrap().unwrap();

@@ -137,7 +137,6 @@ pub(crate) const SEGMENT_CHUNKS: usize = 1024;
 /// stream) when that is smaller. A chunk document is a JSON object, so a stored value that
 /// starts with `{` is the plain text and any other is deflated.
 pub(crate) fn encode_segment(chunks: &[EncodedChunk]) -> Vec<u8> {
-    use std::io::Write as _;
     let mut plain = Vec::with_capacity(chunks.iter().map(|c| c.doc.len() + 1).sum());
     for (i, c) in chunks.iter().enumerate() {
         if i > 0 {
@@ -145,15 +144,36 @@ pub(crate) fn encode_segment(chunks: &[EncodedChunk]) -> Vec<u8> {
         }
         plain.extend_from_slice(c.doc.as_bytes());
     }
-    let mut z = flate2::write::ZlibEncoder::new(
-        Vec::with_capacity(plain.len() / 2),
-        flate2::Compression::default(),
-    );
-    // Writing into a Vec cannot fail.
-    match z.write_all(&plain).and_then(|()| z.finish()) {
-        Ok(packed) if packed.len() < plain.len() => packed,
+    match deflate(&plain) {
+        Some(packed) if packed.len() < plain.len() => packed,
         _ => plain,
     }
+}
+
+thread_local! {
+    /// One zlib compressor per thread, reset between segments: a fresh one allocates and
+    /// zeroes a few hundred kilobytes of state, more than a small segment costs to deflate.
+    static DEFLATE: std::cell::RefCell<flate2::Compress> =
+        std::cell::RefCell::new(flate2::Compress::new(flate2::Compression::default(), true));
+}
+
+/// `plain` as a zlib stream at the default level (`None` should the compressor fail).
+fn deflate(plain: &[u8]) -> Option<Vec<u8>> {
+    DEFLATE.with(|z| {
+        let mut z = z.try_borrow_mut().ok()?;
+        z.reset();
+        let mut out = Vec::with_capacity(plain.len() / 2 + 64);
+        loop {
+            let read = usize::try_from(z.total_in()).ok()?;
+            let status = z
+                .compress_vec(&plain[read..], &mut out, flate2::FlushCompress::Finish)
+                .ok()?;
+            match status {
+                flate2::Status::StreamEnd => return Some(out),
+                _ => out.reserve(out.capacity().max(64)),
+            }
+        }
+    })
 }
 
 /// Appends a segment's documents (see [`encode_segment`]) to `out`; `Err` names what is
@@ -170,5 +190,44 @@ pub(crate) fn decode_segment(stored: &[u8], out: &mut Vec<u8>) -> Result<(), Str
             .map(|_| ())
             .map_err(|e| format!("a segment does not inflate: {e}")),
         None => Err("an empty segment".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `deflate` replaced: a fresh `ZlibEncoder` per segment.
+    fn fresh(plain: &[u8]) -> Vec<u8> {
+        use std::io::Write as _;
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(plain).expect("write to a Vec");
+        z.finish().expect("finish to a Vec")
+    }
+
+    #[test]
+    fn the_reused_compressor_writes_the_bytes_a_fresh_one_writes() {
+        let mut inputs: Vec<Vec<u8>> = vec![Vec::new(), b"{}".to_vec()];
+        for n in [10usize, 1_000, 40_000, 300_000] {
+            let text: String = (0..n)
+                .map(|i| {
+                    format!(
+                        "{{\"kind\":\"user\",\"content\":\"message {}\"}}\n",
+                        i * 7919 % 1013
+                    )
+                })
+                .collect();
+            inputs.push(text.into_bytes());
+        }
+        // Twice over, so every input after the first goes through a compressor reset.
+        for _ in 0..2 {
+            for plain in &inputs {
+                let packed = deflate(plain).expect("deflate");
+                assert_eq!(packed, fresh(plain), "{} bytes in", plain.len());
+                let mut back = Vec::new();
+                decode_segment(&packed, &mut back).expect("inflate");
+                assert_eq!(&back, plain);
+            }
+        }
     }
 }

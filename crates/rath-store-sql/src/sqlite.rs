@@ -75,9 +75,13 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .busy_timeout(Duration::from_secs(30))
             .foreign_keys(true);
+        // No ping before each acquire: a connection to a file in this process cannot have
+        // gone away behind the pool's back, and the ping is a round trip to the
+        // connection's worker thread per statement batch.
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(30))
+            .test_before_acquire(false)
             .connect_with(options)
             .await
             .map_err(|e| imp::backend(&name, "open", e))?;
