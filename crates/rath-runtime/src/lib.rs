@@ -252,6 +252,9 @@ impl Runtime {
         // What to read next: every pending run at first and on each poll, else the pending
         // runs this process's writes touched since the last read.
         let mut read: Vec<RunId> = pending.iter().map(|id| (*id).clone()).collect();
+        // The next read of every pending run (what other processes changed), kept apart
+        // from the event-driven reads so a steady flow of local events cannot postpone it.
+        let mut read_all_at = tokio::time::Instant::now() + poll;
         loop {
             let found = self.runs.get_many(&read).await?;
             let mut seen = std::collections::HashSet::with_capacity(found.len());
@@ -275,7 +278,8 @@ impl Runtime {
             }
             read.clear();
             let left = timeout.saturating_sub(start.elapsed());
-            let next = tokio::time::sleep(poll.min(left));
+            let next =
+                tokio::time::sleep_until(read_all_at.min(tokio::time::Instant::now() + left));
             tokio::pin!(next);
             let mut all = false;
             tokio::select! {
@@ -312,6 +316,7 @@ impl Runtime {
             }
             if all || start.elapsed() >= timeout {
                 read = pending.iter().map(|id| (*id).clone()).collect();
+                read_all_at = tokio::time::Instant::now() + poll;
             }
         }
     }

@@ -792,3 +792,46 @@ async fn in_process_pool_runs_many_and_replays_nothing_twice() {
     );
     let _ = Path::new("");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wait_all_sees_runs_another_runtime_finished() {
+    // The waiter's runtime writes nothing, so no local event tells it about these runs:
+    // only its poll can, while the other runtime (its own connections, as another process
+    // would have) runs them.
+    let env = Env::sqlite();
+    let waiter = env.runtime().await;
+    let runner = env.runtime().await;
+    let mut ids = Vec::new();
+    for i in 0..3u64 {
+        let input = Session::user_with(format!("task {i}"), Stamper::seeded(300 + i));
+        ids.push(
+            runner
+                .submit(
+                    &Stamper::seeded(400 + i),
+                    "team",
+                    &input,
+                    RunOptions::default(),
+                )
+                .await
+                .unwrap(),
+        );
+    }
+    let shutdown = rath_flow::CancellationToken::new();
+    let pool = Worker::new(runner.clone(), WorkerOptions::named("other").concurrency(3));
+    let handle = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { pool.run(shutdown).await }
+    });
+    let started = Instant::now();
+    let runs = waiter
+        .wait_all(&ids, Duration::from_secs(60), Duration::from_millis(50))
+        .await
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert!(
+        runs.iter().all(|r| r.status == RunStatus::Succeeded),
+        "{runs:#?}"
+    );
+    shutdown.cancel();
+    handle.await.unwrap().unwrap();
+}
