@@ -208,7 +208,7 @@ mod tests {
     #[test]
     fn the_reused_compressor_writes_the_bytes_a_fresh_one_writes() {
         let mut inputs: Vec<Vec<u8>> = vec![Vec::new(), b"{}".to_vec()];
-        for n in [10usize, 1_000, 40_000, 300_000] {
+        for n in [10usize, 1_000, 6_000] {
             let text: String = (0..n)
                 .map(|i| {
                     format!(
