@@ -730,6 +730,24 @@ async fn a_newer_schema_is_refused() {
     ));
 }
 
+/// An in-process worker pool of `n` loops named `name`, running until the token is cancelled.
+fn pool(
+    rt: &Runtime,
+    name: &str,
+    n: usize,
+) -> (
+    rath_flow::CancellationToken,
+    tokio::task::JoinHandle<Result<(), RuntimeError>>,
+) {
+    let shutdown = rath_flow::CancellationToken::new();
+    let worker = Worker::new(rt.clone(), WorkerOptions::named(name).concurrency(n));
+    let handle = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { worker.run(shutdown).await }
+    });
+    (shutdown, handle)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn in_process_pool_runs_many_and_replays_nothing_twice() {
     let env = Env::sqlite();
@@ -748,12 +766,7 @@ async fn in_process_pool_runs_many_and_replays_nothing_twice() {
             .unwrap(),
         );
     }
-    let shutdown = rath_flow::CancellationToken::new();
-    let pool = Worker::new(rt.clone(), WorkerOptions::named("pool").concurrency(4));
-    let handle = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { pool.run(shutdown).await }
-    });
+    let (shutdown, handle) = pool(&rt, "pool", 4);
     // One waiter for all eight: their runs come back in the order asked.
     let runs = rt
         .wait_all(&ids, Duration::from_secs(60), Duration::from_millis(250))
@@ -816,12 +829,7 @@ async fn wait_all_sees_runs_another_runtime_finished() {
                 .unwrap(),
         );
     }
-    let shutdown = rath_flow::CancellationToken::new();
-    let pool = Worker::new(runner.clone(), WorkerOptions::named("other").concurrency(3));
-    let handle = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { pool.run(shutdown).await }
-    });
+    let (shutdown, handle) = pool(&runner, "other", 3);
     let started = Instant::now();
     let runs = waiter
         .wait_all(&ids, Duration::from_secs(60), Duration::from_millis(50))
