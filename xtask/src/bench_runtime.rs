@@ -684,9 +684,9 @@ const SQLITE_MISS: &str = "profiled (perf over profile drains and per-group timi
     commit rounds of 100-300 writes, and a tail of 30-40 ms while the ~200 output sessions \
     that end together go through SQLite's one writer. sqlx's SQLite worker threads (statement \
     steps) take about a fifth of the samples, the thread handoffs between them and the tokio \
-    workers about a tenth; the peer measured on a quiet machine is up to 300 steps/s, so 20× \
-    asks a drain of 200 runs × 5 steps in under 170 ms, most of which the ramp and the tail \
-    already take";
+    workers about a tenth. The peer measured 237-368 steps/s on this machine the same day, so \
+    20× asks 4,700-7,400 steps/s, a drain of 200 runs × 5 steps in 135-210 ms, of which the \
+    ramp and the tail take about 90 ms; quiet profile drains of ours measured 4,300-8,200";
 const PG_MISS: &str = "profiled (per-group timings and pg_stat_statements over profile drains, \
     2026-12-04, after the model call stopped waiting for the last answer's commit and one \
     waiter for the whole batch): the drain is latency-bound, not CPU-bound (our process and \
