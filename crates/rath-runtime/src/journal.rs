@@ -20,10 +20,10 @@
 //! Crash points for tests: `RATH_RUNTIME_CRASH=<point>:<n>` SIGKILLs the process at the
 //! n-th `<point>` it reaches (`model_reply`: a reply received, not recorded, everything
 //! before it committed; `tool_effect`: a tool ran, its answer not recorded; `step`: a reply
-//! recorded, before the workflow sees it); `RATH_RUNTIME_STOP=<point>:<n>` SIGSTOPs it there (a worker
-//! paused past its lease, heartbeat and all, until someone sends SIGCONT; it first waits
-//! for the store transactions under way, so the stopped process holds none), and
-//! `RATH_RUNTIME_PAUSE=<point>:<n>:<ms>` sleeps there (the heartbeat goes on).
+//! recorded, before the workflow sees it); `RATH_RUNTIME_STOP=<point>:<n>` SIGSTOPs it
+//! there (a worker paused past its lease, heartbeat and all, until someone sends SIGCONT;
+//! it first waits for the store transactions under way, so the stopped process holds
+//! none), and `RATH_RUNTIME_PAUSE=<point>:<n>:<ms>` sleeps there (the heartbeat goes on).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -169,36 +169,16 @@ impl Runtime {
         timeout: Duration,
         poll: Duration,
     ) -> Result<Run, RuntimeError> {
-        let start = Instant::now();
-        let mut events = self.runs.local_events();
-        loop {
-            let run = self.runs.get(id).await?;
-            let settled = run.status.is_final()
-                || matches!(run.status, RunStatus::Waiting | RunStatus::NeedsReview);
-            if settled || start.elapsed() >= timeout {
-                return Ok(run);
-            }
-            let next = tokio::time::sleep(poll.min(timeout.saturating_sub(start.elapsed())));
-            tokio::pin!(next);
-            loop {
-                tokio::select! {
-                    () = &mut next => break,
-                    got = events.recv() => match got {
-                        Ok(run) if *run == *id.as_str() => break,
-                        Ok(_) => {}
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => {
-                            (&mut next).await;
-                            break;
-                        }
-                    },
-                }
-            }
-        }
+        let mut runs = self
+            .wait_all(std::slice::from_ref(id), timeout, poll)
+            .await?;
+        runs.pop()
+            .ok_or_else(|| RuntimeError::NoSuchRun(id.to_string()))
     }
 
-    /// [`Runtime::wait`] for many runs at once: their runs in the order of `ids` once each
-    /// has settled (or the state each is in when `timeout` passes). The runs are read
+    /// [`Runtime::wait`] for many runs at once (`wait` is this for one run): their runs in
+    /// the order of `ids` once each has settled (or the state each is in when `timeout`
+    /// passes). The runs are read
     /// together, first and then as this process's writes change them (or every `poll`, for
     /// changes made by other processes), so waiting for a thousand runs costs a few reads,
     /// not a thousand.
