@@ -7,7 +7,9 @@
 //! carries ([`Lease::token`]) and refuses it with [`RuntimeError::Fenced`] once the lease
 //! passed to another worker; on PostgreSQL the lease row is locked (`FOR UPDATE`) for that
 //! check, on SQLite the transaction is `BEGIN IMMEDIATE` (one writer at a time). Claims use
-//! `FOR UPDATE SKIP LOCKED` on PostgreSQL, so workers never queue behind each other.
+//! `FOR UPDATE SKIP LOCKED` on PostgreSQL, so workers never queue behind each other. On
+//! PostgreSQL a group commit is one statement, a call of the `rt_group` function the
+//! migrations create (see [`PG_MIGRATIONS`]), so it costs one round trip.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -26,10 +28,11 @@ use crate::model::{Effect, EffectState, Lease, Run, RunEvent, RunId, RunOptions,
 use tokio::sync::{mpsc, oneshot};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The migrations, in order: `(version, what it adds, statements)`. The statements are the
-/// same text on SQLite and PostgreSQL.
+/// same text on SQLite and PostgreSQL; what a version adds on PostgreSQL only is in
+/// [`PG_MIGRATIONS`].
 pub const MIGRATIONS: &[(i64, &str, &[&str])] = &[
     (
         1,
@@ -95,7 +98,125 @@ pub const MIGRATIONS: &[(i64, &str, &[&str])] = &[
             "CREATE INDEX IF NOT EXISTS rt_runs_deadline ON rt_runs (deadline_ms)",
         ],
     ),
+    (
+        3,
+        "PostgreSQL: rt_group(), a group commit in one statement (nothing on SQLite)",
+        &[],
+    ),
 ];
+
+/// What a migration adds on PostgreSQL only, by version (applied after its
+/// [`MIGRATIONS`] statements, in the same transaction).
+pub const PG_MIGRATIONS: &[(i64, &[&str])] = &[(3, &[RT_GROUP])];
+
+/// `rt_group(now_ms, tokens, records, ...) RETURNS json`: a group commit's writes in one
+/// statement, so one round trip (and no `BEGIN`/`COMMIT` of their own) instead of one per
+/// statement. It locks the lease row of every run the batch writes for (in run order) and writes nothing
+/// unless each still holds the token its writes carry: then it answers `{"fenced": true}`
+/// and the committer does the batch the general way, which refuses the stale writes alone.
+/// Otherwise it stores, in this order, the journal rows, the ledger rows (the last write of
+/// each), the heartbeats (the last of each run), the finishes and their releases, the
+/// events (each numbered after its run's stored ones), the claims (the `i`-th claim takes
+/// the `i`-th run found, `FOR UPDATE SKIP LOCKED`; each adds a `claimed` event), and
+/// notifies `rt_events` of every run in `notify` and every run claimed; it answers
+/// `{"claimed": [{"i", "token", "run"}]}`. Its arguments: the time (ms), `tokens` (run id →
+/// token), then `records`, `effects`, `beats`, `finishes`, `events` and `claims` (arrays of
+/// rows, as the general path's statements take them) and `notify` (run ids), each `NULL`
+/// when it has none (each is its own argument, so each JSON text is parsed once).
+const RT_GROUP: &str = r#"CREATE OR REPLACE FUNCTION rt_group(now_ms bigint, tokens json, records json,
+    effects json, beats json, finishes json, events json, claims json, notify json)
+RETURNS json LANGUAGE plpgsql AS $fn$
+DECLARE
+    want bigint;
+    held bigint;
+    picked text[];
+    claimed json;
+BEGIN
+    SELECT count(*) INTO want FROM json_each_text(tokens);
+    SELECT count(*) INTO held
+    FROM (SELECT run_id, token FROM rt_leases
+          WHERE run_id IN (SELECT key FROM json_each_text(tokens))
+          ORDER BY run_id FOR UPDATE) AS l
+    JOIN json_each_text(tokens) AS t ON t.key = l.run_id AND t.value::bigint = l.token;
+    IF held <> want THEN
+        RETURN json_build_object('fenced', true);
+    END IF;
+    IF records IS NOT NULL THEN
+        INSERT INTO rt_journal (run_id, step, seq, request_hash, payload, token)
+        SELECT v.run_id, v.step, v.seq, v.request_hash, v.payload, v.token
+        FROM json_to_recordset(records)
+            AS v(run_id text, step text, seq bigint, request_hash text, payload text, token bigint);
+    END IF;
+    IF effects IS NOT NULL THEN
+        INSERT INTO rt_effects (run_id, step, call_id, tool, idem_key, args, state, result, token)
+        SELECT v.run_id, v.step, v.call_id, v.tool, v.idem_key, v.args, v.state, v.result, v.token
+        FROM json_to_recordset(effects) AS v(run_id text, step text, call_id text, tool text,
+            idem_key text, args text, state text, result text, token bigint)
+        ON CONFLICT (run_id, step, call_id) DO UPDATE
+            SET state = excluded.state, result = excluded.result, token = excluded.token;
+    END IF;
+    IF beats IS NOT NULL THEN
+        UPDATE rt_leases AS l SET expires_ms = v.expires
+        FROM json_to_recordset(beats) AS v(run_id text, expires bigint)
+        WHERE l.run_id = v.run_id;
+    END IF;
+    IF finishes IS NOT NULL THEN
+        UPDATE rt_runs AS r SET status = v.status, output_session = COALESCE(v.output, r.output_session),
+            detail = v.detail, resume_session = COALESCE(v.resume, r.resume_session),
+            failures = r.failures + v.failed, updated_ms = now_ms, not_before_ms = v.not_before
+        FROM json_to_recordset(finishes) AS v(id text, status text, output text, detail text,
+            resume text, failed bigint, not_before bigint)
+        WHERE r.id = v.id;
+        UPDATE rt_leases SET worker = NULL, expires_ms = 0
+        WHERE run_id IN (SELECT v.id FROM json_to_recordset(finishes) AS v(id text));
+    END IF;
+    IF events IS NOT NULL THEN
+        INSERT INTO rt_events (run_id, seq, kind, detail, by_worker, token, at_ms)
+        SELECT v.run_id, COALESCE((SELECT MAX(e.seq) FROM rt_events e WHERE e.run_id = v.run_id), 0) + v.nth,
+            v.kind, v.detail, v.by_worker, v.token, now_ms
+        FROM json_to_recordset(events)
+            AS v(run_id text, nth bigint, kind text, detail text, by_worker text, token bigint);
+    END IF;
+    IF claims IS NOT NULL THEN
+        SELECT array_agg(s.id ORDER BY s.submitted_ms, s.id) INTO picked
+        FROM (SELECT r.id, r.submitted_ms FROM rt_runs r JOIN rt_leases l ON l.run_id = r.id
+              WHERE (r.status = 'queued' AND r.not_before_ms <= now_ms)
+                 OR (r.status = 'running' AND l.expires_ms < now_ms)
+              ORDER BY r.submitted_ms, r.id LIMIT json_array_length(claims)
+              FOR UPDATE OF r, l SKIP LOCKED) AS s;
+        IF picked IS NOT NULL THEN
+            WITH take AS (
+                SELECT f.id, f.i, c.value->>'worker' AS worker, c.value->>'worker_json' AS worker_json,
+                    (c.value->>'expires')::bigint AS expires
+                FROM unnest(picked) WITH ORDINALITY AS f(id, i)
+                JOIN json_array_elements(claims) WITH ORDINALITY AS c(value, i) ON c.i = f.i),
+            moved AS (
+                UPDATE rt_leases AS l SET worker = take.worker, token = l.token + 1, expires_ms = take.expires
+                FROM take WHERE l.run_id = take.id RETURNING l.run_id, l.token),
+            marked AS (
+                UPDATE rt_runs AS r SET status = 'running', attempts = r.attempts + 1, updated_ms = now_ms
+                FROM take WHERE r.id = take.id
+                RETURNING r.id, r.workflow, r.definition_hash, r.input_session, r.options, r.status,
+                    r.attempts, r.failures, r.resume_session, r.segment, r.output_session, r.detail,
+                    r.submitted_ms, r.not_before_ms, r.deadline_ms),
+            logged AS (
+                INSERT INTO rt_events (run_id, seq, kind, detail, by_worker, token, at_ms)
+                SELECT take.id, COALESCE((SELECT MAX(e.seq) FROM rt_events e WHERE e.run_id = take.id), 0) + 1,
+                    'claimed', '{"worker": ' || take.worker_json || ', "token": ' || moved.token || '}',
+                    take.worker, moved.token, now_ms
+                FROM take JOIN moved ON moved.run_id = take.id)
+            SELECT json_agg(json_build_object('i', take.i, 'token', moved.token, 'run', row_to_json(marked)))
+            INTO claimed
+            FROM take JOIN moved ON moved.run_id = take.id JOIN marked ON marked.id = take.id;
+        END IF;
+    END IF;
+    PERFORM pg_notify('rt_events', n.r)
+    FROM (SELECT json_array_elements_text(notify) AS r
+          UNION SELECT json_array_elements(claimed)->'run'->>'id') AS n
+    ORDER BY n.r;
+    RETURN json_build_object('claimed', COALESCE(claimed, '[]'::json));
+END
+$fn$"#;
 
 #[derive(Clone, Debug)]
 enum Db {
@@ -254,6 +375,36 @@ where
     })
 }
 
+/// A run from its row as JSON (`row_to_json` of the [`RUN_COLS`] columns).
+fn run_from_json(v: &serde_json::Value) -> Result<Run, RuntimeError> {
+    let text = |k: &str| {
+        v.get(k)
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    };
+    let int = |k: &str| v.get(k).and_then(serde_json::Value::as_i64);
+    let need = |k: &str| corrupt("claimed run", format!("no {k}"));
+    let options = text("options").ok_or_else(|| need("options"))?;
+    let status = text("status").ok_or_else(|| need("status"))?;
+    Ok(Run {
+        id: RunId(text("id").ok_or_else(|| need("id"))?),
+        workflow: text("workflow").ok_or_else(|| need("workflow"))?,
+        definition_hash: text("definition_hash").ok_or_else(|| need("definition_hash"))?,
+        input_session: text("input_session").ok_or_else(|| need("input_session"))?,
+        options: serde_json::from_str(&options).map_err(|e| corrupt("run options", e))?,
+        status: status.parse()?,
+        attempts: int("attempts").ok_or_else(|| need("attempts"))?,
+        failures: int("failures").ok_or_else(|| need("failures"))?,
+        resume_session: text("resume_session"),
+        segment: int("segment").ok_or_else(|| need("segment"))?,
+        output_session: text("output_session"),
+        detail: text("detail"),
+        submitted_ms: int("submitted_ms").ok_or_else(|| need("submitted_ms"))?,
+        not_before_ms: int("not_before_ms").ok_or_else(|| need("not_before_ms"))?,
+        deadline_ms: int("deadline_ms"),
+    })
+}
+
 /// How a person settles a call under review (`rath runs resolve`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Resolution {
@@ -307,7 +458,7 @@ impl RunStore {
         let group: Vec<mpsc::UnboundedSender<Job>> = (0..lanes)
             .map(|_| {
                 let (tx, rx) = mpsc::unbounded_channel();
-                let committer = Committer { db: db.clone() };
+                let committer = Committer::new(db.clone());
                 tokio::spawn(committer.run(rx, hub.clone()));
                 tx
             })
@@ -397,7 +548,11 @@ impl RunStore {
                 });
             }
             for (version, what, stmts) in MIGRATIONS.iter().filter(|m| m.0 > found) {
-                for stmt in *stmts {
+                let only_pg = PG_MIGRATIONS
+                    .iter()
+                    .filter(|m| pg && m.0 == *version)
+                    .flat_map(|m| m.1.iter());
+                for stmt in stmts.iter().chain(only_pg) {
                     sqlx::query(stmt).execute(&mut *tx).await?;
                 }
                 sqlx::query(
@@ -693,9 +848,7 @@ impl RunStore {
                 message: "the group committer stopped before answering".into(),
             });
         };
-        let c = Committer {
-            db: self.db.clone(),
-        };
+        let c = Committer::new(self.db.clone());
         let result = c.apply(std::slice::from_ref(&job)).await?.remove(0);
         if result.is_ok() {
             if let Some(run) = job.notifies() {
@@ -1381,12 +1534,24 @@ const GROUP_MAX: usize = 512;
 /// on SQLite, `synchronous_commit` on PostgreSQL) before its waiter is told, so only the
 /// commit's cost is shared. A batch that fails as a whole (a constraint) is done again one
 /// write per transaction, so the bad write fails alone.
+///
+/// On PostgreSQL a batch is first tried as one `rt_group` call ([`RT_GROUP`]): one round
+/// trip on a connection the committer keeps, where the general path takes one per
+/// statement plus `BEGIN` and `COMMIT`. A batch with a stale token, or one the function does
+/// not take, goes the general path.
 struct Committer {
     db: Db,
+    /// The connection the committer's `rt_group` calls go through (given back to the pool
+    /// after an error, so a broken one is not used twice).
+    conn: Option<sqlx::pool::PoolConnection<sqlx::Postgres>>,
 }
 
 impl Committer {
-    async fn run(self, mut rx: mpsc::UnboundedReceiver<Job>, hub: Arc<crate::events::Hub>) {
+    fn new(db: Db) -> Self {
+        Committer { db, conn: None }
+    }
+
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Job>, hub: Arc<crate::events::Hub>) {
         while let Some(first) = rx.recv().await {
             let mut jobs = vec![first];
             while jobs.len() < GROUP_MAX {
@@ -1395,7 +1560,11 @@ impl Committer {
                     Err(_) => break,
                 }
             }
-            let applied = self.apply(&jobs).await;
+            let applied = match self.apply_as_one(&jobs).await {
+                Ok(Some(done)) => Ok(done),
+                Ok(None) => self.apply(&jobs).await,
+                Err(e) => Err(e),
+            };
             let results = match applied {
                 Ok(r) => r,
                 Err(_) => {
@@ -1413,6 +1582,163 @@ impl Committer {
                 j.answer(r, &hub);
             }
         }
+    }
+
+    /// Does `jobs` in one `rt_group` call (PostgreSQL only): one result per job, as
+    /// [`Committer::apply`] gives them; `None` when the general path must do the batch (not
+    /// PostgreSQL, a write whose token is not its run's current one, a run written with two
+    /// tokens or finished twice in the batch; nothing of it is stored then).
+    async fn apply_as_one(
+        &mut self,
+        jobs: &[Job],
+    ) -> Result<Option<Vec<Result<Answer, RuntimeError>>>, RuntimeError> {
+        let Db::Pg(pool) = &self.db else {
+            return Ok(None);
+        };
+        let now = now_ms();
+        let mut tokens = serde_json::Map::new();
+        let mut records = Vec::new();
+        let mut effects: Vec<serde_json::Value> = Vec::new();
+        let mut effect_at: std::collections::HashMap<(&str, &str, &str), usize> =
+            std::collections::HashMap::new();
+        let mut beats: Vec<serde_json::Value> = Vec::new();
+        let mut beat_at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        let mut finishes: Vec<serde_json::Value> = Vec::new();
+        let mut finished: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        let mut events = Events::default();
+        let mut notify: Vec<&str> = Vec::new();
+        let mut claims = Vec::new();
+        for j in jobs {
+            let Some(held) = &j.lease else {
+                if let Op::Claim { worker, lease_ms } = &j.op {
+                    claims.push(serde_json::json!({
+                        "worker": worker, "worker_json": json_str(worker), "expires": now + lease_ms,
+                    }));
+                }
+                continue;
+            };
+            let run = held.run.as_str();
+            match tokens.get(run) {
+                Some(t) if t.as_i64() != Some(held.token) => return Ok(None),
+                Some(_) => {}
+                None => {
+                    tokens.insert(run.to_owned(), held.token.into());
+                }
+            }
+            match &j.op {
+                Op::Record(e) => records.push(serde_json::json!({
+                    "run_id": run, "step": e.step, "seq": e.seq,
+                    "request_hash": e.request_hash, "payload": e.payload, "token": held.token,
+                })),
+                Op::Effect(e) => {
+                    let row = serde_json::json!({
+                        "run_id": run, "step": e.step, "call_id": e.call_id,
+                        "tool": e.tool, "idem_key": e.idempotency_key, "args": e.args,
+                        "state": e.state.as_str(), "result": e.result, "token": held.token,
+                    });
+                    let key = (run, e.step.as_str(), e.call_id.as_str());
+                    match effect_at.get(&key) {
+                        Some(&i) => effects[i] = row,
+                        None => {
+                            effect_at.insert(key, effects.len());
+                            effects.push(row);
+                        }
+                    }
+                }
+                Op::Event { kind, detail } => {
+                    events.push(run, kind, detail, &held.worker, held.token);
+                    notify.push(run);
+                }
+                Op::Heartbeat { expires_ms } => {
+                    let row = serde_json::json!({"run_id": run, "expires": expires_ms});
+                    match beat_at.get(run) {
+                        Some(&i) => beats[i] = row,
+                        None => {
+                            beat_at.insert(run, beats.len());
+                            beats.push(row);
+                        }
+                    }
+                }
+                Op::Finish(to) => {
+                    if !finished.insert(run) {
+                        return Ok(None);
+                    }
+                    finishes.push(serde_json::json!({
+                        "id": run, "status": to.status.as_str(),
+                        "output": to.output, "detail": to.detail, "resume": to.resume,
+                        "failed": i64::from(to.failed), "not_before": to.not_before_ms,
+                    }));
+                    let detail = format!("{{\"status\": \"{}\"}}", to.status);
+                    events.push(run, "status", &detail, &held.worker, held.token);
+                    notify.push(run);
+                }
+                Op::Check | Op::Claim { .. } => {}
+            }
+        }
+        notify.sort_unstable();
+        notify.dedup();
+        // Each argument a JSON text of its own (`NULL`: none).
+        fn arg<T: serde::Serialize>(rows: &[T]) -> Option<String> {
+            (!rows.is_empty()).then(|| serde_json::to_string(rows).unwrap_or_default())
+        }
+        let tokens = serde_json::Value::Object(tokens).to_string();
+        let _quiet = crate::journal::quiet_share().await;
+        let mut conn = match self.conn.take() {
+            Some(c) => c,
+            None => pool.acquire().await?,
+        };
+        let answer: String = sqlx::query_scalar(
+            "SELECT rt_group($1, $2::json, $3::json, $4::json, $5::json, $6::json, $7::json, $8::json, $9::json)::text",
+        )
+        .bind(now)
+        .bind(tokens)
+        .bind(arg(&records))
+        .bind(arg(&effects))
+        .bind(arg(&beats))
+        .bind(arg(&finishes))
+        .bind(arg(&events.rows))
+        .bind(arg(&claims))
+        .bind(arg(&notify))
+        .fetch_one(&mut *conn)
+        .await?;
+        self.conn = Some(conn);
+        let answer: serde_json::Value =
+            serde_json::from_str(&answer).map_err(|e| corrupt("rt_group answer", e))?;
+        if answer.get("fenced").is_some() {
+            return Ok(None);
+        }
+        let mut taken: std::collections::HashMap<i64, (Run, i64)> =
+            std::collections::HashMap::new();
+        for c in answer
+            .get("claimed")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let (Some(i), Some(token), Some(run)) = (
+                c.get("i").and_then(serde_json::Value::as_i64),
+                c.get("token").and_then(serde_json::Value::as_i64),
+                c.get("run"),
+            ) else {
+                return Err(corrupt(
+                    "rt_group answer",
+                    "a claim without i, token or run",
+                ));
+            };
+            taken.insert(i, (run_from_json(run)?, token));
+        }
+        let mut nth = 0;
+        Ok(Some(
+            jobs.iter()
+                .map(|j| match j.lease {
+                    Some(_) => Ok(Answer::Done),
+                    None => {
+                        nth += 1;
+                        Ok(Answer::Claimed(taken.remove(&nth).map(Box::new)))
+                    }
+                })
+                .collect(),
+        ))
     }
 
     /// Does `jobs` in one transaction: one result per job (fenced or done); `Err` when the

@@ -636,6 +636,30 @@ async fn fencing_refuses_stale_writes(env: Env) {
     ));
     assert!(runs.journal(&id).await.unwrap().is_empty());
     runs.record(&new, &entry).await.unwrap();
+    // A stale write and a current one handed over together (so most likely in one group
+    // commit): the stale one is refused alone, the current one lands.
+    let stale_entry = rath_runtime::JournalEntry {
+        step: "0/stale".into(),
+        ..entry.clone()
+    };
+    let fresh_entry = rath_runtime::JournalEntry {
+        step: "0/fresh".into(),
+        ..entry.clone()
+    };
+    let (stale, fresh) = tokio::join!(
+        runs.record(&old, &stale_entry),
+        runs.record(&new, &fresh_entry)
+    );
+    assert!(matches!(stale, Err(RuntimeError::Fenced { .. })));
+    fresh.unwrap();
+    let steps: Vec<String> = runs
+        .journal(&id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.step)
+        .collect();
+    assert_eq!(steps, ["0/fresh", "0/x"]);
     // A cancel fences the holder too.
     runs.cancel(&id).await.unwrap();
     assert!(matches!(
