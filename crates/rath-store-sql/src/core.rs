@@ -43,7 +43,8 @@ macro_rules! sql_store {
         use crate::schema::SCHEMA_VERSION;
 
         type Pool = sqlx::Pool<$db>;
-        type Tx = sqlx::Transaction<'static, $db>;
+        type Tx<'c> = sqlx::Transaction<'c, $db>;
+        type Conn = sqlx::pool::PoolConnection<$db>;
 
         /// The SQL that turns parameter `p` (16 bytes) into a stored chunk address.
         fn hash_in(p: &str) -> String {
@@ -63,11 +64,117 @@ macro_rules! sql_store {
             e.as_database_error().is_some_and(|d| d.is_unique_violation())
         }
 
-        async fn begin(pool: &Pool, name: &str, sql: &'static str) -> Result<Tx, PersistError> {
+        async fn begin(pool: &Pool, name: &str, sql: &'static str) -> Result<Tx<'static>, PersistError> {
             pool.begin_with(sql).await.map_err(|e| backend(name, "begin", e))
         }
 
-        async fn exec(tx: &mut Tx, name: &str, op: &'static str, sql: &str) -> Result<(), PersistError> {
+        /// The group loader of a store (see [`Loads::start`]).
+        pub(crate) struct Loads {
+            queue: tokio::sync::mpsc::UnboundedSender<LoadJob>,
+        }
+
+        type Row = <$db as sqlx::Database>::Row;
+
+        impl std::fmt::Debug for Loads {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct("Loads").finish_non_exhaustive()
+            }
+        }
+
+        /// A load waiting for the group loader: the session, and who is told its rows
+        /// (`None`: the loader could not read them, the caller reads them itself).
+        pub(crate) struct LoadJob {
+            id: SessionId,
+            done: tokio::sync::oneshot::Sender<Option<Vec<Row>>>,
+        }
+
+        /// Most loads one query of the group loader takes.
+        const LOAD_MAX: usize = 256;
+
+        impl Loads {
+            /// Starts the group loader of a store (on the current tokio runtime): the loads
+            /// waiting when it is free are read in one query (each session's row and
+            /// segments, keyed by the row they started from), the way the group committer
+            /// shares a transaction among writes. Many runs starting at once then cost a few
+            /// queries, not one each (and not a pool checkout each: sqlx tests a connection
+            /// with a round trip when it is handed out and again when it comes back, as much
+            /// as a short read costs); a lone load costs what it did. The loader keeps its
+            /// connection while loads are waiting and gives it back when none are (so
+            /// closing the pool is not held up).
+            pub(crate) fn start(pool: Pool, name: String) -> Self {
+                let (queue, mut rx) = tokio::sync::mpsc::unbounded_channel::<LoadJob>();
+                tokio::spawn(async move {
+                    let mut conn: Option<Conn> = None;
+                    let mut later: Vec<LoadJob> = Vec::new();
+                    loop {
+                        let mut jobs = std::mem::take(&mut later);
+                        if jobs.is_empty() {
+                            match rx.recv().await {
+                                Some(j) => jobs.push(j),
+                                None => break,
+                            }
+                        }
+                        while jobs.len() < LOAD_MAX {
+                            match rx.try_recv() {
+                                Ok(j) => jobs.push(j),
+                                Err(_) => break,
+                            }
+                        }
+                        // One load per session in a query; another load of it waits for the next.
+                        let mut seen = std::collections::HashSet::new();
+                        let (now, again): (Vec<LoadJob>, Vec<LoadJob>) =
+                            jobs.into_iter().partition(|j| seen.insert(j.id.as_str().to_owned()));
+                        later = again;
+                        match read_many(&mut conn, &pool, &name, &now).await {
+                            Ok(mut by_id) => {
+                                for j in now {
+                                    let rows = by_id.remove(j.id.as_str()).unwrap_or_default();
+                                    let _ = j.done.send(Some(rows));
+                                }
+                            }
+                            Err(_) => {
+                                conn = None;
+                                for j in now {
+                                    let _ = j.done.send(None);
+                                }
+                            }
+                        }
+                        if later.is_empty() && rx.is_empty() {
+                            conn = None;
+                        }
+                    }
+                });
+                Loads { queue }
+            }
+
+            /// `id`'s load rows from the group loader; `None` when it is gone (its runtime
+            /// shut down) or could not read them.
+            async fn rows(&self, id: &SessionId) -> Option<Vec<Row>> {
+                let (done, answer) = tokio::sync::oneshot::channel();
+                self.queue.send(LoadJob { id: id.clone(), done }).ok()?;
+                answer.await.ok().flatten()
+            }
+        }
+
+        /// A write transaction on a group committer's own connection `conn` (taken from the
+        /// pool when it has none; the committer drops it after a failed group, so a broken
+        /// one is not used twice).
+        async fn begin_on<'c>(conn: &'c mut Option<Conn>, pool: &Pool, name: &str, sql: &'static str) -> Result<Tx<'c>, PersistError> {
+            if conn.is_none() {
+                *conn = Some(pool.acquire().await.map_err(|e| backend(name, "begin", e))?);
+            }
+            let Some(c) = conn.as_mut() else {
+                return Err(PersistError::Backend {
+                    store: name.to_owned(),
+                    op: "begin",
+                    message: "no connection".into(),
+                    source: None,
+                });
+            };
+            sqlx::Connection::begin_with(&mut **c, sql).await.map_err(|e| backend(name, "begin", e))
+        }
+
+        async fn exec(tx: &mut Tx<'_>, name: &str, op: &'static str, sql: &str) -> Result<(), PersistError> {
             if sql.is_empty() {
                 return Ok(());
             }
@@ -130,7 +237,7 @@ macro_rules! sql_store {
             created_us: i64,
         }
 
-        async fn stored_row(tx: &mut Tx, name: &str, id: &str) -> Result<Option<Stored>, PersistError> {
+        async fn stored_row(tx: &mut Tx<'_>, name: &str, id: &str) -> Result<Option<Stored>, PersistError> {
             let sql = format!(
                 "SELECT key, len, digest, {} AS last_hash, content, created_us FROM rath_sessions \
                  WHERE id = $1{}",
@@ -162,7 +269,7 @@ macro_rules! sql_store {
         /// Stores the chunks of `key` at positions `from..` as segment rows (one per
         /// [`SEGMENT_CHUNKS`]); returns how many chunks that is.
         async fn insert_segments(
-            tx: &mut Tx,
+            tx: &mut Tx<'_>,
             name: &str,
             key: i64,
             from: usize,
@@ -188,7 +295,7 @@ macro_rules! sql_store {
         /// query; with `same` (`(digest, len)`), the same query also looks for a stored
         /// session holding exactly those chunks (see [`same_chunks`]) and returns its key.
         async fn stored_parents(
-            tx: &mut Tx,
+            tx: &mut Tx<'_>,
             name: &str,
             s: &Session,
             same: Option<(&[u8], usize)>,
@@ -242,7 +349,7 @@ macro_rules! sql_store {
         /// The stored parents of `s` (see [`stored_parents`]), read the first time a write
         /// asks for them and kept in `cache` for the rest of it.
         async fn parents_once<'a>(
-            tx: &mut Tx,
+            tx: &mut Tx<'_>,
             name: &str,
             s: &Session,
             cache: &'a mut Option<Parents>,
@@ -257,7 +364,7 @@ macro_rules! sql_store {
         /// (what a merge's second half is): `(key, len)`; the session then points at it
         /// instead of storing those chunks again.
         async fn graft_of(
-            tx: &mut Tx,
+            tx: &mut Tx<'_>,
             name: &str,
             s: &Session,
             parents: &mut Option<Parents>,
@@ -291,7 +398,7 @@ macro_rules! sql_store {
         /// The longest stored parent of `s` whose chunks are exactly `s`'s first ones:
         /// `(key, len)`, or `None` (the session then stores all its refs).
         async fn shared_base(
-            tx: &mut Tx,
+            tx: &mut Tx<'_>,
             name: &str,
             s: &Session,
             parents: &mut Option<Parents>,
@@ -335,7 +442,7 @@ macro_rules! sql_store {
         /// forked from it, a route that replaces the last chunk, a merge of forks that
         /// share a prefix): `(key, shared)`, found by reading the parents' chunks.
         async fn partly_shared_base(
-            tx: &mut Tx,
+            tx: &mut Tx<'_>,
             name: &str,
             s: &Session,
             chunks: &[EncodedChunk],
@@ -365,7 +472,7 @@ macro_rules! sql_store {
         /// A stored session holding exactly `len` chunks of chain digest `digest`, found by
         /// the digest it was saved with (indexed; an append does not change it).
         async fn same_chunks(
-            tx: &mut Tx,
+            tx: &mut Tx<'_>,
             name: &str,
             digest: &[u8],
             len: usize,
@@ -406,7 +513,7 @@ macro_rules! sql_store {
         /// The base a remembered session offers `s`, when its row still has the remembered
         /// length and digest: `(key, len, digest)`.
         async fn remembered_base(
-            tx: &mut Tx,
+            tx: &mut Tx<'_>,
             name: &str,
             known: &KnownSessions,
             s: &Session,
@@ -442,7 +549,7 @@ macro_rules! sql_store {
         /// A session not stored yet (or, when stored, the very same one: a no-op). The
         /// chunks it shares with a remembered session are neither encoded nor hashed.
         async fn save_new(
-            tx: &mut Tx,
+            tx: &mut Tx<'_>,
             name: &str,
             known: &KnownSessions,
             learned: &mut Learned,
@@ -568,7 +675,7 @@ macro_rules! sql_store {
         }
 
         async fn append(
-            tx: &mut Tx,
+            tx: &mut Tx<'_>,
             name: &str,
             known: &KnownSessions,
             learned: &mut Learned,
@@ -664,7 +771,7 @@ macro_rules! sql_store {
         /// Checks `fences` (of distinct keys) in one statement: each key's newest token
         /// becomes the larger of the stored one and the fence's, and a fence below the
         /// stored one is refused (the first such one's error).
-        async fn check_fences(tx: &mut Tx, name: &str, fences: &[&rath_persist::Fence]) -> Result<(), PersistError> {
+        async fn check_fences(tx: &mut Tx<'_>, name: &str, fences: &[&rath_persist::Fence]) -> Result<(), PersistError> {
             let fenced = |f: &rath_persist::Fence, current: u64| PersistError::Fenced {
                 store: name.to_owned(),
                 key: f.key.clone(),
@@ -702,7 +809,7 @@ macro_rules! sql_store {
         /// The writes of a batch inside an open write transaction (the fence checked
         /// first); what they taught goes to `learned`, to remember once committed.
         async fn batch_in(
-            tx: &mut Tx,
+            tx: &mut Tx<'_>,
             name: &str,
             known: &KnownSessions,
             learned: &mut Learned,
@@ -815,6 +922,10 @@ macro_rules! sql_store {
         fn lane(pool: Pool, name: String, known: std::sync::Arc<KnownSessions>) -> tokio::sync::mpsc::UnboundedSender<Pending> {
             let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Pending>();
             tokio::spawn(async move {
+                // The committer's own connection (see `begin_on`): one checkout for a burst
+                // of groups, not one each (sqlx tests a connection with a round trip when it
+                // is handed out and again when it comes back).
+                let mut conn: Option<Conn> = None;
                 while let Some(first) = rx.recv().await {
                     let mut jobs = vec![first];
                     while jobs.len() < GROUP_MAX {
@@ -823,13 +934,12 @@ macro_rules! sql_store {
                             Err(_) => break,
                         }
                     }
-                    if jobs.len() == 1 {
-                        let job = jobs.remove(0);
-                        let r = write_in(&pool, &name, &known, job.batch()).await;
-                        let _ = job.done.send(r);
-                        continue;
+                    group_in(&mut conn, &pool, &name, &known, jobs).await;
+                    // Kept while writes are waiting; given back when none are (so closing
+                    // the pool is not held up).
+                    if rx.is_empty() {
+                        conn = None;
                     }
-                    group_in(&pool, &name, &known, jobs).await;
                 }
             });
             tx
@@ -840,14 +950,25 @@ macro_rules! sql_store {
         /// the transaction is rolled back and each batch is done again alone, in order: the
         /// failing one then fails by itself and the others commit, as if each had been done
         /// after the one before.
-        async fn group_in(pool: &Pool, name: &str, known: &KnownSessions, jobs: Vec<Pending>) {
-            group_in_with(pool, name, known, jobs, true).await;
+        async fn group_in(conn: &mut Option<Conn>, pool: &Pool, name: &str, known: &KnownSessions, jobs: Vec<Pending>) {
+            group_in_with(conn, pool, name, known, jobs, true).await;
         }
 
         /// [`group_in`]; `set_path: false` does every batch one after another in the group's
         /// transaction (what the set path must come out the same as; tests compare them).
-        async fn group_in_with(pool: &Pool, name: &str, known: &KnownSessions, jobs: Vec<Pending>, set_path: bool) {
-            match group_all(pool, name, &jobs, known, set_path).await {
+        async fn group_in_with(
+            conn: &mut Option<Conn>,
+            pool: &Pool,
+            name: &str,
+            known: &KnownSessions,
+            jobs: Vec<Pending>,
+            set_path: bool,
+        ) {
+            let done = group_all(conn, pool, name, &jobs, known, set_path).await;
+            if done.is_err() {
+                *conn = None;
+            }
+            match done {
                 Ok(results) => {
                     for (j, (reports, learned)) in jobs.into_iter().zip(results) {
                         for (id, k) in learned {
@@ -868,13 +989,14 @@ macro_rules! sql_store {
         /// The batches of `jobs` in one transaction, committed only if every one of them
         /// succeeded (dropping the transaction rolls it back).
         async fn group_all(
+            conn: &mut Option<Conn>,
             pool: &Pool,
             name: &str,
             jobs: &[Pending],
             known: &KnownSessions,
             set_path: bool,
         ) -> Result<Vec<(Vec<WriteReport>, Learned)>, PersistError> {
-            let mut tx = begin(pool, name, $begin_write).await?;
+            let mut tx = begin_on(conn, pool, name, $begin_write).await?;
             exec(&mut tx, name, "lock", $write_lock).await?;
             // The fences of batches guarding different keys are checked in one statement
             // (each key's check is independent of the other batches' writes).
@@ -1011,7 +1133,7 @@ macro_rules! sql_store {
         /// fail one by one too (a conflict, a fence, a row inserted meanwhile): the
         /// caller's group then fails and is done again batch by batch.
         async fn group_set(
-            tx: &mut Tx,
+            tx: &mut Tx<'_>,
             name: &str,
             known: &KnownSessions,
             jobs: &[Pending],
@@ -1435,7 +1557,7 @@ macro_rules! sql_store {
                 jobs.push(Pending { writes, fence: b.fence.clone(), done });
                 answers.push(answer);
             }
-            group_in_with(pool, name, known, jobs, set_path).await;
+            group_in_with(&mut None, pool, name, known, jobs, set_path).await;
             let mut out = Vec::new();
             for a in answers {
                 out.push(a.await.unwrap_or_else(|_| {
@@ -1548,12 +1670,19 @@ macro_rules! sql_store {
         /// graft's (at most `graft_len`, from `off + base_len`), then its own segments below
         /// `hi`.
         fn chain_cte(start: &str) -> String {
+            chain_cte_rooted(start, false)
+        }
+
+        /// [`chain_cte`]; `rooted`: each chain row also carries `root`, the key of the row
+        /// it started from (the chains of several rows in one query).
+        fn chain_cte_rooted(start: &str, rooted: bool) -> String {
+            let (col, first, next) = if rooted { ("root, ", "key, ", "c.root, ") } else { ("", "", "") };
             format!(
-                "chain (key, hi, off, own, base_key, base_len, graft_key, graft_len) AS ( \
-                 SELECT key, len, CAST(0 AS BIGINT), base_len + graft_len, base_key, base_len, \
+                "chain ({col}key, hi, off, own, base_key, base_len, graft_key, graft_len) AS ( \
+                 SELECT {first}key, len, CAST(0 AS BIGINT), base_len + graft_len, base_key, base_len, \
                  graft_key, graft_len FROM rath_sessions WHERE {start} \
                  UNION ALL \
-                 SELECT s.key, \
+                 SELECT {next}s.key, \
                  CASE WHEN w.which = 0 THEN \
                    CASE WHEN c.hi < c.base_len THEN c.hi ELSE c.base_len END \
                  ELSE \
@@ -1580,7 +1709,7 @@ macro_rules! sql_store {
         /// The chunk documents of row `key` in order, joined by line breaks, and how many
         /// (one recursive query; see [`chain_cte`]).
         async fn chain_docs(
-            tx: &mut Tx,
+            tx: &mut Tx<'_>,
             name: &str,
             id: &SessionId,
             key: i64,
@@ -1646,15 +1775,86 @@ macro_rules! sql_store {
             Ok((docs, found))
         }
 
+        /// The load rows of every session of `jobs` in one statement (see [`load_in`]), by
+        /// session id, each with its row first; a session not stored has none. On the
+        /// loader's connection `conn`; a read that failed on a connection kept from the
+        /// previous query is tried once more on a fresh one from the pool.
+        async fn read_many(
+            conn: &mut Option<Conn>,
+            pool: &Pool,
+            name: &str,
+            jobs: &[LoadJob],
+        ) -> Result<std::collections::HashMap<String, Vec<Row>>, PersistError> {
+            let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+            let ids = json_list(name, &ids)?;
+            let sql = format!(
+                "WITH RECURSIVE me AS (SELECT id, key, len, digest, header, trailer FROM rath_sessions \
+                 WHERE id IN ({json_ids})), {} \
+                 SELECT key AS root, CAST(-1 AS BIGINT) AS at, CAST(0 AS INTEGER) AS n, CAST(NULL AS {blob}) AS docs, \
+                 CAST(0 AS BIGINT) AS room, id, key, len, digest, header, trailer FROM me \
+                 UNION ALL \
+                 SELECT s.root, s.at, s.n, s.docs, s.room, NULL, NULL, NULL, NULL, NULL, NULL FROM \
+                 (SELECT c.root AS root, c.off + g.pos AS at, g.n AS n, g.docs AS docs, c.hi - g.pos AS room \
+                 FROM chain c JOIN rath_segments g ON g.session_key = c.key AND g.pos >= c.own AND g.pos < c.hi) s \
+                 ORDER BY root, at",
+                chain_cte_rooted("key IN (SELECT key FROM me)", true),
+                json_ids = $json_ids,
+                blob = $blob,
+            );
+            let fresh = conn.is_none();
+            let c = match conn.take() {
+                Some(c) => c,
+                None => pool.acquire().await.map_err(|e| backend(name, "load", e))?,
+            };
+            let mut c = c;
+            let mut read = sqlx::query(&sql).bind(&ids).fetch_all(&mut *c).await;
+            if read.is_err() && !fresh {
+                drop(c);
+                c = pool.acquire().await.map_err(|e| backend(name, "load", e))?;
+                read = sqlx::query(&sql).bind(&ids).fetch_all(&mut *c).await;
+            }
+            let rows = read.map_err(|e| backend(name, "load", e))?;
+            *conn = Some(c);
+            let get = |e: sqlx::Error| backend(name, "load", e);
+            let mut by_id: std::collections::HashMap<String, Vec<Row>> = std::collections::HashMap::new();
+            let mut of_root: std::collections::HashMap<i64, String> = std::collections::HashMap::new();
+            for r in rows {
+                let root: i64 = r.try_get("root").map_err(get)?;
+                let at: i64 = r.try_get("at").map_err(get)?;
+                let id = if at < 0 {
+                    let id: String = r.try_get("id").map_err(get)?;
+                    of_root.insert(root, id.clone());
+                    id
+                } else {
+                    match of_root.get(&root) {
+                        Some(id) => id.clone(),
+                        None => continue,
+                    }
+                };
+                by_id.entry(id).or_default().push(r);
+            }
+            Ok(by_id)
+        }
+
         /// Loads a session in one statement (one snapshot, no transaction): its row first
         /// (`at` -1), then its chunks' segments along its base and graft links
         /// ([`chain_cte`]), decoded in one pass.
         async fn load_in(
             pool: &Pool,
+            loads: &Loads,
             name: &str,
             known: &KnownSessions,
             id: &SessionId,
         ) -> Result<LoadedSession, PersistError> {
+            let rows = match loads.rows(id).await {
+                Some(rows) => rows,
+                None => load_rows(pool, name, id).await?,
+            };
+            assemble_loaded(name, known, id, &rows)
+        }
+
+        /// The rows of one session's load (see [`load_in`]).
+        async fn load_rows(pool: &Pool, name: &str, id: &SessionId) -> Result<Vec<Row>, PersistError> {
             let sql = format!(
                 "WITH RECURSIVE me AS (SELECT key, len, digest, header, trailer FROM rath_sessions \
                  WHERE id = $1), {} \
@@ -1666,11 +1866,16 @@ macro_rules! sql_store {
                 chain_cte("key = (SELECT key FROM me)"),
                 blob = $blob,
             );
-            let rows = sqlx::query(&sql)
+            sqlx::query(&sql)
                 .bind(id.as_str())
                 .fetch_all(pool)
                 .await
-                .map_err(|e| backend(name, "load", e))?;
+                .map_err(|e| backend(name, "load", e))
+        }
+
+        /// A loaded session from its rows: its row first (`at` -1), then its segments in
+        /// position order (none: the session is not stored).
+        fn assemble_loaded(name: &str, known: &KnownSessions, id: &SessionId, rows: &[Row]) -> Result<LoadedSession, PersistError> {
             let Some(row) = rows.first() else {
                 return Err(PersistError::NotFound {
                     id: id.to_string(),
@@ -1829,7 +2034,7 @@ macro_rules! sql_store {
         }
 
         /// Removes a session row and its segments: `(chunks, bytes)` freed.
-        async fn remove_row(tx: &mut Tx, name: &str, key: i64) -> Result<(u64, u64), PersistError> {
+        async fn remove_row(tx: &mut Tx<'_>, name: &str, key: i64) -> Result<(u64, u64), PersistError> {
             let get = |e: sqlx::Error| backend(name, "gc", e);
             let sql = format!(
                 "DELETE FROM rath_segments WHERE session_key = $1 RETURNING n, {}",
@@ -1898,12 +2103,13 @@ macro_rules! sql_store {
         /// Loads a session, in a `load rath_sessions` span.
         pub(crate) async fn load(
             pool: &Pool,
+            loads: &Loads,
             name: &str,
             known: &KnownSessions,
             id: &SessionId,
         ) -> Result<LoadedSession, PersistError> {
             let span = spans::session_op($kind, "load", id.as_str());
-            let result = load_in(pool, name, known, id).instrument(span.clone()).await;
+            let result = load_in(pool, loads, name, known, id).instrument(span.clone()).await;
             spans::record_loaded(&span, result.as_ref().ok().map(|l| l.session.len()));
             spans::record_outcome(&span, &result);
             result

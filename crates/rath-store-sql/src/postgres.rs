@@ -45,6 +45,8 @@ pub struct PgStore {
     pool: sqlx::PgPool,
     name: String,
     known: Arc<KnownSessions>,
+    /// The group loader's queue: concurrent loads share one query.
+    loads: Arc<imp::Loads>,
     /// The group committer's queue: concurrent writes share one transaction.
     group: imp::Group,
 }
@@ -118,7 +120,9 @@ impl PgStore {
         .map_err(|e| imp::backend(&name, "connect", e))?;
         let known: Arc<KnownSessions> = Arc::default();
         let group = imp::group(pool.clone(), name.clone(), known.clone(), 1);
+        let loads = Arc::new(imp::Loads::start(pool.clone(), name.clone()));
         Ok(Self {
+            loads,
             pool,
             name,
             known,
@@ -189,7 +193,7 @@ impl SessionStore for PgStore {
     }
 
     async fn load(&self, id: &SessionId) -> Result<LoadedSession, PersistError> {
-        imp::load(&self.pool, &self.name, &self.known, id).await
+        imp::load(&self.pool, &self.loads, &self.name, &self.known, id).await
     }
 
     async fn stored_len(&self, id: &SessionId) -> Result<Option<usize>, PersistError> {

@@ -44,6 +44,8 @@ pub struct SqliteStore {
     name: String,
     path: PathBuf,
     known: Arc<KnownSessions>,
+    /// The group loader's queue: concurrent loads share one query.
+    loads: Arc<imp::Loads>,
     /// The group committer's queue: concurrent writes share one transaction.
     group: imp::Group,
 }
@@ -88,7 +90,9 @@ impl SqliteStore {
         imp::migrate(&pool, &name).await?;
         let known: Arc<KnownSessions> = Arc::default();
         let group = imp::group(pool.clone(), name.clone(), known.clone(), 1);
+        let loads = Arc::new(imp::Loads::start(pool.clone(), name.clone()));
         Ok(Self {
+            loads,
             pool,
             name,
             path,
@@ -147,7 +151,7 @@ impl SessionStore for SqliteStore {
     }
 
     async fn load(&self, id: &SessionId) -> Result<LoadedSession, PersistError> {
-        imp::load(&self.pool, &self.name, &self.known, id).await
+        imp::load(&self.pool, &self.loads, &self.name, &self.known, id).await
     }
 
     async fn stored_len(&self, id: &SessionId) -> Result<Option<usize>, PersistError> {

@@ -1,6 +1,7 @@
 //! Group commit: concurrent writes on one store handle share a transaction. A batch that
 //! fails (a conflict, a fence) fails alone: the batches are then done again one transaction
-//! each, so the others commit, and nothing of the failed one is stored.
+//! each, so the others commit, and nothing of the failed one is stored. Concurrent loads
+//! share a query and come back as they would one at a time.
 
 mod common;
 
@@ -173,5 +174,71 @@ async fn concurrent_batches_fail_alone_on_postgres() {
         return;
     };
     concurrent_batches_fail_alone(Arc::new(store)).await;
+    schema.drop_now().await;
+}
+
+/// Concurrent loads (many sessions at once, some sharing their stored chunks with a
+/// parent, some asked for several times, one never stored) are read in shared queries and
+/// come back exactly as the same loads one at a time.
+async fn concurrent_loads_match_lone_loads(store: Arc<dyn SessionStore>) {
+    let name = store.name();
+    let mut ids = Vec::new();
+    for i in 0..12u64 {
+        let s = Session::user_with(format!("load {i}"), Stamper::seeded(500 + i))
+            .push(Chunk::assistant_text(format!("answer {i}")));
+        store.save(&s).await.expect("save");
+        let child = s.fork().push(Chunk::user(format!("then {i}")));
+        store.save(&child).await.expect("save a fork");
+        let grandchild = child.fork().push(Chunk::assistant_text(format!("and {i}")));
+        store
+            .save(&grandchild)
+            .await
+            .expect("save a fork of a fork");
+        ids.extend([s.id().clone(), child.id().clone(), grandchild.id().clone()]);
+    }
+    let missing = rath_session::SessionId::new("never-stored");
+    let mut lone = Vec::new();
+    for id in &ids {
+        let l = store.load(id).await.expect("lone load");
+        lone.push(format!("{:?}", l.session));
+    }
+    let mut asks = Vec::new();
+    for round in 0..3 {
+        for (i, id) in ids.iter().enumerate() {
+            if round == 0 || i % 4 == 0 {
+                asks.push((Some(i), id.clone()));
+            }
+        }
+        asks.push((None, missing.clone()));
+    }
+    let tasks: Vec<_> = asks
+        .iter()
+        .cloned()
+        .map(|(i, id)| {
+            let store = store.clone();
+            tokio::spawn(async move { (i, store.load(&id).await) })
+        })
+        .collect();
+    for t in tasks {
+        match t.await.expect("task") {
+            (Some(i), Ok(l)) => assert_eq!(format!("{:?}", l.session), lone[i], "{name}: {i}"),
+            (None, Err(PersistError::NotFound { .. })) => {}
+            (i, other) => panic!("{name}: load {i:?}: {:?}", other.map(|l| l.session.len())),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_loads_match_lone_loads_on_sqlite() {
+    let (_dir, store) = common::sqlite().await;
+    concurrent_loads_match_lone_loads(Arc::new(store)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_loads_match_lone_loads_on_postgres() {
+    let Some((schema, store)) = common::postgres("group_loads").await else {
+        return;
+    };
+    concurrent_loads_match_lone_loads(Arc::new(store)).await;
     schema.drop_now().await;
 }
