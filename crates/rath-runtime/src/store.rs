@@ -305,6 +305,41 @@ macro_rules! in_tx {
     }};
 }
 
+// `in_tx!` for the group committer `$s`: on SQLite its transactions run on its own
+// connection (see `Committer::sqlite`).
+macro_rules! committer_tx {
+    ($s:expr, $tx:ident, $pg:ident, $body:block) => {{
+        let _quiet = crate::journal::quiet_share().await;
+        match &$s.db {
+            Db::Sqlite(pool) => {
+                if $s.sqlite.is_none() {
+                    $s.sqlite = Some(pool.acquire().await?);
+                }
+                let Some(conn) = $s.sqlite.as_mut() else {
+                    return Err(RuntimeError::Db {
+                        store: "sql".into(),
+                        message: "the committer has no connection".into(),
+                    });
+                };
+                let mut $tx = sqlx::Connection::begin_with(&mut **conn, "BEGIN IMMEDIATE").await?;
+                #[allow(unused_variables)]
+                let $pg = false;
+                let out = $body;
+                $tx.commit().await?;
+                out
+            }
+            Db::Pg(pool) => {
+                let mut $tx = pool.begin().await?;
+                #[allow(unused_variables)]
+                let $pg = true;
+                let out = $body;
+                $tx.commit().await?;
+                out
+            }
+        }
+    }};
+}
+
 // Runs `$body` with `$p` bound to the pool of either backend.
 macro_rules! on_pool {
     ($s:expr, $p:ident, $body:block) => {{
@@ -848,7 +883,7 @@ impl RunStore {
                 message: "the group committer stopped before answering".into(),
             });
         };
-        let c = Committer::new(self.db.clone());
+        let mut c = Committer::new(self.db.clone());
         let result = c.apply(std::slice::from_ref(&job)).await?.remove(0);
         if result.is_ok() {
             if let Some(run) = job.notifies() {
@@ -1524,6 +1559,9 @@ impl Barrier {
 /// Most writes one transaction takes.
 const GROUP_MAX: usize = 512;
 
+/// How long a group committer keeps its connection without a write to do.
+const KEEP_IDLE: Duration = Duration::from_secs(1);
+
 /// Group commit: every write of every run this process works on (journal, ledger, events,
 /// heartbeats, claims and releases) goes through one task that takes all that are waiting
 /// and does them in one transaction. The fence is checked for all of them at once (one
@@ -1541,18 +1579,44 @@ const GROUP_MAX: usize = 512;
 /// not take, goes the general path.
 struct Committer {
     db: Db,
-    /// The connection the committer's `rt_group` calls go through (given back to the pool
-    /// after an error, so a broken one is not used twice).
+    /// The connection the committer's `rt_group` calls go through, kept between groups:
+    /// one pool checkout for a burst of them, not one each (sqlx tests a pooled connection
+    /// with a round trip when it hands it out and again when it takes it back). Given back
+    /// to the pool after [`KEEP_IDLE`] without a write, and after an error (so a broken one
+    /// is not used twice).
     conn: Option<sqlx::pool::PoolConnection<sqlx::Postgres>>,
+    /// On SQLite, the connection the committer's transactions run on, kept and given back
+    /// the same way.
+    sqlite: Option<sqlx::pool::PoolConnection<sqlx::Sqlite>>,
 }
 
 impl Committer {
     fn new(db: Db) -> Self {
-        Committer { db, conn: None }
+        Committer {
+            db,
+            conn: None,
+            sqlite: None,
+        }
     }
 
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Job>, hub: Arc<crate::events::Hub>) {
-        while let Some(first) = rx.recv().await {
+        loop {
+            // A kept connection goes back to the pool once no write came for `KEEP_IDLE`.
+            let next = if self.conn.is_some() || self.sqlite.is_some() {
+                match tokio::time::timeout(KEEP_IDLE, rx.recv()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        self.conn = None;
+                        self.sqlite = None;
+                        rx.recv().await
+                    }
+                }
+            } else {
+                rx.recv().await
+            };
+            let Some(first) = next else {
+                break;
+            };
             let mut jobs = vec![first];
             while jobs.len() < GROUP_MAX {
                 match rx.try_recv() {
@@ -1565,6 +1629,9 @@ impl Committer {
                 Ok(None) => self.apply(&jobs).await,
                 Err(e) => Err(e),
             };
+            if applied.is_err() {
+                self.sqlite = None;
+            }
             let results = match applied {
                 Ok(r) => r,
                 Err(_) => {
@@ -1743,14 +1810,17 @@ impl Committer {
 
     /// Does `jobs` in one transaction: one result per job (fenced or done); `Err` when the
     /// transaction failed as a whole (nothing of it is stored).
-    async fn apply(&self, jobs: &[Job]) -> Result<Vec<Result<Answer, RuntimeError>>, RuntimeError> {
+    async fn apply(
+        &mut self,
+        jobs: &[Job],
+    ) -> Result<Vec<Result<Answer, RuntimeError>>, RuntimeError> {
         let mut ids: Vec<&str> = jobs
             .iter()
             .filter_map(|j| j.lease.as_ref().map(|l| l.run.as_str()))
             .collect();
         ids.sort_unstable();
         ids.dedup();
-        Ok(in_tx!(self, tx, pg, {
+        Ok(committer_tx!(self, tx, pg, {
             // The fence of every run in the batch, in one query (locked on PostgreSQL, in
             // run order: one lock order for every committer of every process).
             let mut current: std::collections::HashMap<String, i64> =
