@@ -676,30 +676,33 @@ fn throughput_miss(store: &str) -> String {
     }
 }
 
-const SQLITE_MISS: &str = "profiled (perf over profile drains and per-group timings, 2026-12-04, \
-    after the model call stopped waiting for the last answer's commit, one waiter for the whole \
-    batch and live session writes 100 ms apart): the drain is CPU-bound (our process uses about \
-    1.6 of the 2 cores while it drains) and has three phases: a ramp of about 60 ms while the \
-    200 claimed runs load their input sessions through the store's 4 connections, about five \
-    commit rounds of 100-300 writes, and a tail of 30-40 ms while the ~200 output sessions \
-    that end together go through SQLite's one writer. sqlx's SQLite worker threads (statement \
-    steps) take about a fifth of the samples, the thread handoffs between them and the tokio \
-    workers about a tenth. The peer measured 237-368 steps/s on this machine the same day, so \
-    20× asks 4,700-7,400 steps/s, a drain of 200 runs × 5 steps in 135-210 ms, of which the \
-    ramp and the tail take about 90 ms; quiet profile drains of ours measured 4,300-8,200";
-const PG_MISS: &str = "profiled (per-group timings and pg_stat_statements over profile drains, \
-    2026-12-04, after the model call stopped waiting for the last answer's commit and one \
-    waiter for the whole batch): the drain is latency-bound, not CPU-bound (our process and \
-    PostgreSQL's backends together use about 1.2 of the 2 cores; an fdatasync costs 0.13 ms \
-    here). A run waits for about six group transactions in a row (claim, four tool \
-    dispatches, the release), each the ~100 runs' writes of one lane in seven statements \
-    one after another on one connection (5-20 ms), and the ~200 output sessions that end \
-    together go through the session store's one lane, about 100 ms of a 300 ms drain: lanes \
-    side by side measured slower, since the runs share chunk documents and concurrent group \
-    transactions wait on each other's content-addressed inserts. The peer on PostgreSQL \
-    measured up to 434 steps/s on a quiet machine, so 20× asks about 8700 steps/s, a drain \
-    in 115 ms: fewer round trips per group (one statement for the fence and the inserts) and \
-    session writes that do not all wait for one lane at the end are what is left";
+const SQLITE_MISS: &str = "profiled (per-run phase timings over profile drains, 2026-12-04, \
+    after concurrent session loads became one query and the committers kept their \
+    connections): the drain is CPU-bound (our process uses about 1.5 of the 2 cores, about \
+    0.2 s of CPU per drain of 200 runs × 5 steps). A run's time splits into its claim and \
+    input load (about 20 ms, both shared by the runs starting together), its five steps \
+    (about 50 ms, one shared commit each), the last reply's commit (about 15 ms), the output \
+    session's save (about 20 ms: the ~200 output sessions that end together go through \
+    SQLite's one writer in groups of up to 128) and the release (about 6 ms). The peer \
+    measured 237-368 steps/s on this machine the same day, so 20× asks 4,700-7,400 steps/s; \
+    medians of our profile drains measured 5,300-8,400 over the day, and the machine's own speed moved by \
+    about a fifth over the day (a fixed CPU loop timed 0.26-0.33 s)";
+const PG_MISS: &str = "profiled (per-run phase timings, per-group timings and \
+    pg_stat_statements over profile drains, 2026-12-04, after a group commit became one \
+    rt_group call on a kept connection, concurrent session loads one query and two \
+    committer lanes instead of three): a drain of 200 runs × 5 steps takes about 180 ms and \
+    is latency-bound (our process about 0.13 s of CPU, PostgreSQL's backends about 0.09 s: \
+    1.2 of the 2 cores). A run's time splits into its claim and input load (about 35 ms, \
+    shared by the runs starting together), its five steps (about 60 ms, one shared commit \
+    each, about 1.5 ms of it in PostgreSQL), the last reply's commit (about 15 ms), the \
+    output session's save (about 60 ms: the ~200 new output sessions that end together go \
+    through the session store's committer in two groups of about 25 ms, mostly our encoding \
+    of their rows and segments between its eight statements; two or three lanes measured \
+    the same) and the release (about 12 ms). The peer on PostgreSQL measured 362-434 steps/s \
+    on this machine, so 20× asks 7,200-8,700 steps/s, a drain in 115-140 ms: the session \
+    store's group writes in one round trip (as the run store's are) with their encoding \
+    done by the writers before they queue, and the release sharing the save's commit when \
+    both stores are one database, are what is left";
 
 /// One row per goal of issue 20's benchmarks (met, missed, or not measured), for the
 /// summary of `docs/benchmarks.md`.

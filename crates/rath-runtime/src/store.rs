@@ -1454,6 +1454,82 @@ impl Failed {
     }
 }
 
+/// A journal row as the group statements take it (an object of their JSON array of rows),
+/// borrowed from the write: the reply's text is escaped once, never copied.
+#[derive(serde::Serialize)]
+struct RecordRow<'a> {
+    run_id: &'a str,
+    step: &'a str,
+    seq: i64,
+    request_hash: &'a str,
+    payload: &'a str,
+    token: i64,
+}
+
+impl<'a> RecordRow<'a> {
+    fn of(run: &'a str, token: i64, e: &'a JournalEntry) -> Self {
+        RecordRow {
+            run_id: run,
+            step: &e.step,
+            seq: e.seq,
+            request_hash: &e.request_hash,
+            payload: &e.payload,
+            token,
+        }
+    }
+}
+
+/// A ledger row as the group statements take it (see [`RecordRow`]).
+#[derive(serde::Serialize)]
+struct EffectRow<'a> {
+    run_id: &'a str,
+    step: &'a str,
+    call_id: &'a str,
+    tool: &'a str,
+    idem_key: &'a str,
+    args: &'a str,
+    state: &'a str,
+    result: Option<&'a str>,
+    token: i64,
+}
+
+impl<'a> EffectRow<'a> {
+    fn of(run: &'a str, token: i64, e: &'a Effect) -> Self {
+        EffectRow {
+            run_id: run,
+            step: &e.step,
+            call_id: &e.call_id,
+            tool: &e.tool,
+            idem_key: &e.idempotency_key,
+            args: &e.args,
+            state: e.state.as_str(),
+            result: e.result.as_deref(),
+            token,
+        }
+    }
+}
+
+/// The rows of a batch's ledger writes, the last write of each row only (one statement may
+/// not touch a row twice), in first-seen order.
+#[derive(Default)]
+struct EffectRows<'a> {
+    rows: Vec<EffectRow<'a>>,
+    at: std::collections::HashMap<(&'a str, &'a str, &'a str), usize>,
+}
+
+impl<'a> EffectRows<'a> {
+    fn put(&mut self, row: EffectRow<'a>) {
+        let key = (row.run_id, row.step, row.call_id);
+        match self.at.get(&key) {
+            Some(&i) => self.rows[i] = row,
+            None => {
+                self.at.insert(key, self.rows.len());
+                self.rows.push(row);
+            }
+        }
+    }
+}
+
 /// The event rows of one group transaction, each numbered after its run's stored events
 /// and the batch's earlier ones for the run (inserted in one statement).
 #[derive(Default)]
@@ -1668,9 +1744,7 @@ impl Committer {
         let now = now_ms();
         let mut tokens = serde_json::Map::new();
         let mut records = Vec::new();
-        let mut effects: Vec<serde_json::Value> = Vec::new();
-        let mut effect_at: std::collections::HashMap<(&str, &str, &str), usize> =
-            std::collections::HashMap::new();
+        let mut effects = EffectRows::default();
         let mut beats: Vec<serde_json::Value> = Vec::new();
         let mut beat_at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
         let mut finishes: Vec<serde_json::Value> = Vec::new();
@@ -1696,25 +1770,8 @@ impl Committer {
                 }
             }
             match &j.op {
-                Op::Record(e) => records.push(serde_json::json!({
-                    "run_id": run, "step": e.step, "seq": e.seq,
-                    "request_hash": e.request_hash, "payload": e.payload, "token": held.token,
-                })),
-                Op::Effect(e) => {
-                    let row = serde_json::json!({
-                        "run_id": run, "step": e.step, "call_id": e.call_id,
-                        "tool": e.tool, "idem_key": e.idempotency_key, "args": e.args,
-                        "state": e.state.as_str(), "result": e.result, "token": held.token,
-                    });
-                    let key = (run, e.step.as_str(), e.call_id.as_str());
-                    match effect_at.get(&key) {
-                        Some(&i) => effects[i] = row,
-                        None => {
-                            effect_at.insert(key, effects.len());
-                            effects.push(row);
-                        }
-                    }
-                }
+                Op::Record(e) => records.push(RecordRow::of(run, held.token, e)),
+                Op::Effect(e) => effects.put(EffectRow::of(run, held.token, e)),
                 Op::Event { kind, detail } => {
                     events.push(run, kind, detail, &held.worker, held.token);
                     notify.push(run);
@@ -1763,7 +1820,7 @@ impl Committer {
         .bind(now)
         .bind(tokens)
         .bind(arg(&records))
-        .bind(arg(&effects))
+        .bind(arg(&effects.rows))
         .bind(arg(&beats))
         .bind(arg(&finishes))
         .bind(arg(&events.rows))
@@ -1854,11 +1911,7 @@ impl Committer {
             }
             let mut out: Vec<Option<Result<Answer, RuntimeError>>> = Vec::with_capacity(jobs.len());
             let mut records = Vec::new();
-            // The last write of each ledger row in the batch (one statement may not touch a
-            // row twice); first-seen order.
-            let mut effects: Vec<serde_json::Value> = Vec::new();
-            let mut effect_at: std::collections::HashMap<(&str, &str, &str), usize> =
-                std::collections::HashMap::new();
+            let mut effects = EffectRows::default();
             for j in jobs {
                 let Some(held) = &j.lease else {
                     out.push(None);
@@ -1874,25 +1927,8 @@ impl Committer {
                     continue;
                 }
                 match &j.op {
-                    Op::Record(e) => records.push(serde_json::json!({
-                        "run_id": held.run.as_str(), "step": e.step, "seq": e.seq,
-                        "request_hash": e.request_hash, "payload": e.payload, "token": held.token,
-                    })),
-                    Op::Effect(e) => {
-                        let row = serde_json::json!({
-                            "run_id": held.run.as_str(), "step": e.step, "call_id": e.call_id,
-                            "tool": e.tool, "idem_key": e.idempotency_key, "args": e.args,
-                            "state": e.state.as_str(), "result": e.result, "token": held.token,
-                        });
-                        let key = (held.run.as_str(), e.step.as_str(), e.call_id.as_str());
-                        match effect_at.get(&key) {
-                            Some(&i) => effects[i] = row,
-                            None => {
-                                effect_at.insert(key, effects.len());
-                                effects.push(row);
-                            }
-                        }
-                    }
+                    Op::Record(e) => records.push(RecordRow::of(held.run.as_str(), held.token, e)),
+                    Op::Effect(e) => effects.put(EffectRow::of(held.run.as_str(), held.token, e)),
                     _ => {}
                 }
                 out.push(Some(Ok(Answer::Done)));
@@ -1909,11 +1945,11 @@ impl Committer {
                      FROM json_each($1)"
                 };
                 sqlx::query(sql)
-                    .bind(serde_json::Value::Array(records).to_string())
+                    .bind(serde_json::to_string(&records).map_err(|e| corrupt("journal rows", e))?)
                     .execute(&mut *tx)
                     .await?;
             }
-            if !effects.is_empty() {
+            if !effects.rows.is_empty() {
                 let sql = if pg {
                     "INSERT INTO rt_effects (run_id, step, call_id, tool, idem_key, args, state, result, token) \
                      SELECT v.run_id, v.step, v.call_id, v.tool, v.idem_key, v.args, v.state, v.result, v.token \
@@ -1929,7 +1965,10 @@ impl Committer {
                      ON CONFLICT (run_id, step, call_id) DO UPDATE SET state = excluded.state, result = excluded.result, token = excluded.token"
                 };
                 sqlx::query(sql)
-                    .bind(serde_json::Value::Array(effects).to_string())
+                    .bind(
+                        serde_json::to_string(&effects.rows)
+                            .map_err(|e| corrupt("ledger rows", e))?,
+                    )
                     .execute(&mut *tx)
                     .await?;
             }
