@@ -684,9 +684,11 @@ const SQLITE_MISS: &str = "profiled (per-run phase timings over profile drains, 
     (about 50 ms, one shared commit each), the last reply's commit (about 15 ms), the output \
     session's save (about 20 ms: the ~200 output sessions that end together go through \
     SQLite's one writer in groups of up to 128) and the release (about 6 ms). The peer \
-    measured 237-368 steps/s on this machine the same day, so 20× asks 4,700-7,400 steps/s; \
-    medians of our profile drains measured 5,300-8,400 over the day, and the machine's own speed moved by \
-    about a fifth over the day (a fixed CPU loop timed 0.26-0.33 s)";
+    measured 237-372 steps/s on this machine the same day, so 20× asks 4,700-7,400 steps/s; \
+    medians of our profile drains measured 5,300-8,400 over the day, and the machine's own \
+    speed moved by about a fifth (a fixed CPU loop timed 0.26-0.33 s). A sitting of this \
+    bench 20 minutes earlier the same day gave 22.3× (5,915 vs 266 steps/s): the ratio moves \
+    with the peer's spread as much as with ours";
 const PG_MISS: &str = "profiled (per-run phase timings, per-group timings and \
     pg_stat_statements over profile drains, 2026-12-04, after a group commit became one \
     rt_group call on a kept connection, concurrent session loads one query and two \
@@ -698,8 +700,8 @@ const PG_MISS: &str = "profiled (per-run phase timings, per-group timings and \
     output session's save (about 60 ms: the ~200 new output sessions that end together go \
     through the session store's committer in two groups of about 25 ms, mostly our encoding \
     of their rows and segments between its eight statements; two or three lanes measured \
-    the same) and the release (about 12 ms). The peer on PostgreSQL measured 362-434 steps/s \
-    on this machine, so 20× asks 7,200-8,700 steps/s, a drain in 115-140 ms: the session \
+    the same) and the release (about 12 ms). The peer on PostgreSQL measured 299-434 steps/s \
+    on this machine, so 20× asks 6,000-8,700 steps/s, a drain in 115-170 ms: the session \
     store's group writes in one round trip (as the run store's are) with their encoding \
     done by the writers before they queue, and the release sharing the save's commit when \
     both stores are one database, are what is left";
