@@ -486,7 +486,33 @@ impl RunStore {
             return Err(RuntimeError::BadUrl(redact(url)));
         };
         store.migrate().await?;
+        store.warm().await;
         Ok(store)
+    }
+
+    /// On PostgreSQL, opens a connection per committer lane and calls `rt_group` once on
+    /// each with nothing to write: a server process compiles the function and plans its
+    /// statements on its first call (several ms), which a worker's first claims would
+    /// otherwise wait for. Best effort: a failure here shows again on the first real write.
+    async fn warm(&self) {
+        let Db::Pg(pool) = &self.db else {
+            return;
+        };
+        let mut conns = Vec::with_capacity(PG_LANES);
+        for _ in 0..PG_LANES {
+            match pool.acquire().await {
+                Ok(c) => conns.push(c),
+                Err(_) => return,
+            }
+        }
+        for c in &mut conns {
+            let _ = sqlx::query(
+                "SELECT rt_group($1, '{}'::json, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+            )
+            .bind(now_ms())
+            .execute(&mut **c)
+            .await;
+        }
     }
 
     /// A store over `db` with its group committer running (on the current tokio runtime).
