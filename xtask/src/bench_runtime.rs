@@ -686,9 +686,9 @@ const SQLITE_MISS: &str = "profiled (per-run phase timings over profile drains, 
     SQLite's one writer in groups of up to 128) and the release (about 6 ms). The peer \
     measured 237-372 steps/s on this machine the same day, so 20× asks 4,700-7,400 steps/s; \
     medians of our profile drains measured 5,300-8,400 over the day, and the machine's own \
-    speed moved by about a fifth (a fixed CPU loop timed 0.26-0.33 s). A sitting of this \
-    bench 20 minutes earlier the same day gave 22.3× (5,915 vs 266 steps/s): the ratio moves \
-    with the peer's spread as much as with ours";
+    speed moved by about a fifth (a fixed CPU loop timed 0.26-0.33 s). Three sittings of \
+    this bench that day gave 22.3×, 17.6× and 24.6× (the peer at 266, 372 and 347 steps/s): \
+    the ratio moves with the peer's spread as much as with ours";
 const PG_MISS: &str = "profiled (per-run phase timings, per-group timings and \
     pg_stat_statements over profile drains, 2026-12-04, after a group commit became one \
     rt_group call on a kept connection, concurrent session loads one query and two \
