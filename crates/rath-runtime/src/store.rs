@@ -282,28 +282,35 @@ fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+// Runs `$body` inside the transaction `$begin` opens (`$pg`: the dialect, for the body),
+// committing it after; a `?` inside rolls back (the transaction drops).
+macro_rules! run_tx {
+    ($tx:ident, $pg:ident, $is_pg:expr, $begin:expr, $body:block) => {{
+        let mut $tx = $begin;
+        #[allow(unused_variables)]
+        let $pg = $is_pg;
+        let out = $body;
+        $tx.commit().await?;
+        out
+    }};
+}
+
 // Runs `$body` inside one transaction on either backend (BEGIN IMMEDIATE on SQLite); `$pg`
-// tells the body which dialect it is on. A `?` inside rolls back (the transaction drops).
+// tells the body which dialect it is on.
 macro_rules! in_tx {
     ($s:expr, $tx:ident, $pg:ident, $body:block) => {{
         let _quiet = crate::journal::quiet_share().await;
         match &$s.db {
             Db::Sqlite(pool) => {
-                let mut $tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                #[allow(unused_variables)]
-                let $pg = false;
-                let out = $body;
-                $tx.commit().await?;
-                out
+                run_tx!(
+                    $tx,
+                    $pg,
+                    false,
+                    pool.begin_with("BEGIN IMMEDIATE").await?,
+                    $body
+                )
             }
-            Db::Pg(pool) => {
-                let mut $tx = pool.begin().await?;
-                #[allow(unused_variables)]
-                let $pg = true;
-                let out = $body;
-                $tx.commit().await?;
-                out
-            }
+            Db::Pg(pool) => run_tx!($tx, $pg, true, pool.begin().await?, $body),
         }
     }};
 }
@@ -315,32 +322,35 @@ macro_rules! committer_tx {
         let _quiet = crate::journal::quiet_share().await;
         match &$s.db {
             Db::Sqlite(pool) => {
-                if $s.sqlite.is_none() {
-                    $s.sqlite = Some(pool.acquire().await?);
-                }
-                let Some(conn) = $s.sqlite.as_mut() else {
-                    return Err(RuntimeError::Db {
-                        store: "sql".into(),
-                        message: "the committer has no connection".into(),
-                    });
-                };
-                let mut $tx = sqlx::Connection::begin_with(&mut **conn, "BEGIN IMMEDIATE").await?;
-                #[allow(unused_variables)]
-                let $pg = false;
-                let out = $body;
-                $tx.commit().await?;
-                out
+                run_tx!(
+                    $tx,
+                    $pg,
+                    false,
+                    begin_kept(&mut $s.sqlite, pool).await?,
+                    $body
+                )
             }
-            Db::Pg(pool) => {
-                let mut $tx = pool.begin().await?;
-                #[allow(unused_variables)]
-                let $pg = true;
-                let out = $body;
-                $tx.commit().await?;
-                out
-            }
+            Db::Pg(pool) => run_tx!($tx, $pg, true, pool.begin().await?, $body),
         }
     }};
+}
+
+/// A `BEGIN IMMEDIATE` transaction on the SQLite connection `conn` keeps (taken from `pool`
+/// when it has none).
+async fn begin_kept<'c>(
+    conn: &'c mut Option<sqlx::pool::PoolConnection<sqlx::Sqlite>>,
+    pool: &SqlitePool,
+) -> Result<sqlx::Transaction<'c, sqlx::Sqlite>, RuntimeError> {
+    if conn.is_none() {
+        *conn = Some(pool.acquire().await?);
+    }
+    match conn.as_mut() {
+        Some(c) => Ok(sqlx::Connection::begin_with(&mut **c, "BEGIN IMMEDIATE").await?),
+        None => Err(RuntimeError::Db {
+            store: "sql".into(),
+            message: "the committer has no connection".into(),
+        }),
+    }
 }
 
 // Runs `$body` with `$p` bound to the pool of either backend.
@@ -1384,6 +1394,22 @@ struct Finish {
     not_before_ms: i64,
 }
 
+impl Finish {
+    /// The run's row as the release statement takes it (an object of its JSON array).
+    fn row(&self, run: &str) -> serde_json::Value {
+        serde_json::json!({
+            "id": run, "status": self.status.as_str(),
+            "output": self.output, "detail": self.detail, "resume": self.resume,
+            "failed": i64::from(self.failed), "not_before": self.not_before_ms,
+        })
+    }
+
+    /// The detail of the `status` event the release adds.
+    fn event_detail(&self) -> String {
+        format!("{{\"status\": \"{}\"}}", self.status)
+    }
+}
+
 /// What a write answers.
 #[derive(Debug)]
 enum Answer {
@@ -1816,13 +1842,8 @@ impl Committer {
                     if !finished.insert(run) {
                         return Ok(None);
                     }
-                    finishes.push(serde_json::json!({
-                        "id": run, "status": to.status.as_str(),
-                        "output": to.output, "detail": to.detail, "resume": to.resume,
-                        "failed": i64::from(to.failed), "not_before": to.not_before_ms,
-                    }));
-                    let detail = format!("{{\"status\": \"{}\"}}", to.status);
-                    events.push(run, "status", &detail, &held.worker, held.token);
+                    finishes.push(to.row(run));
+                    events.push(run, "status", &to.event_detail(), &held.worker, held.token);
                     notify.push(run);
                 }
                 Op::Check | Op::Claim { .. } => {}
@@ -2025,22 +2046,8 @@ impl Committer {
                     Op::Finish(to) => {
                         let run = held.run.as_str();
                         finishes_twice |= finishes.iter().any(|(f, _)| *f == run);
-                        finishes.push((
-                            run,
-                            serde_json::json!({
-                                "id": run, "status": to.status.as_str(),
-                                "output": to.output, "detail": to.detail, "resume": to.resume,
-                                "failed": i64::from(to.failed), "not_before": to.not_before_ms,
-                            }),
-                        ));
-                        let detail = format!("{{\"status\": \"{}\"}}", to.status);
-                        events.push(
-                            held.run.as_str(),
-                            "status",
-                            &detail,
-                            &held.worker,
-                            held.token,
-                        );
+                        finishes.push((run, to.row(run)));
+                        events.push(run, "status", &to.event_detail(), &held.worker, held.token);
                         notify.push(held.run.as_str());
                     }
                     Op::Record(_) | Op::Effect(_) | Op::Check | Op::Claim { .. } => {}

@@ -125,7 +125,8 @@ macro_rules! sql_store {
                         let (now, again): (Vec<LoadJob>, Vec<LoadJob>) =
                             jobs.into_iter().partition(|j| seen.insert(j.id.as_str().to_owned()));
                         later = again;
-                        match read_many(&mut conn, &pool, &name, &now).await {
+                        let ids: Vec<&str> = now.iter().map(|j| j.id.as_str()).collect();
+                        match read_many(&mut conn, &pool, &name, &ids).await {
                             Ok(mut by_id) => {
                                 for j in now {
                                     let rows = by_id.remove(j.id.as_str()).unwrap_or_default();
@@ -1775,17 +1776,16 @@ macro_rules! sql_store {
             Ok((docs, found))
         }
 
-        /// The load rows of every session of `jobs` in one statement (see [`load_in`]), by
-        /// session id, each with its row first; a session not stored has none. On the
-        /// loader's connection `conn`; a read that failed on a connection kept from the
-        /// previous query is tried once more on a fresh one from the pool.
+        /// The load rows of the sessions `ids` in one statement (see [`load_in`]), by session
+        /// id, each with its row first; a session not stored has none. On the connection
+        /// `conn` keeps (one from the pool when it has none, kept there after); a read that
+        /// failed on a kept connection is tried once more on a fresh one.
         async fn read_many(
             conn: &mut Option<Conn>,
             pool: &Pool,
             name: &str,
-            jobs: &[LoadJob],
+            ids: &[&str],
         ) -> Result<std::collections::HashMap<String, Vec<Row>>, PersistError> {
-            let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
             let ids = json_list(name, &ids)?;
             let sql = format!(
                 "WITH RECURSIVE me AS (SELECT id, key, len, digest, header, trailer FROM rath_sessions \
@@ -1801,14 +1801,14 @@ macro_rules! sql_store {
                 json_ids = $json_ids,
                 blob = $blob,
             );
-            let fresh = conn.is_none();
-            let c = match conn.take() {
+            let kept = conn.take();
+            let retry = kept.is_some();
+            let mut c = match kept {
                 Some(c) => c,
                 None => pool.acquire().await.map_err(|e| backend(name, "load", e))?,
             };
-            let mut c = c;
             let mut read = sqlx::query(&sql).bind(&ids).fetch_all(&mut *c).await;
-            if read.is_err() && !fresh {
+            if read.is_err() && retry {
                 drop(c);
                 c = pool.acquire().await.map_err(|e| backend(name, "load", e))?;
                 read = sqlx::query(&sql).bind(&ids).fetch_all(&mut *c).await;
@@ -1848,29 +1848,12 @@ macro_rules! sql_store {
         ) -> Result<LoadedSession, PersistError> {
             let rows = match loads.rows(id).await {
                 Some(rows) => rows,
-                None => load_rows(pool, name, id).await?,
+                None => read_many(&mut None, pool, name, &[id.as_str()])
+                    .await?
+                    .remove(id.as_str())
+                    .unwrap_or_default(),
             };
             assemble_loaded(name, known, id, &rows)
-        }
-
-        /// The rows of one session's load (see [`load_in`]).
-        async fn load_rows(pool: &Pool, name: &str, id: &SessionId) -> Result<Vec<Row>, PersistError> {
-            let sql = format!(
-                "WITH RECURSIVE me AS (SELECT key, len, digest, header, trailer FROM rath_sessions \
-                 WHERE id = $1), {} \
-                 SELECT CAST(-1 AS BIGINT) AS at, CAST(0 AS INTEGER) AS n, CAST(NULL AS {blob}) AS docs, \
-                 CAST(0 AS BIGINT) AS room, key, len, digest, header, trailer FROM me \
-                 UNION ALL \
-                 SELECT s.at, s.n, s.docs, s.room, NULL, NULL, NULL, NULL, NULL FROM ({CHAIN_SEGMENTS}) s \
-                 ORDER BY at",
-                chain_cte("key = (SELECT key FROM me)"),
-                blob = $blob,
-            );
-            sqlx::query(&sql)
-                .bind(id.as_str())
-                .fetch_all(pool)
-                .await
-                .map_err(|e| backend(name, "load", e))
         }
 
         /// A loaded session from its rows: its row first (`at` -1), then its segments in
