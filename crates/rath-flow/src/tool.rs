@@ -450,6 +450,32 @@ impl Tool for RawTool {
     }
 }
 
+/// Schemas compiled so far in this process, by their JSON text, at most
+/// [`COMPILED_MAX`]: an agent built per run (a durable worker constructs its workflow on
+/// every claim) would otherwise compile the same tool schemas each time, which costs more
+/// than the rest of building it.
+static COMPILED: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<String, Arc<jsonschema::Validator>>>,
+> = std::sync::LazyLock::new(Default::default);
+
+/// How many distinct schemas [`COMPILED`] keeps (past that, schemas are compiled each time).
+const COMPILED_MAX: usize = 1024;
+
+/// The validator of `schema`, compiled once per process (see [`COMPILED`]).
+fn compiled(schema: &Value) -> Result<Arc<jsonschema::Validator>, String> {
+    let key = schema.to_string();
+    let cache = || COMPILED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(v) = cache().get(&key) {
+        return Ok(v.clone());
+    }
+    let v = Arc::new(jsonschema::validator_for(schema).map_err(|e| e.to_string())?);
+    let mut c = cache();
+    if c.len() < COMPILED_MAX {
+        c.insert(key, v.clone());
+    }
+    Ok(v)
+}
+
 /// A registered tool and its compiled argument validator.
 #[derive(Clone)]
 pub(crate) struct Registered {
@@ -501,17 +527,16 @@ impl ToolSet {
         if self.tools.contains_key(&name) {
             return Err(FlowError::ToolNameClash { name });
         }
-        let validator =
-            jsonschema::validator_for(tool.parameters()).map_err(|e| FlowError::InvalidTool {
-                name: name.clone(),
-                message: format!("parameter schema does not compile: {e}"),
-            })?;
+        let validator = compiled(tool.parameters()).map_err(|e| FlowError::InvalidTool {
+            name: name.clone(),
+            message: format!("parameter schema does not compile: {e}"),
+        })?;
         let trivial = is_trivial_schema(tool.parameters());
         self.tools.insert(
             name,
             Registered {
                 tool,
-                validator: Arc::new(validator),
+                validator,
                 trivial,
             },
         );

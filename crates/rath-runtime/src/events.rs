@@ -57,6 +57,10 @@ pub const CHANNEL: &str = "rt_events";
 #[derive(Debug)]
 pub(crate) struct Hub {
     tx: broadcast::Sender<Arc<str>>,
+    /// Runs whose status a write of this process moved, but for claims (a claim moves a
+    /// run to `running`, which nothing waits for): what [`Runtime::wait`](crate::Runtime::wait)
+    /// reads again on.
+    moved: broadcast::Sender<Arc<str>>,
     listener: OnceCell<()>,
     stop: CancellationToken,
 }
@@ -65,6 +69,7 @@ impl Default for Hub {
     fn default() -> Self {
         Self {
             tx: broadcast::channel(4096).0,
+            moved: broadcast::channel(4096).0,
             listener: OnceCell::new(),
             stop: CancellationToken::new(),
         }
@@ -83,8 +88,21 @@ impl Hub {
         let _ = self.tx.send(Arc::from(run));
     }
 
+    /// Tells this process's subscribers and waiters that `run` has new events, one of
+    /// them a status change (after the commit).
+    pub(crate) fn notify_moved(&self, run: &str) {
+        let run: Arc<str> = Arc::from(run);
+        let _ = self.tx.send(run.clone());
+        let _ = self.moved.send(run);
+    }
+
     pub(crate) fn receiver(&self) -> broadcast::Receiver<Arc<str>> {
         self.tx.subscribe()
+    }
+
+    /// The runs whose status this process's writes moved (see [`Hub::notify_moved`]).
+    pub(crate) fn moves(&self) -> broadcast::Receiver<Arc<str>> {
+        self.moved.subscribe()
     }
 
     /// Starts (once per store) the task that forwards `NOTIFY rt_events` into the hub.

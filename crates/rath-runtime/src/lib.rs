@@ -162,8 +162,8 @@ impl Runtime {
     }
 
     /// Waits until the run is final, waiting or in review, or `timeout` passed; returns the
-    /// run as it is then. It looks again when a worker of this process writes an event of
-    /// the run, and every `poll` (for workers elsewhere).
+    /// run as it is then. It looks again when a write of this process moves the run's
+    /// status, and every `poll` (for workers elsewhere).
     pub async fn wait(
         &self,
         id: &RunId,
@@ -179,10 +179,10 @@ impl Runtime {
 
     /// [`Runtime::wait`] for many runs at once (`wait` is this for one run): their runs in
     /// the order of `ids` once each has settled (or the state each is in when `timeout`
-    /// passes). The runs are read
-    /// together, first and then as this process's writes change them (or every `poll`, for
-    /// changes made by other processes), so waiting for a thousand runs costs a few reads,
-    /// not a thousand.
+    /// passes). The runs are read together, first and then as this process's writes move
+    /// their statuses (a claim aside: no run settles by it), or every `poll` for changes
+    /// made by other processes, so waiting for a thousand runs costs a few reads, not a
+    /// thousand.
     ///
     /// ```
     /// # use std::sync::Arc;
@@ -226,7 +226,7 @@ impl Runtime {
         poll: Duration,
     ) -> Result<Vec<Run>, RuntimeError> {
         let start = Instant::now();
-        let mut events = self.runs.local_events();
+        let mut events = self.runs.local_moves();
         let mut settled: std::collections::HashMap<RunId, Run> =
             std::collections::HashMap::with_capacity(ids.len());
         let mut pending: std::collections::HashSet<&RunId> = ids.iter().collect();

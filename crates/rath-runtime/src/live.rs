@@ -110,10 +110,15 @@ impl SessionSink for LiveSink {
 
 /// Starts the writer for one claim: the sink for the workflow's context, and the task to
 /// await (after [`LiveSink::close`]) for what it wrote.
+///
+/// `fresh`: on a run's first claim, the session it was handed; every other session it
+/// writes was minted by the claim, so stored by nobody yet (its first write is an append
+/// to nothing, not a lookup of its length and an append).
 pub(crate) fn start(
     sessions: Arc<dyn SessionStore>,
     runs: RunStore,
     lease: Lease,
+    fresh: Option<SessionId>,
     barrier: Arc<Barrier>,
     stopping: CancellationToken,
 ) -> (Arc<LiveSink>, tokio::task::JoinHandle<LiveReport>) {
@@ -126,6 +131,7 @@ pub(crate) fn start(
         sessions,
         runs,
         lease,
+        fresh,
         barrier,
         stored: HashMap::new(),
         report: LiveReport::default(),
@@ -177,6 +183,8 @@ struct Writer {
     sessions: Arc<dyn SessionStore>,
     runs: RunStore,
     lease: Lease,
+    /// See [`start`].
+    fresh: Option<SessionId>,
     /// The run's journal writes: a session version is stored only once what it shows of
     /// the journal (the replies and answers in it) is committed.
     barrier: Arc<Barrier>,
@@ -255,11 +263,30 @@ impl Writer {
     }
 
     async fn write(&mut self, s: &Session) -> Result<(), RuntimeError> {
-        let known = match self.stored.get(s.id()) {
+        let assumed = match self.stored.get(s.id()) {
             Some(None) => return Ok(()),
-            Some(Some(n)) => *n,
+            Some(Some(n)) => Some(*n),
+            None if self.fresh.as_ref().is_some_and(|handed| handed != s.id()) => Some(0),
+            None => None,
+        };
+        let known = match assumed {
+            Some(n) => n,
             None => self.sessions.stored_len(s.id()).await?.unwrap_or(0),
         };
+        match self.append(s, known).await {
+            // Assumed new and stored after all (a workflow writing a session it did not
+            // mint): written again after asking the store.
+            Err(RuntimeError::Persist(PersistError::Conflict { .. }))
+                if assumed == Some(0) && !self.stored.contains_key(s.id()) =>
+            {
+                let known = self.sessions.stored_len(s.id()).await?.unwrap_or(0);
+                self.append(s, known).await
+            }
+            r => r,
+        }
+    }
+
+    async fn append(&mut self, s: &Session, known: usize) -> Result<(), RuntimeError> {
         if known >= s.len() {
             self.stored.insert(s.id().clone(), Some(known));
             return Ok(());

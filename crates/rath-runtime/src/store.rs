@@ -683,7 +683,7 @@ impl RunStore {
                 0i64
             );
         });
-        self.hub.notify(id.as_str());
+        self.hub.notify_moved(id.as_str());
         Ok(id)
     }
 
@@ -924,14 +924,7 @@ impl RunStore {
         };
         let mut c = Committer::new(self.db.clone());
         let result = c.apply(std::slice::from_ref(&job)).await?.remove(0);
-        if result.is_ok() {
-            if let Some(run) = job.notifies() {
-                self.hub.notify(run);
-            }
-            if let Ok(Answer::Claimed(Some(c))) = &result {
-                self.hub.notify(c.0.id.as_str());
-            }
-        }
+        job.tell(&result, &self.hub);
         result
     }
 
@@ -1020,7 +1013,7 @@ impl RunStore {
             );
             push_event!(tx, pg, id.as_str(), "status", ev, "operator", token);
         });
-        self.hub.notify(id.as_str());
+        self.hub.notify_moved(id.as_str());
         Ok(())
     }
 
@@ -1071,15 +1064,15 @@ impl RunStore {
             moved
         });
         for id in &moved {
-            self.hub.notify(id);
+            self.hub.notify_moved(id);
         }
         Ok(moved.into_iter().map(RunId).collect())
     }
 
-    /// The runs this process's writes add events to, as they commit (see
-    /// [`Runtime::wait`](crate::Runtime::wait)).
-    pub(crate) fn local_events(&self) -> tokio::sync::broadcast::Receiver<Arc<str>> {
-        self.hub.receiver()
+    /// The runs whose status this process's writes moved (claims aside), as they commit
+    /// (see [`Runtime::wait`](crate::Runtime::wait)).
+    pub(crate) fn local_moves(&self) -> tokio::sync::broadcast::Receiver<Arc<str>> {
+        self.hub.moves()
     }
 
     /// Follows the run's events after position `after` (0: from the first): see
@@ -1434,23 +1427,24 @@ struct Job {
 }
 
 impl Job {
-    /// The run whose event stream this write adds to, if it does.
-    fn notifies(&self) -> Option<&str> {
+    /// Tells this process's subscribers what the write added once it committed (`r`):
+    /// an event (a status change, for a finish) of the run it was for, or a claim's.
+    fn tell(&self, r: &Result<Answer, RuntimeError>, hub: &crate::events::Hub) {
+        let Ok(a) = r else {
+            return;
+        };
         match (&self.op, &self.lease) {
-            (Op::Event { .. } | Op::Finish(_), Some(l)) => Some(l.run.as_str()),
-            _ => None,
+            (Op::Event { .. }, Some(l)) => hub.notify(l.run.as_str()),
+            (Op::Finish(_), Some(l)) => hub.notify_moved(l.run.as_str()),
+            _ => {}
+        }
+        if let Answer::Claimed(Some(c)) = a {
+            hub.notify(c.0.id.as_str());
         }
     }
 
     fn answer(self, r: Result<Answer, RuntimeError>, hub: &crate::events::Hub) {
-        if let Ok(a) = &r {
-            if let Some(run) = self.notifies() {
-                hub.notify(run);
-            }
-            if let Answer::Claimed(Some(c)) = a {
-                hub.notify(c.0.id.as_str());
-            }
-        }
+        self.tell(&r, hub);
         match self.done {
             Waiter::One(tx) => {
                 let _ = tx.send(r);

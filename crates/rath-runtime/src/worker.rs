@@ -159,6 +159,19 @@ fn is_outage(e: &RuntimeError) -> bool {
     )
 }
 
+/// What a claim knows of how much of a session is stored before it writes it.
+#[derive(Clone, Copy, Debug)]
+enum Known {
+    /// This many chunks (what the claim's live writer stored).
+    Len(usize),
+    /// None: the claim minted the session (a first claim's sessions other than its
+    /// input are stored by nobody else). A write refused as a conflict is retried as
+    /// [`Known::Ask`].
+    New,
+    /// Unknown: the store is asked.
+    Ask,
+}
+
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
@@ -361,8 +374,10 @@ impl Worker {
         let session = loaded.session.with_stamper(stamper);
 
         let cancel = CancellationToken::new();
-        // The first claim of a run (attempt 1) follows no holder: nothing to replay.
-        let scope = if run.attempts == 1 {
+        // The first claim of a run (attempt 1) follows no holder: nothing to replay, and
+        // nothing it mints (but what it was handed) is stored yet.
+        let fresh_claim = run.attempts == 1;
+        let scope = if fresh_claim {
             RunScope::first(runs.clone(), lease.clone(), run.segment, cancel.clone())
         } else {
             RunScope::load(runs.clone(), lease.clone(), run.segment, cancel.clone()).await?
@@ -385,6 +400,7 @@ impl Worker {
                 self.rt.sessions.clone(),
                 runs.clone(),
                 lease.clone(),
+                fresh_claim.then(|| loaded.session.id().clone()),
                 scope.barrier(),
                 cancel.clone(),
             )
@@ -443,6 +459,11 @@ impl Worker {
         match out {
             Ok(out) => {
                 let known = live.stored.get(out.id()).copied();
+                let known = match known {
+                    Some(n) => Known::Len(n),
+                    None if fresh_claim && out.id().as_str() != from => Known::New,
+                    None => Known::Ask,
+                };
                 let p = self.persist(lease, &out, known).await;
                 if let Err(e) = p {
                     return self.store_failed(lease, &run, e).await;
@@ -599,25 +620,27 @@ impl Worker {
         e: Option<&FlowError>,
     ) -> Result<(), RuntimeError> {
         match e.and_then(FlowError::partial_session) {
-            Some(s) => self.persist(lease, s, None).await,
+            Some(s) => self.persist(lease, s, Known::Ask).await,
             None => Ok(()),
         }
     }
 
     /// Stores the session (append when a shorter version is stored), fenced where the
-    /// session store checks fences, else after a lease check. `known`: the chunks of it
-    /// this claim's live writer stored (else the store is asked).
+    /// session store checks fences, else after a lease check. `known`: what this claim
+    /// knows of the session's stored chunks (its live writer's count, or that it minted
+    /// the session itself); the store is asked otherwise.
     async fn persist(
         &self,
         lease: &Lease,
         out: &Session,
-        known: Option<usize>,
+        known: Known,
     ) -> Result<(), RuntimeError> {
         let sessions = &self.rt.sessions;
         let out = &crate::live::for_store(out, &lease.run);
         let stored = match known {
-            Some(n) => Some(n),
-            None => sessions.stored_len(out.id()).await?,
+            Known::Len(n) => Some(n),
+            Known::New => None,
+            Known::Ask => sessions.stored_len(out.id()).await?,
         };
         let write = match stored {
             Some(n) if n < out.len() => Write::Append {
@@ -626,7 +649,17 @@ impl Worker {
             },
             _ => Write::Save(out),
         };
-        crate::live::write_held(&**sessions, &self.rt.runs, lease, write).await
+        let r = crate::live::write_held(&**sessions, &self.rt.runs, lease, write).await;
+        match r {
+            // Assumed new and found stored after all (a workflow that returns a session it
+            // was handed): written again after asking.
+            Err(RuntimeError::Persist(
+                PersistError::Exists { .. } | PersistError::Conflict { .. },
+            )) if matches!(known, Known::New) => {
+                Box::pin(self.persist(lease, out, Known::Ask)).await
+            }
+            r => r,
+        }
     }
 
     /// Times out the overdue runs no live worker is on (see [`crate::RunStore::expire_overdue`]);

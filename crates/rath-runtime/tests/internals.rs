@@ -591,3 +591,71 @@ async fn the_event_stream_is_pushed_without_gaps_or_duplicates_on_postgres() {
     let reader = RunStore::connect(&url).await.unwrap();
     events_from_concurrent_writers(writer, reader).await;
 }
+
+/// A workflow that answers with a session it was not handed and did not mint: the one
+/// `seed` starts, one chunk longer.
+struct Returns {
+    seed: u64,
+}
+
+impl rath_flow::Workflow for Returns {
+    fn forward<'a>(
+        &'a self,
+        _session: Session,
+        _cx: &'a rath_flow::FlowContext,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Session, rath_flow::FlowError>> + Send + 'a>,
+    > {
+        let out = Session::user_with("kept", Stamper::seeded(self.seed))
+            .push(rath_session::Chunk::assistant_text("grown"));
+        Box::pin(async move { Ok(out) })
+    }
+}
+
+#[tokio::test]
+async fn an_output_session_stored_before_the_run_is_appended_to() {
+    // A first claim takes the sessions it writes for its own (nothing stored them yet) and
+    // skips asking the store; a workflow may still answer with one stored before: its
+    // first write is refused and done again after asking, as an append.
+    let dir = tempfile::tempdir().unwrap();
+    let sessions: Arc<dyn SessionStore> = Arc::new(
+        rath_store_sql::SqliteStore::open(dir.path().join("sessions.db"))
+            .await
+            .unwrap(),
+    );
+    let registry = WorkflowRegistry::new().register("returns", "returns v1", |_scope| {
+        Ok(Arc::new(Returns { seed: 77 }) as SharedWorkflow)
+    });
+    let url = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let rt = Runtime::connect(&url, sessions.clone(), registry)
+        .await
+        .unwrap();
+    let before = Session::user_with("kept", Stamper::seeded(77));
+    sessions
+        .write(rath_persist::WriteBatch::new().with(rath_persist::Write::Save(&before)))
+        .await
+        .unwrap();
+    let input = Session::user_with("task", Stamper::seeded(1));
+    let id = rt
+        .submit(
+            &Stamper::seeded(2),
+            "returns",
+            &input,
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    let worker = Worker::new(rt.clone(), WorkerOptions::named("w1"));
+    let (ran, outcome) = worker.run_once().await.unwrap().unwrap();
+    assert_eq!(ran, id);
+    assert_eq!(outcome, Outcome::Moved(RunStatus::Succeeded));
+    let run = rt.runs().get(&id).await.unwrap();
+    assert_eq!(run.output_session.as_deref(), Some(before.id().as_str()));
+    let stored = sessions.load(before.id()).await.unwrap().session;
+    assert_eq!(stored.len(), 2);
+    assert_eq!(
+        stored.chunks().last().unwrap().kind(),
+        ChunkKind::Assistant,
+        "the answer's chunk was appended to the stored session"
+    );
+}
