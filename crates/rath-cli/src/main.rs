@@ -16,6 +16,12 @@ use clap::{Parser, Subcommand, ValueEnum};
 use rath_inspect::view::{ViewOptions, write_store_page};
 use rath_inspect::{FileWarning, InspectError, Page, StoreView};
 
+/// mimalloc: a worker or server allocates and frees many small buffers from several threads
+/// (chunk documents, statements, JSON), where glibc malloc cost about a fifth of a durable
+/// worker's CPU (`docs/bench-runtime.md`).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod export;
 mod runs;
 mod serve;
