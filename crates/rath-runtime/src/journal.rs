@@ -107,6 +107,18 @@ fn write_canonical(v: &Value, out: &mut Vec<u8>) {
     }
 }
 
+/// The canonical JSON of `req` without its `request_id` (what the journal hashes): the
+/// same bytes as [`canonical_json`] of [`ProviderRequest::normalized`], written without
+/// building that tree when the request allows.
+fn request_text(req: &ProviderRequest) -> Vec<u8> {
+    let mut text = Vec::new();
+    if crate::canon::write(req, Some("request_id"), &mut text).is_err() {
+        text.clear();
+        write_canonical(&req.normalized(), &mut text);
+    }
+    text
+}
+
 /// sha256(run, step path, call id, canonical arguments), NUL-separated, hex.
 pub fn idempotency_key(run: &RunId, step: &str, call_id: &str, args: &Value) -> String {
     let text = format!("{}\0{}\0{}\0{}", run, step, call_id, canonical_json(args));
@@ -418,9 +430,7 @@ impl JournaledProvider {
             return Err(ProviderError::Config(format!("durable run stopped: {why}")));
         }
         let step = self.scope.step(req.agent.as_deref());
-        let mut text = Vec::new();
-        write_canonical(&req.normalized(), &mut text);
-        let hash = sha256_hex(&text);
+        let hash = sha256_hex(&request_text(req));
         let mut s = self.scope.lock();
         let seq = {
             let c = s.counters.entry(step.clone()).or_insert(0);

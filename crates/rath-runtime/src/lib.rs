@@ -51,6 +51,7 @@
 #![warn(missing_docs)]
 
 pub mod bundled;
+mod canon;
 mod error;
 pub mod events;
 pub mod journal;

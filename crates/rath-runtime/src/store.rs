@@ -500,16 +500,18 @@ impl RunStore {
         Ok(store)
     }
 
-    /// On PostgreSQL, opens a connection per committer lane and calls `rt_group` once on
-    /// each with nothing to write: a server process compiles the function and plans its
-    /// statements on its first call (several ms), which a worker's first claims would
-    /// otherwise wait for. Best effort: a failure here shows again on the first real write.
+    /// On PostgreSQL, opens a connection per committer lane and two for reads (a waiter's,
+    /// a subscriber's) and calls `rt_group` once on each with nothing to write: the server
+    /// starts a process per connection, and a process compiles the function and plans its
+    /// statements on its first call (several ms), which a worker's first claims and reads
+    /// would otherwise wait for. Best effort: a failure here shows again on the first real
+    /// write.
     async fn warm(&self) {
         let Db::Pg(pool) = &self.db else {
             return;
         };
-        let mut conns = Vec::with_capacity(PG_LANES);
-        for _ in 0..PG_LANES {
+        let mut conns = Vec::with_capacity(PG_LANES + 2);
+        for _ in 0..PG_LANES + 2 {
             match pool.acquire().await {
                 Ok(c) => conns.push(c),
                 Err(_) => return,

@@ -1,0 +1,764 @@
+//! Canonical JSON (object keys sorted at every depth, no whitespace) written straight from a
+//! [`Serialize`] value: the same bytes as [`crate::journal::canonical_json`] of the value's
+//! `serde_json::to_value`, without building that value first. The journal hashes every
+//! model request this way (a request carries the whole conversation and every tool schema,
+//! so the tree cost more than the rest of the lookup). What it does not reproduce exactly
+//! (byte arrays as keys, 128-bit integers out of range, serde_json's private number and raw
+//! value types, a key given twice) is refused, and the caller takes the tree path.
+
+use serde::Serialize;
+use serde::ser::{self, Impossible};
+use serde_json::Value;
+
+/// A value this writer does not reproduce exactly (the caller builds the tree instead).
+#[derive(Debug)]
+pub(crate) struct Unsupported;
+
+impl std::fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("not written canonically without a tree")
+    }
+}
+
+impl std::error::Error for Unsupported {}
+
+impl ser::Error for Unsupported {
+    fn custom<T: std::fmt::Display>(_: T) -> Self {
+        Unsupported
+    }
+}
+
+/// Appends the canonical JSON of `v` to `out`, leaving out the top-level key `drop` (when
+/// `v` is an object). On `Err`, `out` holds a partial text: the caller clears it.
+pub(crate) fn write<T: Serialize + ?Sized>(
+    v: &T,
+    drop: Option<&str>,
+    out: &mut Vec<u8>,
+) -> Result<(), Unsupported> {
+    v.serialize(Canon { out, drop })
+}
+
+/// JSON text of a string (serde_json's escaping, as a `Value::String` is written).
+fn string(out: &mut Vec<u8>, s: &str) -> Result<(), Unsupported> {
+    serde_json::to_writer(&mut *out, s).map_err(|_| Unsupported)
+}
+
+/// A scalar as serde_json's value tree writes it (floats go through `Value::from`, which is
+/// how `to_value` stores them: a non-finite one becomes `null`).
+fn scalar(out: &mut Vec<u8>, v: Value) -> Result<(), Unsupported> {
+    serde_json::to_writer(&mut *out, &v).map_err(|_| Unsupported)
+}
+
+/// serde_json's own newtypes (arbitrary-precision numbers, raw values) serialize as
+/// structs with these names.
+fn private(name: &str) -> bool {
+    name.starts_with("$serde_json::private")
+}
+
+struct Canon<'a> {
+    out: &'a mut Vec<u8>,
+    drop: Option<&'a str>,
+}
+
+impl<'a> ser::Serializer for Canon<'a> {
+    type Ok = ();
+    type Error = Unsupported;
+    type SerializeSeq = Seq<'a>;
+    type SerializeTuple = Seq<'a>;
+    type SerializeTupleStruct = Seq<'a>;
+    type SerializeTupleVariant = Seq<'a>;
+    type SerializeMap = Obj<'a>;
+    type SerializeStruct = Obj<'a>;
+    type SerializeStructVariant = Obj<'a>;
+
+    fn serialize_bool(self, v: bool) -> Result<(), Unsupported> {
+        self.out
+            .extend_from_slice(if v { b"true" } else { b"false" });
+        Ok(())
+    }
+    fn serialize_i8(self, v: i8) -> Result<(), Unsupported> {
+        self.serialize_i64(i64::from(v))
+    }
+    fn serialize_i16(self, v: i16) -> Result<(), Unsupported> {
+        self.serialize_i64(i64::from(v))
+    }
+    fn serialize_i32(self, v: i32) -> Result<(), Unsupported> {
+        self.serialize_i64(i64::from(v))
+    }
+    fn serialize_i64(self, v: i64) -> Result<(), Unsupported> {
+        scalar(self.out, Value::from(v))
+    }
+    fn serialize_i128(self, v: i128) -> Result<(), Unsupported> {
+        match (i64::try_from(v), u64::try_from(v)) {
+            (Ok(x), _) => self.serialize_i64(x),
+            (_, Ok(x)) => self.serialize_u64(x),
+            _ => Err(Unsupported),
+        }
+    }
+    fn serialize_u8(self, v: u8) -> Result<(), Unsupported> {
+        self.serialize_u64(u64::from(v))
+    }
+    fn serialize_u16(self, v: u16) -> Result<(), Unsupported> {
+        self.serialize_u64(u64::from(v))
+    }
+    fn serialize_u32(self, v: u32) -> Result<(), Unsupported> {
+        self.serialize_u64(u64::from(v))
+    }
+    fn serialize_u64(self, v: u64) -> Result<(), Unsupported> {
+        scalar(self.out, Value::from(v))
+    }
+    fn serialize_u128(self, v: u128) -> Result<(), Unsupported> {
+        u64::try_from(v)
+            .map_err(|_| Unsupported)
+            .and_then(|x| self.serialize_u64(x))
+    }
+    fn serialize_f32(self, v: f32) -> Result<(), Unsupported> {
+        scalar(self.out, Value::from(v))
+    }
+    fn serialize_f64(self, v: f64) -> Result<(), Unsupported> {
+        scalar(self.out, Value::from(v))
+    }
+    fn serialize_char(self, v: char) -> Result<(), Unsupported> {
+        string(self.out, v.encode_utf8(&mut [0; 4]))
+    }
+    fn serialize_str(self, v: &str) -> Result<(), Unsupported> {
+        string(self.out, v)
+    }
+    fn serialize_bytes(self, v: &[u8]) -> Result<(), Unsupported> {
+        // The tree keeps bytes as an array of numbers.
+        self.out.push(b'[');
+        for (i, b) in v.iter().enumerate() {
+            if i > 0 {
+                self.out.push(b',');
+            }
+            scalar(self.out, Value::from(*b))?;
+        }
+        self.out.push(b']');
+        Ok(())
+    }
+    fn serialize_none(self) -> Result<(), Unsupported> {
+        self.serialize_unit()
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, v: &T) -> Result<(), Unsupported> {
+        v.serialize(self)
+    }
+    fn serialize_unit(self) -> Result<(), Unsupported> {
+        self.out.extend_from_slice(b"null");
+        Ok(())
+    }
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<(), Unsupported> {
+        self.serialize_unit()
+    }
+    fn serialize_unit_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+    ) -> Result<(), Unsupported> {
+        string(self.out, variant)
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        name: &'static str,
+        v: &T,
+    ) -> Result<(), Unsupported> {
+        if private(name) {
+            return Err(Unsupported);
+        }
+        v.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        v: &T,
+    ) -> Result<(), Unsupported> {
+        self.out.push(b'{');
+        string(self.out, variant)?;
+        self.out.push(b':');
+        v.serialize(Canon {
+            out: &mut *self.out,
+            drop: None,
+        })?;
+        self.out.push(b'}');
+        Ok(())
+    }
+    fn serialize_seq(self, _len: Option<usize>) -> Result<Seq<'a>, Unsupported> {
+        self.out.push(b'[');
+        Ok(Seq {
+            out: self.out,
+            first: true,
+            variant: false,
+        })
+    }
+    fn serialize_tuple(self, len: usize) -> Result<Seq<'a>, Unsupported> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_struct(
+        self,
+        _name: &'static str,
+        len: usize,
+    ) -> Result<Seq<'a>, Unsupported> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        _len: usize,
+    ) -> Result<Seq<'a>, Unsupported> {
+        self.out.push(b'{');
+        string(self.out, variant)?;
+        self.out.extend_from_slice(b":[");
+        Ok(Seq {
+            out: self.out,
+            first: true,
+            variant: true,
+        })
+    }
+    fn serialize_map(self, _len: Option<usize>) -> Result<Obj<'a>, Unsupported> {
+        Ok(Obj::new(self.out, self.drop, None))
+    }
+    fn serialize_struct(self, name: &'static str, _len: usize) -> Result<Obj<'a>, Unsupported> {
+        if private(name) {
+            return Err(Unsupported);
+        }
+        Ok(Obj::new(self.out, self.drop, None))
+    }
+    fn serialize_struct_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        _len: usize,
+    ) -> Result<Obj<'a>, Unsupported> {
+        Ok(Obj::new(self.out, None, Some(variant)))
+    }
+}
+
+/// An array being written (`variant`: inside a `{"variant":` wrapper to close too).
+struct Seq<'a> {
+    out: &'a mut Vec<u8>,
+    first: bool,
+    variant: bool,
+}
+
+impl Seq<'_> {
+    fn element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Unsupported> {
+        if !self.first {
+            self.out.push(b',');
+        }
+        self.first = false;
+        v.serialize(Canon {
+            out: &mut *self.out,
+            drop: None,
+        })
+    }
+    fn close(self) -> Result<(), Unsupported> {
+        self.out.push(b']');
+        if self.variant {
+            self.out.push(b'}');
+        }
+        Ok(())
+    }
+}
+
+impl ser::SerializeSeq for Seq<'_> {
+    type Ok = ();
+    type Error = Unsupported;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Unsupported> {
+        self.element(v)
+    }
+    fn end(self) -> Result<(), Unsupported> {
+        self.close()
+    }
+}
+
+impl ser::SerializeTuple for Seq<'_> {
+    type Ok = ();
+    type Error = Unsupported;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Unsupported> {
+        self.element(v)
+    }
+    fn end(self) -> Result<(), Unsupported> {
+        self.close()
+    }
+}
+
+impl ser::SerializeTupleStruct for Seq<'_> {
+    type Ok = ();
+    type Error = Unsupported;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Unsupported> {
+        self.element(v)
+    }
+    fn end(self) -> Result<(), Unsupported> {
+        self.close()
+    }
+}
+
+impl ser::SerializeTupleVariant for Seq<'_> {
+    type Ok = ();
+    type Error = Unsupported;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Unsupported> {
+        self.element(v)
+    }
+    fn end(self) -> Result<(), Unsupported> {
+        self.close()
+    }
+}
+
+/// An object being gathered: its entries are written to their own buffers and sorted by
+/// key at the end (`variant`: wrapped in `{"variant": ...}`).
+struct Obj<'a> {
+    out: &'a mut Vec<u8>,
+    drop: Option<&'a str>,
+    variant: Option<&'static str>,
+    entries: Vec<(String, Vec<u8>)>,
+    key: Option<String>,
+}
+
+impl<'a> Obj<'a> {
+    fn new(out: &'a mut Vec<u8>, drop: Option<&'a str>, variant: Option<&'static str>) -> Self {
+        Self {
+            out,
+            drop,
+            variant,
+            entries: Vec::new(),
+            key: None,
+        }
+    }
+
+    fn entry<T: Serialize + ?Sized>(&mut self, key: String, v: &T) -> Result<(), Unsupported> {
+        if self.drop == Some(key.as_str()) {
+            return Ok(());
+        }
+        let mut buf = Vec::new();
+        v.serialize(Canon {
+            out: &mut buf,
+            drop: None,
+        })?;
+        self.entries.push((key, buf));
+        Ok(())
+    }
+
+    fn close(mut self) -> Result<(), Unsupported> {
+        self.entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        if self.entries.windows(2).any(|w| w[0].0 == w[1].0) {
+            // The tree keeps the last of a repeated key: not reproduced here.
+            return Err(Unsupported);
+        }
+        if let Some(v) = self.variant {
+            self.out.push(b'{');
+            string(self.out, v)?;
+            self.out.push(b':');
+        }
+        self.out.push(b'{');
+        for (i, (k, v)) in self.entries.iter().enumerate() {
+            if i > 0 {
+                self.out.push(b',');
+            }
+            string(self.out, k)?;
+            self.out.push(b':');
+            self.out.extend_from_slice(v);
+        }
+        self.out.push(b'}');
+        if self.variant.is_some() {
+            self.out.push(b'}');
+        }
+        Ok(())
+    }
+}
+
+impl ser::SerializeMap for Obj<'_> {
+    type Ok = ();
+    type Error = Unsupported;
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), Unsupported> {
+        self.key = Some(key.serialize(KeyText)?);
+        Ok(())
+    }
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Unsupported> {
+        let key = self.key.take().ok_or(Unsupported)?;
+        self.entry(key, v)
+    }
+    fn end(self) -> Result<(), Unsupported> {
+        self.close()
+    }
+}
+
+impl ser::SerializeStruct for Obj<'_> {
+    type Ok = ();
+    type Error = Unsupported;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        v: &T,
+    ) -> Result<(), Unsupported> {
+        self.entry(key.to_owned(), v)
+    }
+    fn end(self) -> Result<(), Unsupported> {
+        self.close()
+    }
+}
+
+impl ser::SerializeStructVariant for Obj<'_> {
+    type Ok = ();
+    type Error = Unsupported;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        v: &T,
+    ) -> Result<(), Unsupported> {
+        self.entry(key.to_owned(), v)
+    }
+    fn end(self) -> Result<(), Unsupported> {
+        self.close()
+    }
+}
+
+/// A map key as the tree's object key: strings, chars and integers (as their digits);
+/// anything else is refused.
+struct KeyText;
+
+impl ser::Serializer for KeyText {
+    type Ok = String;
+    type Error = Unsupported;
+    type SerializeSeq = Impossible<String, Unsupported>;
+    type SerializeTuple = Impossible<String, Unsupported>;
+    type SerializeTupleStruct = Impossible<String, Unsupported>;
+    type SerializeTupleVariant = Impossible<String, Unsupported>;
+    type SerializeMap = Impossible<String, Unsupported>;
+    type SerializeStruct = Impossible<String, Unsupported>;
+    type SerializeStructVariant = Impossible<String, Unsupported>;
+
+    fn serialize_bool(self, _v: bool) -> Result<String, Unsupported> {
+        Err(Unsupported)
+    }
+    fn serialize_i8(self, v: i8) -> Result<String, Unsupported> {
+        Ok(v.to_string())
+    }
+    fn serialize_i16(self, v: i16) -> Result<String, Unsupported> {
+        Ok(v.to_string())
+    }
+    fn serialize_i32(self, v: i32) -> Result<String, Unsupported> {
+        Ok(v.to_string())
+    }
+    fn serialize_i64(self, v: i64) -> Result<String, Unsupported> {
+        Ok(v.to_string())
+    }
+    fn serialize_u8(self, v: u8) -> Result<String, Unsupported> {
+        Ok(v.to_string())
+    }
+    fn serialize_u16(self, v: u16) -> Result<String, Unsupported> {
+        Ok(v.to_string())
+    }
+    fn serialize_u32(self, v: u32) -> Result<String, Unsupported> {
+        Ok(v.to_string())
+    }
+    fn serialize_u64(self, v: u64) -> Result<String, Unsupported> {
+        Ok(v.to_string())
+    }
+    fn serialize_f32(self, _v: f32) -> Result<String, Unsupported> {
+        Err(Unsupported)
+    }
+    fn serialize_f64(self, _v: f64) -> Result<String, Unsupported> {
+        Err(Unsupported)
+    }
+    fn serialize_char(self, v: char) -> Result<String, Unsupported> {
+        Ok(v.to_string())
+    }
+    fn serialize_str(self, v: &str) -> Result<String, Unsupported> {
+        Ok(v.to_owned())
+    }
+    fn serialize_bytes(self, _v: &[u8]) -> Result<String, Unsupported> {
+        Err(Unsupported)
+    }
+    fn serialize_none(self) -> Result<String, Unsupported> {
+        Err(Unsupported)
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, _v: &T) -> Result<String, Unsupported> {
+        Err(Unsupported)
+    }
+    fn serialize_unit(self) -> Result<String, Unsupported> {
+        Err(Unsupported)
+    }
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<String, Unsupported> {
+        Err(Unsupported)
+    }
+    fn serialize_unit_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+    ) -> Result<String, Unsupported> {
+        Ok(variant.to_owned())
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        name: &'static str,
+        v: &T,
+    ) -> Result<String, Unsupported> {
+        if private(name) {
+            return Err(Unsupported);
+        }
+        v.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _v: &T,
+    ) -> Result<String, Unsupported> {
+        Err(Unsupported)
+    }
+    fn serialize_seq(self, _len: Option<usize>) -> Result<Self::SerializeSeq, Unsupported> {
+        Err(Unsupported)
+    }
+    fn serialize_tuple(self, _len: usize) -> Result<Self::SerializeTuple, Unsupported> {
+        Err(Unsupported)
+    }
+    fn serialize_tuple_struct(
+        self,
+        _name: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeTupleStruct, Unsupported> {
+        Err(Unsupported)
+    }
+    fn serialize_tuple_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeTupleVariant, Unsupported> {
+        Err(Unsupported)
+    }
+    fn serialize_map(self, _len: Option<usize>) -> Result<Self::SerializeMap, Unsupported> {
+        Err(Unsupported)
+    }
+    fn serialize_struct(
+        self,
+        _name: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeStruct, Unsupported> {
+        Err(Unsupported)
+    }
+    fn serialize_struct_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeStructVariant, Unsupported> {
+        Err(Unsupported)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::canonical_json;
+    use rath_provider::{ProviderRequest, ToolSchema};
+    use rath_session::{Chunk, Session, Stamper, ToolCall};
+    use serde_json::json;
+
+    fn direct<T: Serialize>(v: &T, drop: Option<&str>) -> Result<String, Unsupported> {
+        let mut out = Vec::new();
+        write(v, drop, &mut out)?;
+        Ok(String::from_utf8(out).expect("JSON text is UTF-8"))
+    }
+
+    fn via_tree<T: Serialize>(v: &T, drop: Option<&str>) -> String {
+        let mut tree = serde_json::to_value(v).expect("serializes");
+        if let (Some(k), Value::Object(m)) = (drop, &mut tree) {
+            m.remove(k);
+        }
+        canonical_json(&tree)
+    }
+
+    /// A small generator (xorshift): the same values on every run.
+    struct Gen(u64);
+
+    impl Gen {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn pick(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+        fn text(&mut self) -> String {
+            const PARTS: [&str; 12] = [
+                "a",
+                "Z",
+                "é",
+                "\"",
+                "\\",
+                "\n",
+                "\u{1}",
+                "\u{7f}",
+                "日本",
+                "😀",
+                " ",
+                "request_id",
+            ];
+            (0..self.pick(6))
+                .map(|_| PARTS[self.pick(PARTS.len() as u64) as usize])
+                .collect()
+        }
+        fn value(&mut self, depth: u32) -> Value {
+            match self.pick(if depth == 0 { 6 } else { 8 }) {
+                0 => Value::Null,
+                1 => Value::Bool(self.pick(2) == 0),
+                2 => json!(self.next() as i64),
+                3 => json!(self.next()),
+                4 => {
+                    const FLOATS: [f64; 8] = [0.1, -0.0, 1e300, 2.5e-8, -1.5, 0.7, 123456.789, 1.0];
+                    json!(FLOATS[self.pick(8) as usize])
+                }
+                5 => Value::String(self.text()),
+                6 => Value::Array((0..self.pick(4)).map(|_| self.value(depth - 1)).collect()),
+                _ => Value::Object(
+                    (0..self.pick(6))
+                        .map(|_| (self.text(), self.value(depth - 1)))
+                        .collect(),
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn values_come_out_as_the_tree_path_writes_them() {
+        let mut g = Gen(0x9E37_79B9_7F4A_7C15);
+        for _ in 0..2000 {
+            let v = g.value(4);
+            assert_eq!(direct(&v, None).unwrap(), canonical_json(&v), "{v}");
+        }
+    }
+
+    #[test]
+    fn a_request_comes_out_as_its_normalized_tree_without_its_id() {
+        let s = Session::user_with("plan it", Stamper::seeded(3))
+            .push(Chunk::system("Be brief. \"quoted\"\n"))
+            .push(Chunk::assistant(
+                Some("calling".into()),
+                Some(vec![ToolCall::function(
+                    "c1",
+                    "noop",
+                    r#"{"i": 1, "request_id": "x"}"#,
+                )]),
+            ))
+            .push(Chunk::tool_result("c1", "noop", "{}"))
+            .push(Chunk::assistant_text("done é 😀"));
+        let tools = vec![ToolSchema::new(
+            "noop",
+            "Do nothing.",
+            json!({"type": "object", "properties": {"i": {"type": "integer"}}, "required": ["i"]}),
+        )];
+        let mut req = ProviderRequest::from_session(&s, tools).with_agent("a");
+        req.temperature = Some(0.7);
+        req.seed = Some(-3);
+        req.max_tokens = Some(512);
+        req.thinking.insert(
+            "c1".into(),
+            vec![json!({"type": "thinking", "signature": "s"})],
+        );
+        let text = direct(&req, Some("request_id")).unwrap();
+        assert_eq!(text, canonical_json(&req.normalized()));
+        assert!(!text.contains(&req.request_id));
+        assert!(
+            text.contains("request_id"),
+            "only the top-level key is left out"
+        );
+        // A request with the defaults too (no temperature, no thinking).
+        let plain = ProviderRequest::from_session(&s, Vec::new());
+        assert_eq!(
+            direct(&plain, Some("request_id")).unwrap(),
+            canonical_json(&plain.normalized())
+        );
+    }
+
+    #[derive(Serialize)]
+    enum Shape {
+        Unit,
+        New(u8),
+        Tuple(i32, String),
+        Struct { z: f32, a: Option<char> },
+    }
+
+    #[derive(Serialize)]
+    struct Many {
+        shapes: Vec<Shape>,
+        pair: (u16, bool),
+        bytes: serde_bytes_like::Bytes,
+        keyed: std::collections::BTreeMap<u32, i128>,
+        huge: u128,
+        nan: f64,
+        #[serde(flatten)]
+        rest: std::collections::BTreeMap<String, Value>,
+    }
+
+    /// Bytes through `serialize_bytes` (what `serde_bytes` does), without the crate.
+    mod serde_bytes_like {
+        pub struct Bytes(pub Vec<u8>);
+        impl serde::Serialize for Bytes {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_bytes(&self.0)
+            }
+        }
+    }
+
+    #[test]
+    fn every_serde_shape_matches_the_tree_path() {
+        let v = Many {
+            shapes: vec![
+                Shape::Unit,
+                Shape::New(7),
+                Shape::Tuple(-1, "t".into()),
+                Shape::Struct {
+                    z: 0.1,
+                    a: Some('é'),
+                },
+                Shape::Struct { z: 2.0, a: None },
+            ],
+            pair: (9, true),
+            bytes: serde_bytes_like::Bytes(vec![0, 255, 16]),
+            keyed: [(10, -5), (2, i128::from(u64::MAX))].into_iter().collect(),
+            huge: 1 << 60,
+            nan: f64::NAN,
+            rest: [
+                ("b".to_string(), json!([1])),
+                ("a".to_string(), json!(null)),
+            ]
+            .into_iter()
+            .collect(),
+        };
+        assert_eq!(direct(&v, None).unwrap(), via_tree(&v, None));
+        assert_eq!(
+            direct(&v, Some("pair")).unwrap(),
+            via_tree(&v, Some("pair"))
+        );
+    }
+
+    #[test]
+    fn what_it_cannot_reproduce_is_refused() {
+        let bool_keys: std::collections::BTreeMap<bool, u8> = [(true, 1)].into_iter().collect();
+        assert!(direct(&bool_keys, None).is_err());
+        assert!(direct(&(u128::MAX), None).is_err());
+        struct Twice;
+        impl Serialize for Twice {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::SerializeMap;
+                let mut m = s.serialize_map(Some(2))?;
+                m.serialize_entry("k", &1)?;
+                m.serialize_entry("k", &2)?;
+                m.end()
+            }
+        }
+        assert!(direct(&Twice, None).is_err());
+    }
+}
