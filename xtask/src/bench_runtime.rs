@@ -676,35 +676,30 @@ fn throughput_miss(store: &str) -> String {
     }
 }
 
-const SQLITE_MISS: &str = "profiled (per-run phase timings over profile drains, 2026-12-04, \
-    after concurrent session loads became one query and the committers kept their \
-    connections): the drain is CPU-bound (our process uses about 1.5 of the 2 cores, about \
-    0.2 s of CPU per drain of 200 runs × 5 steps). A run's time splits into its claim and \
-    input load (about 20 ms, both shared by the runs starting together), its five steps \
-    (about 50 ms, one shared commit each), the last reply's commit (about 15 ms), the output \
-    session's save (about 20 ms: the ~200 output sessions that end together go through \
-    SQLite's one writer in groups of up to 128) and the release (about 6 ms). The peer \
-    measured 237-372 steps/s on this machine the same day, so 20× asks 4,700-7,400 steps/s; \
-    medians of our profile drains measured 5,300-8,400 over the day, and the machine's own \
-    speed moved by about a fifth (a fixed CPU loop timed 0.26-0.33 s). Three sittings of \
-    this bench that day gave 22.3×, 17.6× and 24.6× (the peer at 266, 372 and 347 steps/s): \
-    the ratio moves with the peer's spread as much as with ours";
-const PG_MISS: &str = "profiled (per-run phase timings, per-group timings and \
-    pg_stat_statements over profile drains, 2026-12-04, after a group commit became one \
-    rt_group call on a kept connection, concurrent session loads one query and two \
-    committer lanes instead of three): a drain of 200 runs × 5 steps takes about 180 ms and \
-    is latency-bound (our process about 0.13 s of CPU, PostgreSQL's backends about 0.09 s: \
-    1.2 of the 2 cores). A run's time splits into its claim and input load (about 35 ms, \
-    shared by the runs starting together), its five steps (about 60 ms, one shared commit \
-    each, about 1.5 ms of it in PostgreSQL), the last reply's commit (about 15 ms), the \
-    output session's save (about 60 ms: the ~200 new output sessions that end together go \
-    through the session store's committer in two groups of about 25 ms, mostly our encoding \
-    of their rows and segments between its eight statements; two or three lanes measured \
-    the same) and the release (about 12 ms). The peer on PostgreSQL measured 299-434 steps/s \
-    on this machine, so 20× asks 6,000-8,700 steps/s, a drain in 115-170 ms: the session \
-    store's group writes in one round trip (as the run store's are) with their encoding \
-    done by the writers before they queue, and the release sharing the save's commit when \
-    both stores are one database, are what is left";
+const SQLITE_MISS: &str = "profiled (per-run phase timings and perf over profile drains, \
+    2026-12-04, 9th session): the drain is CPU-bound; since mimalloc (without transparent \
+    huge pages), tool schemas compiled once per process, the request hash written without a \
+    JSON tree and first claims skipping the stored-length lookups, our process takes about \
+    0.17 s of CPU per drain of 200 runs × 5 steps (was about 0.2 s). Medians of our profile \
+    drains measured 7,600-11,400 steps/s that day against a peer at 345-368 steps/s, and the \
+    machine's own speed moved by about a fifth over the day (a fixed CPU loop timed \
+    0.26-0.36 s): a sitting that catches the peer fast and us slow can still miss. Earlier \
+    sittings gave 22.3×, 17.6×, 24.6× (8th session), 29.1× and 22.3× (9th)";
+const PG_MISS: &str = "profiled (per-run phase timings, per-group timings, perf over the \
+    whole machine and the server's statement log over profile drains, 2026-12-04, 9th \
+    session): a drain of 200 runs × 5 steps takes about 150 ms (was 180 ms) and saturates \
+    the 2 cores (about 90% busy: our process about 0.09-0.10 s of CPU, PostgreSQL's backends \
+    about 0.11 s). A run's time splits into its claim (about 11 ms) and input load (about \
+    15 ms), its four tool waits (about 11 ms each, one shared rt_group commit), the last \
+    reply's commit (about 9 ms), the output session's save (about 34 ms) and the release \
+    (about 9 ms). The save is the longest phase and it is not the server's: the first save \
+    of a drain, one session alone, took 20-30 ms of wall time while no statement in it took \
+    4 ms in PostgreSQL (its log), so it waits on our two threads, busy with the runs' own \
+    work, between its round trips; the group committers need a thread of their own (or the \
+    save and the release one statement, as rt_group is for the run store). The peer on \
+    PostgreSQL measured 299-489 steps/s on this machine over the day (478 and 489 in this \
+    session's sittings), so 20× asks 6,000-9,800 steps/s; ours measured 6,800-7,800 in \
+    this session's profile drains (5,100-5,400 in the 8th)";
 
 /// One row per goal of issue 20's benchmarks (met, missed, or not measured), for the
 /// summary of `docs/benchmarks.md`.
