@@ -684,7 +684,8 @@ const SQLITE_MISS: &str = "profiled (per-run phase timings and perf over profile
     drains measured 7,600-11,400 steps/s that day against a peer at 345-368 steps/s, and the \
     machine's own speed moved by about a fifth over the day (a fixed CPU loop timed \
     0.26-0.36 s): a sitting that catches the peer fast and us slow can still miss. Earlier \
-    sittings gave 22.3×, 17.6×, 24.6× (8th session), 29.1× and 22.3× (9th)";
+    sittings gave 22.3×, 17.6×, 24.6× (8th session), 29.1×, 22.3×, 21.2× and 24.4× (9th, \
+    the peer at 327-368 steps/s)";
 const PG_MISS: &str = "profiled (per-run phase timings, per-group timings, perf over the \
     whole machine and the server's statement log over profile drains, 2026-12-04, 9th \
     session): a drain of 200 runs × 5 steps takes about 150 ms (was 180 ms) and saturates \
@@ -697,9 +698,11 @@ const PG_MISS: &str = "profiled (per-run phase timings, per-group timings, perf 
     4 ms in PostgreSQL (its log), so it waits on our two threads, busy with the runs' own \
     work, between its round trips; the group committers need a thread of their own (or the \
     save and the release one statement, as rt_group is for the run store). The peer on \
-    PostgreSQL measured 299-489 steps/s on this machine over the day (478 and 489 in this \
-    session's sittings), so 20× asks 6,000-9,800 steps/s; ours measured 6,800-7,800 in \
-    this session's profile drains (5,100-5,400 in the 8th)";
+    PostgreSQL measured 299-489 steps/s on this machine over the day (388-489 in this \
+    session's sittings; the four before this page's gave 11.5×, 14.3×, 11.8× and 14.6×), \
+    so 20× asks \
+    6,000-9,800 steps/s; ours measured 6,800-7,800 in this session's profile drains \
+    (5,100-5,400 in the 8th)";
 
 /// One row per goal of issue 20's benchmarks (met, missed, or not measured), for the
 /// summary of `docs/benchmarks.md`.
