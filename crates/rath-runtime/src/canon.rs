@@ -265,49 +265,26 @@ impl Seq<'_> {
     }
 }
 
-impl ser::SerializeSeq for Seq<'_> {
-    type Ok = ();
-    type Error = Unsupported;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Unsupported> {
-        self.element(v)
-    }
-    fn end(self) -> Result<(), Unsupported> {
-        self.close()
-    }
+/// The array traits, all one thing here: `$trait` with its element method `$method`.
+macro_rules! seq_impl {
+    ($trait:ident, $method:ident) => {
+        impl ser::$trait for Seq<'_> {
+            type Ok = ();
+            type Error = Unsupported;
+            fn $method<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Unsupported> {
+                self.element(v)
+            }
+            fn end(self) -> Result<(), Unsupported> {
+                self.close()
+            }
+        }
+    };
 }
 
-impl ser::SerializeTuple for Seq<'_> {
-    type Ok = ();
-    type Error = Unsupported;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Unsupported> {
-        self.element(v)
-    }
-    fn end(self) -> Result<(), Unsupported> {
-        self.close()
-    }
-}
-
-impl ser::SerializeTupleStruct for Seq<'_> {
-    type Ok = ();
-    type Error = Unsupported;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Unsupported> {
-        self.element(v)
-    }
-    fn end(self) -> Result<(), Unsupported> {
-        self.close()
-    }
-}
-
-impl ser::SerializeTupleVariant for Seq<'_> {
-    type Ok = ();
-    type Error = Unsupported;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Unsupported> {
-        self.element(v)
-    }
-    fn end(self) -> Result<(), Unsupported> {
-        self.close()
-    }
-}
+seq_impl!(SerializeSeq, serialize_element);
+seq_impl!(SerializeTuple, serialize_element);
+seq_impl!(SerializeTupleStruct, serialize_field);
+seq_impl!(SerializeTupleVariant, serialize_field);
 
 /// An object being gathered: its entries are written to their own buffers and sorted by
 /// key at the end (`variant`: wrapped in `{"variant": ...}`).
@@ -387,34 +364,36 @@ impl ser::SerializeMap for Obj<'_> {
     }
 }
 
-impl ser::SerializeStruct for Obj<'_> {
-    type Ok = ();
-    type Error = Unsupported;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        v: &T,
-    ) -> Result<(), Unsupported> {
-        self.entry(key.to_owned(), v)
-    }
-    fn end(self) -> Result<(), Unsupported> {
-        self.close()
-    }
+/// The struct traits (a struct and a struct variant gather their fields alike).
+macro_rules! struct_impl {
+    ($trait:ident) => {
+        impl ser::$trait for Obj<'_> {
+            type Ok = ();
+            type Error = Unsupported;
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                key: &'static str,
+                v: &T,
+            ) -> Result<(), Unsupported> {
+                self.entry(key.to_owned(), v)
+            }
+            fn end(self) -> Result<(), Unsupported> {
+                self.close()
+            }
+        }
+    };
 }
 
-impl ser::SerializeStructVariant for Obj<'_> {
-    type Ok = ();
-    type Error = Unsupported;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        v: &T,
-    ) -> Result<(), Unsupported> {
-        self.entry(key.to_owned(), v)
-    }
-    fn end(self) -> Result<(), Unsupported> {
-        self.close()
-    }
+struct_impl!(SerializeStruct);
+struct_impl!(SerializeStructVariant);
+
+/// Integer keys: their digits, as the tree's keys have them.
+macro_rules! digits {
+    ($($method:ident: $t:ty),*) => {
+        $(fn $method(self, v: $t) -> Result<String, Unsupported> {
+            Ok(v.to_string())
+        })*
+    };
 }
 
 /// A map key as the tree's object key: strings, chars and integers (as their digits);
@@ -432,32 +411,18 @@ impl ser::Serializer for KeyText {
     type SerializeStruct = Impossible<String, Unsupported>;
     type SerializeStructVariant = Impossible<String, Unsupported>;
 
+    digits!(
+        serialize_i8: i8,
+        serialize_i16: i16,
+        serialize_i32: i32,
+        serialize_i64: i64,
+        serialize_u8: u8,
+        serialize_u16: u16,
+        serialize_u32: u32,
+        serialize_u64: u64
+    );
     fn serialize_bool(self, _v: bool) -> Result<String, Unsupported> {
         Err(Unsupported)
-    }
-    fn serialize_i8(self, v: i8) -> Result<String, Unsupported> {
-        Ok(v.to_string())
-    }
-    fn serialize_i16(self, v: i16) -> Result<String, Unsupported> {
-        Ok(v.to_string())
-    }
-    fn serialize_i32(self, v: i32) -> Result<String, Unsupported> {
-        Ok(v.to_string())
-    }
-    fn serialize_i64(self, v: i64) -> Result<String, Unsupported> {
-        Ok(v.to_string())
-    }
-    fn serialize_u8(self, v: u8) -> Result<String, Unsupported> {
-        Ok(v.to_string())
-    }
-    fn serialize_u16(self, v: u16) -> Result<String, Unsupported> {
-        Ok(v.to_string())
-    }
-    fn serialize_u32(self, v: u32) -> Result<String, Unsupported> {
-        Ok(v.to_string())
-    }
-    fn serialize_u64(self, v: u64) -> Result<String, Unsupported> {
-        Ok(v.to_string())
     }
     fn serialize_f32(self, _v: f32) -> Result<String, Unsupported> {
         Err(Unsupported)

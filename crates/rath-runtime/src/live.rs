@@ -263,22 +263,17 @@ impl Writer {
     }
 
     async fn write(&mut self, s: &Session) -> Result<(), RuntimeError> {
-        let assumed = match self.stored.get(s.id()) {
+        // `guessed`: taken for unstored because the claim minted it (see `start`).
+        let (known, guessed) = match self.stored.get(s.id()) {
             Some(None) => return Ok(()),
-            Some(Some(n)) => Some(*n),
-            None if self.fresh.as_ref().is_some_and(|handed| handed != s.id()) => Some(0),
-            None => None,
-        };
-        let known = match assumed {
-            Some(n) => n,
-            None => self.sessions.stored_len(s.id()).await?.unwrap_or(0),
+            Some(Some(n)) => (*n, false),
+            None if self.fresh.as_ref().is_some_and(|handed| handed != s.id()) => (0, true),
+            None => (self.sessions.stored_len(s.id()).await?.unwrap_or(0), false),
         };
         match self.append(s, known).await {
-            // Assumed new and stored after all (a workflow writing a session it did not
-            // mint): written again after asking the store.
-            Err(RuntimeError::Persist(PersistError::Conflict { .. }))
-                if assumed == Some(0) && !self.stored.contains_key(s.id()) =>
-            {
+            // Guessed and stored after all (a workflow writing a session it did not mint):
+            // written again after asking the store.
+            Err(RuntimeError::Persist(PersistError::Conflict { .. })) if guessed => {
                 let known = self.sessions.stored_len(s.id()).await?.unwrap_or(0);
                 self.append(s, known).await
             }

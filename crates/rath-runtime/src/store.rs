@@ -295,44 +295,44 @@ macro_rules! run_tx {
     }};
 }
 
-// Runs `$body` inside one transaction on either backend (BEGIN IMMEDIATE on SQLite); `$pg`
-// tells the body which dialect it is on.
-macro_rules! in_tx {
-    ($s:expr, $tx:ident, $pg:ident, $body:block) => {{
+// Runs `$body` inside one transaction on either backend: on SQLite the one `$sqlite` opens
+// (with the pool as `$pool`), on PostgreSQL a pool transaction; `$pg` tells the body which
+// dialect it is on.
+macro_rules! db_tx {
+    ($db:expr, $tx:ident, $pg:ident, |$pool:ident| $sqlite:expr, $body:block) => {{
         let _quiet = crate::journal::quiet_share().await;
-        match &$s.db {
-            Db::Sqlite(pool) => {
-                run_tx!(
-                    $tx,
-                    $pg,
-                    false,
-                    pool.begin_with("BEGIN IMMEDIATE").await?,
-                    $body
-                )
-            }
+        match $db {
+            Db::Sqlite($pool) => run_tx!($tx, $pg, false, $sqlite, $body),
             Db::Pg(pool) => run_tx!($tx, $pg, true, pool.begin().await?, $body),
         }
     }};
 }
 
+// `db_tx!` on the store `$s`'s pool (`BEGIN IMMEDIATE` on SQLite).
+macro_rules! in_tx {
+    ($s:expr, $tx:ident, $pg:ident, $body:block) => {
+        db_tx!(
+            &$s.db,
+            $tx,
+            $pg,
+            |pool| pool.begin_with("BEGIN IMMEDIATE").await?,
+            $body
+        )
+    };
+}
+
 // `in_tx!` for the group committer `$s`: on SQLite its transactions run on its own
 // connection (see `Committer::sqlite`).
 macro_rules! committer_tx {
-    ($s:expr, $tx:ident, $pg:ident, $body:block) => {{
-        let _quiet = crate::journal::quiet_share().await;
-        match &$s.db {
-            Db::Sqlite(pool) => {
-                run_tx!(
-                    $tx,
-                    $pg,
-                    false,
-                    begin_kept(&mut $s.sqlite, pool).await?,
-                    $body
-                )
-            }
-            Db::Pg(pool) => run_tx!($tx, $pg, true, pool.begin().await?, $body),
-        }
-    }};
+    ($s:expr, $tx:ident, $pg:ident, $body:block) => {
+        db_tx!(
+            &$s.db,
+            $tx,
+            $pg,
+            |pool| begin_kept(&mut $s.sqlite, pool).await?,
+            $body
+        )
+    };
 }
 
 /// A `BEGIN IMMEDIATE` transaction on the SQLite connection `conn` keeps (taken from `pool`

@@ -633,32 +633,31 @@ impl Worker {
         &self,
         lease: &Lease,
         out: &Session,
-        known: Known,
+        mut known: Known,
     ) -> Result<(), RuntimeError> {
         let sessions = &self.rt.sessions;
         let out = &crate::live::for_store(out, &lease.run);
-        let stored = match known {
-            Known::Len(n) => Some(n),
-            Known::New => None,
-            Known::Ask => sessions.stored_len(out.id()).await?,
-        };
-        let write = match stored {
-            Some(n) if n < out.len() => Write::Append {
-                session: out,
-                expected_len: n,
-            },
-            _ => Write::Save(out),
-        };
-        let r = crate::live::write_held(&**sessions, &self.rt.runs, lease, write).await;
-        match r {
-            // Assumed new and found stored after all (a workflow that returns a session it
-            // was handed): written again after asking.
-            Err(RuntimeError::Persist(
-                PersistError::Exists { .. } | PersistError::Conflict { .. },
-            )) if matches!(known, Known::New) => {
-                Box::pin(self.persist(lease, out, Known::Ask)).await
+        loop {
+            let stored = match known {
+                Known::Len(n) => Some(n),
+                Known::New => None,
+                Known::Ask => sessions.stored_len(out.id()).await?,
+            };
+            let write = match stored {
+                Some(n) if n < out.len() => Write::Append {
+                    session: out,
+                    expected_len: n,
+                },
+                _ => Write::Save(out),
+            };
+            match crate::live::write_held(&**sessions, &self.rt.runs, lease, write).await {
+                // Assumed new and found stored after all (a workflow that returns a session
+                // it was handed): written again after asking.
+                Err(RuntimeError::Persist(
+                    PersistError::Exists { .. } | PersistError::Conflict { .. },
+                )) if matches!(known, Known::New) => known = Known::Ask,
+                r => return r,
             }
-            r => r,
         }
     }
 
