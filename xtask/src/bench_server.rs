@@ -7,7 +7,7 @@
 //!   closed-loop client: this binary re-run as a child, [`child_main`]); ours uses its wait
 //!   endpoint, the peer (no such endpoint) is polled every 5 ms;
 //! - resident memory of our server with 10^4 idle sessions and 1,000 open SSE streams (the
-//!   streams held by a client child).
+//!   server in a process of its own, [`memory_main`]; the streams held by a client child).
 //!
 //! [`measure`] returns [`ServerResults`], [`render`] makes a markdown section of it,
 //! [`goal_rows`] one row per goal of the issue, and [`run`] writes `docs/bench-server.md`.
@@ -58,7 +58,7 @@ pub struct Point {
 }
 
 /// Resident memory of our server process.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Memory {
     /// Sessions created in a fresh store.
     pub sessions: usize,
@@ -687,6 +687,53 @@ fn client_streams(spec: &ClientSpec) -> Result<Value> {
     Ok(serde_json::json!({"open": 0}))
 }
 
+/// Set to `<connections>[:<seconds>[:<repeats>]]` to measure only our create-and-wait
+/// load at that many connections (no peer, no page): what a profiler attaches to.
+pub const PROFILE_ENV: &str = "RATH_BENCH_SERVER_PROFILE";
+
+/// When [`PROFILE_ENV`] is set: our create-and-wait points, printed to stderr.
+pub fn profile_main() -> Option<std::process::ExitCode> {
+    let spec = std::env::var(PROFILE_ENV).ok()?;
+    let mut it = spec.split(':');
+    let connections: usize = it.next().and_then(|s| s.parse().ok()).unwrap_or(16);
+    let secs: f64 = it.next().and_then(|s| s.parse().ok()).unwrap_or(5.0);
+    let reps: usize = it.next().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let go = || -> Result<()> {
+        let tmp = tempfile::Builder::new()
+            .prefix("rath-bench-server")
+            .tempdir()?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        let ours = rt.block_on(start_ours(tmp.path(), 2, false))?;
+        for _ in 0..reps {
+            let load = run_load(&ClientSpec {
+                mode: "ours".into(),
+                addr: addr_of(&ours.base),
+                auth: format!("Bearer {}", ours.key),
+                connections,
+                secs,
+                sessions: Vec::new(),
+                count: 0,
+            })?;
+            eprintln!(
+                "create-and-wait c={connections}: {:.0} runs/s p50 {:.2} ms p99 {:.2} ms errors {}",
+                load.rps, load.p50_ms, load.p99_ms, load.errors
+            );
+        }
+        ours.stop.cancel();
+        Ok(())
+    };
+    Some(match go() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench profile: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    })
+}
+
 /// When this process is the bench's load client, its exit code.
 pub fn child_main() -> Option<std::process::ExitCode> {
     let spec = std::env::var(CLIENT_ENV).ok()?;
@@ -752,9 +799,59 @@ fn run_load(spec: &ClientSpec) -> Result<Load> {
     })
 }
 
-/// Memory of a fresh server of ours (in this process, no workers): empty, with
-/// `sessions` created, then with `streams` open event streams.
-fn memory(rt: &tokio::runtime::Runtime, sessions: usize, streams: usize) -> Result<Memory> {
+/// Set (to `<sessions>:<streams>`) in the child process [`memory`] measures.
+const MEMORY_ENV: &str = "RATH_BENCH_SERVER_MEMORY";
+
+/// Memory of a fresh server of ours, no workers: empty, with `sessions` created, then with
+/// `streams` open event streams. The server runs in a child process of its own, so the
+/// loads measured before leave nothing in the heap it is read from, and with mimalloc told
+/// to return freed pages at once (`MIMALLOC_PURGE_DELAY=0`), so its resident size is what
+/// the server holds, not what the allocator keeps cached for later.
+fn memory(sessions: usize, streams: usize) -> Result<Memory> {
+    let out = Command::new(std::env::current_exe()?)
+        .env(MEMORY_ENV, format!("{sessions}:{streams}"))
+        .env("MIMALLOC_PURGE_DELAY", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .output()
+        .context("starting the memory bench's server process")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!("the memory bench's server process failed: {text}");
+    }
+    Ok(serde_json::from_str(text.lines().last().unwrap_or(""))?)
+}
+
+/// When this process is [`memory`]'s server process, its exit code (the measure, as JSON
+/// on stdout).
+pub fn memory_main() -> Option<std::process::ExitCode> {
+    let spec = std::env::var(MEMORY_ENV).ok()?;
+    let go = || -> Result<Memory> {
+        let (sessions, streams) = spec
+            .split_once(':')
+            .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+            .with_context(|| format!("{MEMORY_ENV}={spec:?} is not <sessions>:<streams>"))?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        measure_memory(&rt, sessions, streams)
+    };
+    Some(match go() {
+        Ok(m) => {
+            println!("{}", serde_json::to_string(&m).unwrap_or_default());
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("bench memory: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    })
+}
+
+/// [`memory`], in the server's process.
+fn measure_memory(rt: &tokio::runtime::Runtime, sessions: usize, streams: usize) -> Result<Memory> {
     raise_nofile();
     let dir = tempfile::Builder::new()
         .prefix("rath-bench-mem")
@@ -890,7 +987,7 @@ pub fn measure(quick: bool) -> Result<ServerResults> {
     drop(peer);
     ours.stop.cancel();
     let (sessions, streams) = if quick { (1_000, 100) } else { (10_000, 1_000) };
-    let memory = memory(&rt, sessions, streams)?;
+    let memory = memory(sessions, streams)?;
     eprintln!(
         "xtask bench --server: memory: {:.0} B per session, {:.0} B per stream ({} open)",
         memory.per_session(),
@@ -1094,8 +1191,10 @@ pub fn render(r: &ServerResults) -> String {
     let _ = writeln!(
         md,
         "A fresh server of ours on empty SQLite files, no workers, default 50 ms poll (an \
-         idle stream reads the run's events every 0.5 s without a notification), in the bench process \
-         (resident bytes of that process, `VmRSS`). Sessions: {} created through \
+         idle stream reads the run's events every 0.5 s without a notification), in a process of \
+         its own started for this measure (resident bytes of that process, `VmRSS`; mimalloc \
+         told to return freed pages at once, `MIMALLOC_PURGE_DELAY=0`, so the figure is what \
+         the server holds rather than what the allocator caches). Sessions: {} created through \
          `POST /v1/sessions` by a client process, then idle. Streams: {} runs queued (no \
          worker takes them), then one `GET /v1/runs/{{id}}/events` per run from a client \
          process, each held open after its first event.\n",

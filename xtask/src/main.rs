@@ -47,6 +47,13 @@ fn main() -> ExitCode {
     if let Some(code) = bench_server::child_main() {
         return code;
     }
+    if let Some(code) = bench_server::memory_main() {
+        return code;
+    }
+    // After the clients: the bench's client children inherit the profile setting.
+    if let Some(code) = bench_server::profile_main() {
+        return code;
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Evidence(args) => xtask::evidence::run(&args),
