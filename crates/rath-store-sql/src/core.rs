@@ -492,7 +492,7 @@ macro_rules! sql_store {
         fn same_chunks_sql(digest: &str, len: &str) -> String {
             format!(
                 "SELECT key, len, digest, id FROM rath_sessions WHERE saved_digest = {digest} \
-                 AND digest = {digest} AND len = {len} LIMIT 1{}",
+                 AND digest = {digest} AND len = {len} ORDER BY key LIMIT 1{}",
                 $for_share
             )
         }
@@ -1164,7 +1164,7 @@ macro_rules! sql_store {
             // The new sessions' chunks, and what their planning reads.
             let mut fresh: Vec<Option<Fresh>> = Vec::with_capacity(writes.len());
             let mut look: Vec<String> = Vec::new();
-            let mut digests_wanted: Vec<String> = Vec::new();
+            let mut digests_wanted: Vec<serde_json::Value> = Vec::new();
             for (s, n) in &writes {
                 let stored = rows.contains_key(s.id().as_str());
                 if matches!(n, Some(n) if *n != 0 || stored) {
@@ -1200,7 +1200,7 @@ macro_rules! sql_store {
                     look.push(id.clone());
                 }
                 if !chunks.is_empty() {
-                    digests_wanted.push(hex(&digest));
+                    digests_wanted.push(serde_json::json!({"d": hex(&digest), "n": s.len()}));
                 }
                 fresh.push(Some(Fresh {
                     remembered,
@@ -1232,16 +1232,22 @@ macro_rules! sql_store {
                     );
                 }
             }
-            // Sessions saved with one of the wanted digests: `(key, len, digest, saved)`.
+            // For each wanted `(digest, len)`, the stored session [`same_chunks`] would find
+            // (the lowest key holding exactly those chunks): `(key, len, digest, saved)`.
+            // One row per pair, however many sessions hold the same chunks.
             let mut holders: Vec<(i64, usize, Vec<u8>, Vec<u8>)> = Vec::new();
             if !digests_wanted.is_empty() {
-                let list = if $pg {
-                    "SELECT decode(json_array_elements_text($1::json), 'hex')"
+                let wanted = if $pg {
+                    "SELECT decode(w->>'d', 'hex') AS d, (w->>'n')::bigint AS n \
+                     FROM json_array_elements($1::json) w"
                 } else {
-                    "SELECT unhex(value) FROM json_each($1)"
+                    "SELECT unhex(json_extract(value, '$.d')) AS d, json_extract(value, '$.n') AS n \
+                     FROM json_each($1)"
                 };
                 let sql = format!(
-                    "SELECT key, len, digest, saved_digest FROM rath_sessions WHERE saved_digest IN ({list}){}",
+                    "SELECT key, len, digest, saved_digest FROM rath_sessions WHERE key IN \
+                     (SELECT (SELECT s.key FROM rath_sessions s WHERE s.saved_digest = w.d \
+                     AND s.digest = w.d AND s.len = w.n ORDER BY s.key LIMIT 1) FROM ({wanted}) w){}",
                     $for_share
                 );
                 for row in sqlx::query(&sql)
@@ -1312,7 +1318,8 @@ macro_rules! sql_store {
                     {
                         break;
                     }
-                    // The one stored session holding exactly these chunks, if asked.
+                    // The stored session holding exactly these chunks that `same_chunks`
+                    // would find (the lowest key), if any.
                     let same = if f.chunks.is_empty() {
                         None
                     } else {
