@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 use sqlx::Row;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use tokio::sync::{mpsc, oneshot};
 use utoipa::ToSchema;
 
 use crate::ServerError;
@@ -78,6 +79,8 @@ pub const KEY_CACHE_TTL: Duration = Duration::from_secs(1);
 #[derive(Clone, Debug)]
 pub struct ServerDb {
     pool: Pool,
+    /// The lane that writes ownership records in groups ([`own_lane`]).
+    owners: mpsc::UnboundedSender<OwnJob>,
     /// The database, as the process-wide caches name it.
     ident: Arc<str>,
     key_ttl: Duration,
@@ -155,8 +158,11 @@ impl ServerDb {
                 "the runs URL is neither sqlite:<file> nor postgres://...".into(),
             ));
         };
+        let (owners, jobs) = mpsc::unbounded_channel();
+        tokio::spawn(own_lane(pool.clone(), jobs));
         let db = ServerDb {
             pool,
+            owners,
             // A digest of the URL, never the URL (it may hold a password).
             ident: Arc::from(key_hash(url)),
             key_ttl: KEY_CACHE_TTL,
@@ -314,36 +320,42 @@ impl ServerDb {
     /// Records that `tenant` owns session `id` (a second record of the same id is a no-op
     /// for the same tenant and refused for another).
     pub async fn own_session(&self, tenant: &str, id: &str) -> Result<(), ServerError> {
-        self.own("sv_sessions", "session_id", tenant, id).await
+        self.own(tenant, &[(Owned::Session, id)]).await
     }
 
     /// Records that `tenant` owns run `id`.
     pub async fn own_run(&self, tenant: &str, id: &str) -> Result<(), ServerError> {
-        self.own("sv_runs", "run_id", tenant, id).await
+        self.own(tenant, &[(Owned::Run, id)]).await
     }
 
-    async fn own(&self, table: &str, col: &str, tenant: &str, id: &str) -> Result<(), ServerError> {
-        let insert = format!(
-            "INSERT INTO {table} ({col}, tenant, created_ms) VALUES ($1, $2, $3) ON CONFLICT ({col}) DO NOTHING"
-        );
-        let check = format!("SELECT tenant FROM {table} WHERE {col} = $1");
-        on_pool!(self, p, {
-            sqlx::query(&insert)
-                .bind(id)
-                .bind(tenant)
-                .bind(now_ms())
-                .execute(p)
-                .await?;
-            let owner: String = sqlx::query(&check)
-                .bind(id)
-                .fetch_one(p)
-                .await?
-                .try_get("tenant")?;
-            if owner != tenant {
-                return Err(ServerError::Conflict(format!("id {id} is taken")));
-            }
-        });
-        Ok(())
+    /// Records that `tenant` owns session `session` and run `run`, in one write.
+    pub async fn own_session_and_run(
+        &self,
+        tenant: &str,
+        session: &str,
+        run: &str,
+    ) -> Result<(), ServerError> {
+        self.own(tenant, &[(Owned::Session, session), (Owned::Run, run)])
+            .await
+    }
+
+    /// Records `tenant`'s ownership of `ids` through the ownership lane: the records of
+    /// every request waiting at the time are written in one transaction (one commit, one
+    /// wait for the database's write lock), which is what a busy server's creates spend
+    /// most of their time on otherwise.
+    async fn own(&self, tenant: &str, ids: &[(Owned, &str)]) -> Result<(), ServerError> {
+        let (done, answer) = oneshot::channel();
+        let job = OwnJob {
+            tenant: tenant.to_owned(),
+            ids: ids.iter().map(|(t, id)| (*t, (*id).to_owned())).collect(),
+            done,
+        };
+        if self.owners.send(job).is_err() {
+            return Err(ServerError::Db("the ownership lane has stopped".into()));
+        }
+        answer
+            .await
+            .map_err(|_| ServerError::Db("the ownership lane has stopped".into()))?
     }
 
     /// True when `tenant` owns run `id` (a yes is remembered: ownership is never taken
@@ -435,4 +447,163 @@ where
         created_ms: r.try_get("created_ms")?,
         revoked_ms: r.try_get("revoked_ms")?,
     })
+}
+
+/// What an ownership record is of.
+#[derive(Clone, Copy, Debug)]
+enum Owned {
+    Session,
+    Run,
+}
+
+impl Owned {
+    /// The record's insert (a no-op when the id has an owner) and the owner's read.
+    fn sql(self) -> (&'static str, &'static str) {
+        match self {
+            Owned::Session => (
+                "INSERT INTO sv_sessions (session_id, tenant, created_ms) VALUES ($1, $2, $3) ON CONFLICT (session_id) DO NOTHING",
+                "SELECT tenant FROM sv_sessions WHERE session_id = $1",
+            ),
+            Owned::Run => (
+                "INSERT INTO sv_runs (run_id, tenant, created_ms) VALUES ($1, $2, $3) ON CONFLICT (run_id) DO NOTHING",
+                "SELECT tenant FROM sv_runs WHERE run_id = $1",
+            ),
+        }
+    }
+}
+
+/// One request's ownership records, waiting for the lane.
+#[derive(Debug)]
+struct OwnJob {
+    tenant: String,
+    ids: Vec<(Owned, String)>,
+    done: oneshot::Sender<Result<(), ServerError>>,
+}
+
+/// Writes ownership records: each time, every job waiting (up to 256) in one transaction.
+/// When that transaction fails, each job is written again on its own, so a job is told its
+/// own outcome. Ends when every [`ServerDb`] clone is gone.
+async fn own_lane(pool: Pool, mut rx: mpsc::UnboundedReceiver<OwnJob>) {
+    let mut jobs = Vec::new();
+    while rx.recv_many(&mut jobs, 256).await > 0 {
+        let answers = match own_in_tx(&pool, &jobs).await {
+            Ok(answers) => answers,
+            Err(_) if jobs.len() > 1 => {
+                let mut answers = Vec::with_capacity(jobs.len());
+                for job in &jobs {
+                    answers.push(match own_in_tx(&pool, std::slice::from_ref(job)).await {
+                        Ok(mut a) => a.pop().unwrap_or(Ok(())),
+                        Err(e) => Err(e),
+                    });
+                }
+                answers
+            }
+            Err(e) => vec![Err(e)],
+        };
+        for (job, answer) in jobs.drain(..).zip(answers) {
+            // A request that went away does not wait for its answer.
+            let _ = job.done.send(answer);
+        }
+    }
+}
+
+// One job's records in transaction `$tx`: `Ok`, or a conflict for the first id another
+// tenant owns (an error of the database leaves the block with `?`).
+macro_rules! own_job {
+    ($tx:ident, $job:expr, $now:expr) => {{
+        let mut answer = Ok(());
+        for (table, id) in &$job.ids {
+            let (insert, check) = table.sql();
+            sqlx::query(insert)
+                .bind(id)
+                .bind(&$job.tenant)
+                .bind($now)
+                .execute(&mut *$tx)
+                .await?;
+            let owner: String = sqlx::query(check)
+                .bind(id)
+                .fetch_one(&mut *$tx)
+                .await?
+                .try_get("tenant")?;
+            if owner != $job.tenant {
+                answer = Err(ServerError::Conflict(format!("id {id} is taken")));
+                break;
+            }
+        }
+        answer
+    }};
+}
+
+/// `jobs` in one transaction: for each, `Ok` or a conflict naming the id another tenant
+/// owns.
+async fn own_in_tx(
+    pool: &Pool,
+    jobs: &[OwnJob],
+) -> Result<Vec<Result<(), ServerError>>, ServerError> {
+    let now = now_ms();
+    let mut answers = Vec::with_capacity(jobs.len());
+    match pool {
+        Pool::Sqlite(p) => {
+            let mut tx = p.begin().await?;
+            for job in jobs {
+                answers.push(own_job!(tx, job, now));
+            }
+            tx.commit().await?;
+        }
+        Pool::Pg(p) => {
+            let mut tx = p.begin().await?;
+            for job in jobs {
+                answers.push(own_job!(tx, job, now));
+            }
+            tx.commit().await?;
+        }
+    }
+    Ok(answers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Many requests recording ownership at once: each is answered with its own outcome
+    /// (written in groups), a second tenant's claim on a taken id is a conflict, and the
+    /// records are there afterwards.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_ownership_lane_answers_each_request_with_its_own_outcome() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("sqlite:{}", dir.path().join("runs.db").display());
+        // The run store's tables first: a session's ownership is also read through runs.
+        rath_runtime::RunStore::connect(&url).await.expect("run store");
+        let db = ServerDb::connect(&url).await.expect("connect");
+        let mut tasks = Vec::new();
+        for i in 0..64 {
+            let db = db.clone();
+            tasks.push(tokio::spawn(async move {
+                let (s, r) = (format!("s{i}"), format!("r{i}"));
+                let mine = db.own_session_and_run("a", &s, &r).await;
+                // Every fourth id is claimed by a second tenant too, after the first.
+                let theirs = if i % 4 == 0 {
+                    Some(db.own_run("b", &r).await)
+                } else {
+                    None
+                };
+                (mine, theirs)
+            }));
+        }
+        for (i, t) in tasks.into_iter().enumerate() {
+            let (mine, theirs) = t.await.expect("task");
+            mine.expect("the first tenant's records");
+            if let Some(theirs) = theirs {
+                assert!(
+                    matches!(&theirs, Err(ServerError::Conflict(m)) if m.contains(&format!("r{i}"))),
+                    "{theirs:?}"
+                );
+            }
+            assert!(db.owns_session("a", &format!("s{i}")).await.expect("read"));
+            assert!(db.owns_run("a", &format!("r{i}")).await.expect("read"));
+            assert!(!db.owns_run("b", &format!("r{i}")).await.expect("read"));
+        }
+        // The same tenant again: a no-op, not a conflict.
+        db.own_run("a", "r1").await.expect("again");
+    }
 }

@@ -195,16 +195,24 @@ pub(crate) async fn create(
         .ok_or_else(|| ServerError::BadRequest(format!("unknown workflow {:?}", req.workflow)))?
         .clone();
     let options = options_of(&req)?;
-    let input = match (&req.input, &req.session_id) {
+    // Ownership before storage and submission: a stored session or a queued run is always
+    // some tenant's.
+    let (input, id) = match (&req.input, &req.session_id) {
         (Some(text), None) => {
             let s = Session::user_with(text.clone(), state.config.stamper.clone());
-            state.db.own_session(&who.tenant, s.id().as_str()).await?;
+            let id = RunId(format!("run_{}", state.config.stamper.next_id()));
+            state
+                .db
+                .own_session_and_run(&who.tenant, s.id().as_str(), id.as_str())
+                .await?;
             state.runtime.sessions().save(&s).await?;
-            s.id().clone()
+            (s.id().clone(), id)
         }
         (None, Some(sid)) => {
             load_owned(&state, &who.tenant, sid).await?;
-            SessionId::new(sid.as_str())
+            let id = RunId(format!("run_{}", state.config.stamper.next_id()));
+            state.db.own_run(&who.tenant, id.as_str()).await?;
+            (SessionId::new(sid.as_str()), id)
         }
         _ => {
             return Err(ServerError::BadRequest(
@@ -212,9 +220,6 @@ pub(crate) async fn create(
             ));
         }
     };
-    let id = RunId(format!("run_{}", state.config.stamper.next_id()));
-    // Ownership before submission: a queued run is always some tenant's.
-    state.db.own_run(&who.tenant, id.as_str()).await?;
     state
         .runtime
         .runs()

@@ -193,13 +193,14 @@ async fn submit(
     let chunks = convert::input_chunks(req.input.as_ref().unwrap_or(&Value::Null))?;
     let input = continue_state(state, &t, chunks).await?;
     let stamper = &state.config.stamper;
+    let id = RunId(format!("run_{}", stamper.next_id()));
+    // Both owned before either is stored: a stored session or queued run is always some
+    // tenant's.
     state
         .db
-        .own_session(&who.tenant, input.id().as_str())
+        .own_session_and_run(&who.tenant, input.id().as_str(), id.as_str())
         .await?;
     state.runtime.sessions().save(&input).await?;
-    let id = RunId(format!("run_{}", stamper.next_id()));
-    state.db.own_run(&who.tenant, id.as_str()).await?;
     let row = ThreadRunRow {
         run_id: id.to_string(),
         thread_id: tid.to_owned(),
