@@ -149,6 +149,27 @@ async fn fresh_target(kind: &str, dir: &Path, tag: &str) -> Result<Option<Target
     }))
 }
 
+/// Drops `t`'s PostgreSQL database once its measure is done (every connection to it is
+/// closed by then), so the databases of earlier measures leave no autovacuum work or
+/// catalog behind to slow the ones after (SQLite files go with the bench's directory).
+async fn retire_target(t: &Target) -> Result<()> {
+    if t.label != "postgres" {
+        return Ok(());
+    }
+    let (Ok(base), Some(cut)) = (std::env::var("RATH_TEST_POSTGRES_URL"), t.runs.rfind('/')) else {
+        return Ok(());
+    };
+    let admin = sqlx::PgPool::connect(&base).await?;
+    sqlx::query(&format!(
+        "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+        &t.runs[cut + 1..]
+    ))
+    .execute(&admin)
+    .await?;
+    admin.close().await;
+    Ok(())
+}
+
 async fn runtime(t: &Target, tool_ms: u64) -> Result<Runtime> {
     let sessions: Arc<dyn SessionStore> = Arc::from(rath_store_sql::open_store(&t.sessions).await?);
     Ok(Runtime::connect(&t.runs, sessions, registry(tool_ms)).await?)
@@ -241,6 +262,8 @@ async fn throughput(
             (after.1 - cpu.1) as f64 / 100.0
         );
     }
+    drop(rt);
+    retire_target(&t).await?;
     let rate = (RUNS * STEPS) as f64 / secs;
     Ok(Some(Throughput {
         store: t.label,
@@ -489,6 +512,8 @@ async fn kill_to_progress(kind: &str, dir: &Path) -> Result<Option<f64>> {
     stop.cancel();
     rt.runs().cancel(&id).await.ok();
     h.await??;
+    drop(rt);
+    retire_target(&t).await?;
     Ok(Some(secs))
 }
 

@@ -34,7 +34,26 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
+/// Set to a file to append every SQL statement this process (and each bench child it
+/// starts) runs there, with its time (sqlx's `sqlx::query` events): what a slow bench is
+/// looked at with.
+const SQL_TRACE_ENV: &str = "RATH_BENCH_SQL_TRACE";
+
 fn main() -> ExitCode {
+    if let Some(path) = std::env::var_os(SQL_TRACE_ENV) {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path);
+        match file {
+            Ok(file) => tracing_subscriber::fmt()
+                .with_env_filter("sqlx::query=debug")
+                .with_writer(std::sync::Mutex::new(file))
+                .with_ansi(false)
+                .init(),
+            Err(e) => eprintln!("{SQL_TRACE_ENV}: cannot create {path:?}: {e}"),
+        }
+    }
     if let Some(code) = xtask::evidence::crash_child_main() {
         return code;
     }

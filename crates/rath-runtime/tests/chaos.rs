@@ -546,6 +546,16 @@ async fn postgres_rig() -> Option<Rig> {
     let pool = sqlx::PgPool::connect(&base)
         .await
         .expect("PostgreSQL at RATH_TEST_POSTGRES_URL");
+    // Databases of test processes that have ended (one per process otherwise piles up).
+    let names: Vec<String> = sqlx::query_scalar("SELECT datname FROM pg_database")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    for stale in rath_testkit::stale_databases(names.iter().map(String::as_str), "rt_") {
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {stale}"))
+            .execute(&pool)
+            .await;
+    }
     for sql in [
         format!("DROP DATABASE IF EXISTS {db}"),
         format!("CREATE DATABASE {db}"),

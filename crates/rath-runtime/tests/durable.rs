@@ -174,6 +174,16 @@ impl Env {
         let pool = sqlx::PgPool::connect(&base)
             .await
             .expect("PostgreSQL at RATH_TEST_POSTGRES_URL");
+        // Databases of test processes that have ended (one per process otherwise piles up).
+        let names: Vec<String> = sqlx::query_scalar("SELECT datname FROM pg_database")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        for stale in rath_testkit::stale_databases(names.iter().map(String::as_str), "rt_") {
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {stale}"))
+                .execute(&pool)
+                .await;
+        }
         sqlx::query(&format!("DROP DATABASE IF EXISTS {db}"))
             .execute(&pool)
             .await

@@ -577,6 +577,16 @@ async fn the_event_stream_is_pushed_without_gaps_or_duplicates_on_postgres() {
     let admin = sqlx::PgPool::connect(&base)
         .await
         .expect("PostgreSQL at RATH_TEST_POSTGRES_URL");
+    // Databases of test processes that have ended (one per process otherwise piles up).
+    let names: Vec<String> = sqlx::query_scalar("SELECT datname FROM pg_database")
+        .fetch_all(&admin)
+        .await
+        .unwrap();
+    for stale in rath_testkit::stale_databases(names.iter().map(String::as_str), "h4_rt_events_") {
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {stale}"))
+            .execute(&admin)
+            .await;
+    }
     sqlx::query(&format!("DROP DATABASE IF EXISTS {db}"))
         .execute(&admin)
         .await

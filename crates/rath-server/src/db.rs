@@ -573,7 +573,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let url = format!("sqlite:{}", dir.path().join("runs.db").display());
         // The run store's tables first: a session's ownership is also read through runs.
-        rath_runtime::RunStore::connect(&url).await.expect("run store");
+        rath_runtime::RunStore::connect(&url)
+            .await
+            .expect("run store");
         let db = ServerDb::connect(&url).await.expect("connect");
         let mut tasks = Vec::new();
         for i in 0..64 {

@@ -47,6 +47,39 @@ pub fn skip(what: &str) {
     let _ = writeln!(std::io::stderr(), "RATH-SKIP: {test}: {what}");
 }
 
+/// The databases among `names` that test processes which have ended left behind: named
+/// `<prefix>..._<pid>` (the pid of the test process that made it) for a pid with no
+/// running process. A test that makes a database per process drops these before making its
+/// own, so a machine's database server does not collect one per test run (each one more
+/// database for autovacuum to visit). Where running processes cannot be listed (no
+/// `/proc`), none is called stale.
+///
+/// ```
+/// let mine = format!("rt_chaos_{}", std::process::id());
+/// let names = [mine.as_str(), "rt_chaos_4294967295", "rt_chaos_x", "other_12"];
+/// // Only the one whose process cannot be running (its pid is out of range).
+/// let stale = rath_testkit::stale_databases(names, "rt_");
+/// if std::path::Path::new("/proc/self").exists() {
+///     assert_eq!(stale, ["rt_chaos_4294967295"]);
+/// }
+/// ```
+pub fn stale_databases<'a>(names: impl IntoIterator<Item = &'a str>, prefix: &str) -> Vec<String> {
+    let proc = std::path::Path::new("/proc");
+    if !proc.join("self").exists() {
+        return Vec::new();
+    }
+    names
+        .into_iter()
+        .filter(|n| n.starts_with(prefix))
+        .filter(|n| {
+            n.rsplit_once('_')
+                .and_then(|(_, pid)| pid.parse::<u32>().ok())
+                .is_some_and(|pid| !proc.join(pid.to_string()).exists())
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
 /// The calling test's name: libtest names each test's thread after it.
 fn test_name() -> String {
     std::thread::current()
