@@ -253,7 +253,28 @@ async fn throughput(
     let ids = submit_many(&rt, &format!("steps_{STEPS}"), RUNS, 1000).await?;
     let submit_s = submitted.elapsed().as_secs_f64();
     let cpu = cpu_ticks();
+    // Profile mode: the drain's start and end on the wall clock (to line up with a
+    // server's log), and `enable` / `disable` written to a `perf record --control=fifo:`
+    // fifo named by PERF_CTL_ENV, so a profile covers the drains alone.
+    let ctl = |what: &str| {
+        if std::env::var_os(PROFILE_ENV).is_none() {
+            return;
+        }
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        eprintln!(
+            "  drain {what}d at {}.{:03} s",
+            t.as_secs(),
+            t.subsec_millis()
+        );
+        if let Some(fifo) = std::env::var_os(PERF_CTL_ENV) {
+            let _ = std::fs::write(fifo, format!("{what}\n"));
+        }
+    };
+    ctl("enable");
     let secs = drain(&rt, &ids, concurrency).await?;
+    ctl("disable");
     if std::env::var_os(PROFILE_ENV).is_some() {
         let after = cpu_ticks();
         eprintln!(
@@ -372,6 +393,10 @@ async fn session_totals(store: &rath_store_sql::SqliteStore) -> Result<(u64, u64
 /// Set to `<sqlite|postgres>:<runs in flight per worker>[:<drains>]` to measure only our
 /// throughput at that setting (no peer, no page): what a profiler attaches to.
 pub const PROFILE_ENV: &str = "RATH_BENCH_RUNTIME_PROFILE";
+
+/// In profile mode, a `perf record -D -1 --control=fifo:<path>` fifo to tell `enable` when
+/// a drain starts and `disable` when it ends.
+pub const PERF_CTL_ENV: &str = "RATH_BENCH_PERF_CTL";
 
 /// When [`PROFILE_ENV`] is set: our drains at that one setting, printed to stderr.
 pub fn profile_main() -> Option<std::process::ExitCode> {
@@ -711,23 +736,23 @@ const SQLITE_MISS: &str = "profiled (per-run phase timings and perf over profile
     0.26-0.36 s): a sitting that catches the peer fast and us slow can still miss. Earlier \
     sittings gave 22.3×, 17.6×, 24.6× (8th session), 29.1×, 22.3×, 21.2× and 24.4× (9th, \
     the peer at 327-368 steps/s)";
-const PG_MISS: &str = "profiled (per-run phase timings, per-group timings, perf over the \
-    whole machine and the server's statement log over profile drains, 2026-12-04, 9th \
-    session): a drain of 200 runs × 5 steps takes about 150 ms (was 180 ms) and saturates \
-    the 2 cores (about 90% busy: our process about 0.09-0.10 s of CPU, PostgreSQL's backends \
-    about 0.11 s). A run's time splits into its claim (about 11 ms) and input load (about \
-    15 ms), its four tool waits (about 11 ms each, one shared rt_group commit), the last \
-    reply's commit (about 9 ms), the output session's save (about 34 ms) and the release \
-    (about 9 ms). The save is the longest phase and it is not the server's: the first save \
-    of a drain, one session alone, took 20-30 ms of wall time while no statement in it took \
-    4 ms in PostgreSQL (its log), so it waits on our two threads, busy with the runs' own \
-    work, between its round trips; the group committers need a thread of their own (or the \
-    save and the release one statement, as rt_group is for the run store). The peer on \
-    PostgreSQL measured 299-489 steps/s on this machine over the day (388-489 in this \
-    session's sittings; the four before this page's gave 11.5×, 14.3×, 11.8× and 14.6×), \
-    so 20× asks \
-    6,000-9,800 steps/s; ours measured 6,800-7,800 in this session's profile drains \
-    (5,100-5,400 in the 8th)";
+const PG_MISS: &str = "profiled (statement traces, per-run phase timings, perf over \
+    profile drains only, 2026-12-04, 9th and 10th sessions): a drain of 200 runs × 5 steps \
+    is about 60 statements (about 50 rt_group calls of 3 ms each as our side sees them, 3 \
+    session-store set groups of about 67 sessions, 5 grouped loads), so round trips are \
+    few; the time is CPU on both sides of a 2-core machine. Per drain our process takes \
+    0.08-0.12 s of CPU and PostgreSQL's backends 0.09-0.14 s (the spread is the machine's \
+    own speed, which moved by 2× over the day: one binary measured 5,100-9,300 steps/s in \
+    profile drains within an hour), with both cores 75-90% busy. Our CPU has no hotspot \
+    left: allocation about 17%, memory copies 6%, deflating the output sessions' segments \
+    5%, JSON writing 5%, sha256 1.5%, the rest spread thin. A run's own chain (claim, input \
+    load, four commits before its tool calls, last reply, output save, release) is about \
+    120 ms at c=100, so the drain is that chain stretched by the CPU both sides share. The \
+    peer on PostgreSQL measured 299-489 steps/s on this machine (366-414 in the 10th \
+    session's sittings, which gave 15.6× and 16.7×; the 9th's gave 11.5×-15.2×), so 20× \
+    asks 7,300-9,800 steps/s; ours measured 5,100-9,300 in the 10th session's profile \
+    drains. Further: the set path's statements in one round trip, or fewer bytes to \
+    allocate and copy per step";
 
 /// One row per goal of issue 20's benchmarks (met, missed, or not measured), for the
 /// summary of `docs/benchmarks.md`.

@@ -500,18 +500,20 @@ impl RunStore {
         Ok(store)
     }
 
-    /// On PostgreSQL, opens a connection per committer lane and two for reads (a waiter's,
-    /// a subscriber's) and calls `rt_group` once on each with nothing to write: the server
-    /// starts a process per connection, and a process compiles the function and plans its
-    /// statements on its first call (several ms), which a worker's first claims and reads
-    /// would otherwise wait for. Best effort: a failure here shows again on the first real
-    /// write.
+    /// On PostgreSQL, opens a connection per committer lane and four more (the event
+    /// listener's, a waiter's reads, the workers' deadline sweeps and lone reads) and calls
+    /// `rt_group` once on each with nothing to write: the server starts a process per
+    /// connection, and a process compiles the function and plans its statements on its
+    /// first call (several ms), which a worker's first claims and reads would otherwise
+    /// wait for. (With two more instead of four, a bench drain of 200 runs still opened
+    /// one or two connections in its last milliseconds.) Best effort: a failure here shows
+    /// again on the first real write.
     async fn warm(&self) {
         let Db::Pg(pool) = &self.db else {
             return;
         };
-        let mut conns = Vec::with_capacity(PG_LANES + 2);
-        for _ in 0..PG_LANES + 2 {
+        let mut conns = Vec::with_capacity(PG_LANES + 4);
+        for _ in 0..PG_LANES + 4 {
             match pool.acquire().await {
                 Ok(c) => conns.push(c),
                 Err(_) => return,
