@@ -748,10 +748,10 @@ const PG_MISS: &str = "profiled (statement traces, per-run phase timings, perf o
     5%, JSON writing 5%, sha256 1.5%, the rest spread thin. A run's own chain (claim, input \
     load, four commits before its tool calls, last reply, output save, release) is about \
     120 ms at c=100, so the drain is that chain stretched by the CPU both sides share. The \
-    peer on PostgreSQL measured 299-489 steps/s on this machine (366-414 in the 10th \
-    session's sittings, which gave 15.6× and 16.7×; the 9th's gave 11.5×-15.2×), so 20× \
-    asks 7,300-9,800 steps/s; ours measured 5,100-9,300 in the 10th session's profile \
-    drains. Further: the set path's statements in one round trip, or fewer bytes to \
+    peer on PostgreSQL measured 299-489 steps/s on this machine (316-414 in the 10th \
+    session's sittings, which gave 15.6×, 16.7× and 17.2× before this page's; the 9th's \
+    gave 11.5×-15.2×), so 20× asks 6,300-9,800 steps/s; ours measured 4,700-9,300 in the \
+    10th session's drains. Further: the set path's statements in one round trip, or fewer bytes to \
     allocate and copy per step";
 
 /// One row per goal of issue 20's benchmarks (met, missed, or not measured), for the
