@@ -299,6 +299,18 @@ pub(crate) fn met_cell(met: Option<bool>) -> &'static str {
 }
 
 /// `/proc/loadavg`'s three averages (empty where the file is absent).
+/// The exit code of a bench child process (a worker, a load client, a profile or memory
+/// measure) that did `result`: success, or failure with the error on stderr after `what`.
+pub(crate) fn child_exit(what: &str, result: Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{what}: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 pub(crate) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .unwrap_or_default()

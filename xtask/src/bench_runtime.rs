@@ -422,13 +422,7 @@ pub fn profile_main() -> Option<std::process::ExitCode> {
         }
         Ok(())
     };
-    Some(match go() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench profile: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    })
+    Some(crate::bench::child_exit("bench profile", go()))
 }
 
 /// When started as the child: one worker (lease 1 s) until killed.
@@ -465,13 +459,7 @@ pub fn child_main() -> Option<std::process::ExitCode> {
                 }
             })
     };
-    Some(match go() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench child: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    })
+    Some(crate::bench::child_exit("bench child", go()))
 }
 
 /// SIGKILLs a worker process mid-run; seconds until the run has a journal row written by

@@ -725,13 +725,7 @@ pub fn profile_main() -> Option<std::process::ExitCode> {
         ours.stop.cancel();
         Ok(())
     };
-    Some(match go() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench profile: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    })
+    Some(crate::bench::child_exit("bench profile", go()))
 }
 
 /// When this process is the bench's load client, its exit code.
@@ -746,16 +740,10 @@ pub fn child_main() -> Option<std::process::ExitCode> {
             other => bail!("unknown client mode {other}"),
         }
     };
-    Some(match go() {
-        Ok(v) => {
-            println!("{v}");
-            std::process::ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("bench client: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    })
+    Some(crate::bench::child_exit(
+        "bench client",
+        go().map(|v| println!("{v}")),
+    ))
 }
 
 fn client(spec: &ClientSpec) -> Result<Child> {
@@ -838,16 +826,13 @@ pub fn memory_main() -> Option<std::process::ExitCode> {
             .build()?;
         measure_memory(&rt, sessions, streams)
     };
-    Some(match go() {
-        Ok(m) => {
-            println!("{}", serde_json::to_string(&m).unwrap_or_default());
-            std::process::ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("bench memory: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    })
+    Some(crate::bench::child_exit(
+        "bench memory",
+        go().and_then(|m| {
+            println!("{}", serde_json::to_string(&m)?);
+            Ok(())
+        }),
+    ))
 }
 
 /// [`memory`], in the server's process.

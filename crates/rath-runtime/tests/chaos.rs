@@ -538,32 +538,7 @@ fn sqlite_rig() -> Rig {
 
 /// A fresh PostgreSQL database holding both stores, or `None` (skipped; fails under RATH_CI).
 async fn postgres_rig() -> Option<Rig> {
-    let Ok(base) = std::env::var("RATH_TEST_POSTGRES_URL") else {
-        rath_testkit::skip("RATH_TEST_POSTGRES_URL is not set (see .ci/install.d/60-postgres.sh)");
-        return None;
-    };
-    let db = format!("rt_chaos_{}", std::process::id());
-    let pool = sqlx::PgPool::connect(&base)
-        .await
-        .expect("PostgreSQL at RATH_TEST_POSTGRES_URL");
-    // Databases of test processes that have ended (one per process otherwise piles up).
-    let names: Vec<String> = sqlx::query_scalar("SELECT datname FROM pg_database")
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-    for stale in rath_testkit::stale_databases(names.iter().map(String::as_str), "rt_") {
-        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {stale}"))
-            .execute(&pool)
-            .await;
-    }
-    for sql in [
-        format!("DROP DATABASE IF EXISTS {db}"),
-        format!("CREATE DATABASE {db}"),
-    ] {
-        sqlx::query(&sql).execute(&pool).await.unwrap();
-    }
-    let cut = base.rfind('/').unwrap();
-    let url = format!("{}/{db}", &base[..cut]);
+    let url = rath_testkit::fresh_postgres_database("rt_", "rt_chaos").await?;
     Some(Rig {
         label: "postgres",
         dir: tempfile::tempdir().unwrap(),

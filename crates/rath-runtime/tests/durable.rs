@@ -164,36 +164,7 @@ impl Env {
 
     /// A fresh PostgreSQL database for this test, or `None` (skipped; fails under RATH_CI).
     async fn postgres(name: &str) -> Option<Env> {
-        let Ok(base) = std::env::var("RATH_TEST_POSTGRES_URL") else {
-            rath_testkit::skip(
-                "RATH_TEST_POSTGRES_URL is not set (see .ci/install.d/60-postgres.sh)",
-            );
-            return None;
-        };
-        let db = format!("rt_{name}_{}", std::process::id());
-        let pool = sqlx::PgPool::connect(&base)
-            .await
-            .expect("PostgreSQL at RATH_TEST_POSTGRES_URL");
-        // Databases of test processes that have ended (one per process otherwise piles up).
-        let names: Vec<String> = sqlx::query_scalar("SELECT datname FROM pg_database")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
-        for stale in rath_testkit::stale_databases(names.iter().map(String::as_str), "rt_") {
-            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {stale}"))
-                .execute(&pool)
-                .await;
-        }
-        sqlx::query(&format!("DROP DATABASE IF EXISTS {db}"))
-            .execute(&pool)
-            .await
-            .unwrap();
-        sqlx::query(&format!("CREATE DATABASE {db}"))
-            .execute(&pool)
-            .await
-            .unwrap();
-        let cut = base.rfind('/').unwrap();
-        let url = format!("{}/{db}", &base[..cut]);
+        let url = rath_testkit::fresh_postgres_database("rt_", &format!("rt_{name}")).await?;
         Some(Env {
             dir: tempfile::tempdir().unwrap(),
             url,

@@ -569,33 +569,10 @@ async fn the_event_stream_is_pushed_without_gaps_or_duplicates_on_sqlite() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_event_stream_is_pushed_without_gaps_or_duplicates_on_postgres() {
-    let Ok(base) = std::env::var("RATH_TEST_POSTGRES_URL") else {
-        rath_testkit::skip("RATH_TEST_POSTGRES_URL is not set (see .ci/install.d/60-postgres.sh)");
+    let Some(url) = rath_testkit::fresh_postgres_database("h4_rt_events_", "h4_rt_events").await
+    else {
         return;
     };
-    let db = format!("h4_rt_events_{}", std::process::id());
-    let admin = sqlx::PgPool::connect(&base)
-        .await
-        .expect("PostgreSQL at RATH_TEST_POSTGRES_URL");
-    // Databases of test processes that have ended (one per process otherwise piles up).
-    let names: Vec<String> = sqlx::query_scalar("SELECT datname FROM pg_database")
-        .fetch_all(&admin)
-        .await
-        .unwrap();
-    for stale in rath_testkit::stale_databases(names.iter().map(String::as_str), "h4_rt_events_") {
-        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {stale}"))
-            .execute(&admin)
-            .await;
-    }
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {db}"))
-        .execute(&admin)
-        .await
-        .unwrap();
-    sqlx::query(&format!("CREATE DATABASE {db}"))
-        .execute(&admin)
-        .await
-        .unwrap();
-    let url = format!("{}/{db}", &base[..base.rfind('/').unwrap()]);
     // Two stores, two pools, two hubs: what reaches the reader comes through LISTEN/NOTIFY.
     let writer = RunStore::connect(&url).await.unwrap();
     let reader = RunStore::connect(&url).await.unwrap();

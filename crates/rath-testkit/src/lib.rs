@@ -80,6 +80,48 @@ pub fn stale_databases<'a>(names: impl IntoIterator<Item = &'a str>, prefix: &st
         .collect()
 }
 
+/// A fresh, empty PostgreSQL database for this test process on the server at
+/// `RATH_TEST_POSTGRES_URL`: `<name>_<pid>` (dropped and made again if it exists), after
+/// dropping the databases starting with `prefix` that ended test processes left behind
+/// ([`stale_databases`]). Its URL, or `None` when the variable is unset ([`skip`]ped:
+/// fails under `RATH_CI=1`). Panics when the server cannot be reached or refuses: a test
+/// that asked for PostgreSQL and cannot have it fails.
+#[cfg(feature = "postgres")]
+pub async fn fresh_postgres_database(prefix: &str, name: &str) -> Option<String> {
+    let Ok(base) = std::env::var("RATH_TEST_POSTGRES_URL") else {
+        skip("RATH_TEST_POSTGRES_URL is not set (see .ci/install.d/60-postgres.sh)");
+        return None;
+    };
+    let db = format!("{name}_{}", std::process::id());
+    let admin = sqlx::PgPool::connect(&base)
+        .await
+        .expect("PostgreSQL at RATH_TEST_POSTGRES_URL");
+    let names: Vec<String> = sqlx::query_scalar("SELECT datname FROM pg_database")
+        .fetch_all(&admin)
+        .await
+        .expect("list the databases");
+    for stale in stale_databases(names.iter().map(String::as_str), prefix) {
+        // Best effort: another test process may be dropping it too.
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {stale}"))
+            .execute(&admin)
+            .await;
+    }
+    for sql in [
+        format!("DROP DATABASE IF EXISTS {db}"),
+        format!("CREATE DATABASE {db}"),
+    ] {
+        sqlx::query(&sql)
+            .execute(&admin)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    admin.close().await;
+    let cut = base
+        .rfind('/')
+        .expect("RATH_TEST_POSTGRES_URL names a database");
+    Some(format!("{}/{db}", &base[..cut]))
+}
+
 /// The calling test's name: libtest names each test's thread after it.
 fn test_name() -> String {
     std::thread::current()

@@ -143,36 +143,7 @@ impl Stores {
 
     /// A fresh PostgreSQL database for this test, or `None` (skipped; fails under RATH_CI).
     pub async fn postgres(name: &str) -> Option<Stores> {
-        let Ok(base) = std::env::var("RATH_TEST_POSTGRES_URL") else {
-            rath_testkit::skip(
-                "RATH_TEST_POSTGRES_URL is not set (see .ci/install.d/60-postgres.sh)",
-            );
-            return None;
-        };
-        let db = format!("h6_sv_{name}_{}", std::process::id());
-        let pool = sqlx::PgPool::connect(&base)
-            .await
-            .expect("PostgreSQL at RATH_TEST_POSTGRES_URL");
-        // Databases of test processes that have ended (one per process otherwise piles up).
-        let names: Vec<String> = sqlx::query_scalar("SELECT datname FROM pg_database")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
-        for stale in rath_testkit::stale_databases(names.iter().map(String::as_str), "h6_sv_") {
-            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {stale}"))
-                .execute(&pool)
-                .await;
-        }
-        sqlx::query(&format!("DROP DATABASE IF EXISTS {db}"))
-            .execute(&pool)
-            .await
-            .unwrap();
-        sqlx::query(&format!("CREATE DATABASE {db}"))
-            .execute(&pool)
-            .await
-            .unwrap();
-        let cut = base.rfind('/').unwrap();
-        let url = format!("{}/{db}", &base[..cut]);
+        let url = rath_testkit::fresh_postgres_database("h6_sv_", &format!("h6_sv_{name}")).await?;
         Some(Stores {
             store: url.clone(),
             runs: url,
