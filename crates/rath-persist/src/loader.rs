@@ -199,12 +199,19 @@ const PARALLEL_MIN_BYTES: usize = 256 * 1024;
 /// Where to split `bytes` for a two-thread parse: just after the first line break past the
 /// middle, or `bytes.len()` (no split) for small files or a single core.
 pub(crate) fn parallel_split(bytes: &[u8]) -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if bytes.len() < PARALLEL_MIN_BYTES || cores < 2 {
+    // The size first: asking for the cores reads the cgroup's files (several system
+    // calls), which a store decoding many small sessions paid on every one of them.
+    if bytes.len() < PARALLEL_MIN_BYTES || cores() < 2 {
         return bytes.len();
     }
     let mid = bytes.len() / 2;
     memchr::memchr(b'\n', &bytes[mid..]).map_or(bytes.len(), |i| mid + i + 1)
+}
+
+/// The cores this process may use, asked once.
+fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// Splits into `(line number, Some(complete line) | None for an unterminated last line)`.

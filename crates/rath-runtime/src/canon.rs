@@ -35,7 +35,42 @@ pub(crate) fn write<T: Serialize + ?Sized>(
     drop: Option<&str>,
     out: &mut Vec<u8>,
 ) -> Result<(), Unsupported> {
-    v.serialize(Canon { out, drop })
+    let mut bufs = Bufs::default();
+    v.serialize(Canon {
+        out,
+        bufs: &mut bufs,
+        drop,
+    })
+}
+
+/// One object entry written in place: `"key":value` at `out[start..end]`, the key's JSON
+/// text ending at `key_end`; `escaped` when that text is not the key's bytes in quotes.
+#[derive(Clone, Copy)]
+struct Span {
+    start: usize,
+    key_end: usize,
+    end: usize,
+    escaped: bool,
+}
+
+/// What every object being written shares: the entries of the open objects (each owns
+/// the part above where its own began) and a buffer to reorder entries through.
+#[derive(Default)]
+struct Bufs {
+    spans: Vec<Span>,
+    scratch: Vec<u8>,
+}
+
+/// The key of an entry as the tree sorts it (its bytes, unescaped).
+fn key_of<'b>(out: &'b [u8], s: &Span) -> std::borrow::Cow<'b, [u8]> {
+    let text = &out[s.start..s.key_end];
+    if s.escaped {
+        // Written by serde_json from a `str` just before: it reads back.
+        let key: String = serde_json::from_slice(text).unwrap_or_default();
+        std::borrow::Cow::Owned(key.into_bytes())
+    } else {
+        std::borrow::Cow::Borrowed(&text[1..text.len() - 1])
+    }
 }
 
 /// JSON text of a string (serde_json's escaping, as a `Value::String` is written).
@@ -57,6 +92,7 @@ fn private(name: &str) -> bool {
 
 struct Canon<'a> {
     out: &'a mut Vec<u8>,
+    bufs: &'a mut Bufs,
     drop: Option<&'a str>,
 }
 
@@ -179,6 +215,7 @@ impl<'a> ser::Serializer for Canon<'a> {
         self.out.push(b':');
         v.serialize(Canon {
             out: &mut *self.out,
+            bufs: &mut *self.bufs,
             drop: None,
         })?;
         self.out.push(b'}');
@@ -188,6 +225,7 @@ impl<'a> ser::Serializer for Canon<'a> {
         self.out.push(b'[');
         Ok(Seq {
             out: self.out,
+            bufs: self.bufs,
             first: true,
             variant: false,
         })
@@ -214,18 +252,19 @@ impl<'a> ser::Serializer for Canon<'a> {
         self.out.extend_from_slice(b":[");
         Ok(Seq {
             out: self.out,
+            bufs: self.bufs,
             first: true,
             variant: true,
         })
     }
     fn serialize_map(self, _len: Option<usize>) -> Result<Obj<'a>, Unsupported> {
-        Ok(Obj::new(self.out, self.drop, None))
+        Obj::new(self, None)
     }
     fn serialize_struct(self, name: &'static str, _len: usize) -> Result<Obj<'a>, Unsupported> {
         if private(name) {
             return Err(Unsupported);
         }
-        Ok(Obj::new(self.out, self.drop, None))
+        Obj::new(self, None)
     }
     fn serialize_struct_variant(
         self,
@@ -234,13 +273,14 @@ impl<'a> ser::Serializer for Canon<'a> {
         variant: &'static str,
         _len: usize,
     ) -> Result<Obj<'a>, Unsupported> {
-        Ok(Obj::new(self.out, None, Some(variant)))
+        Obj::new(Canon { drop: None, ..self }, Some(variant))
     }
 }
 
 /// An array being written (`variant`: inside a `{"variant":` wrapper to close too).
 struct Seq<'a> {
     out: &'a mut Vec<u8>,
+    bufs: &'a mut Bufs,
     first: bool,
     variant: bool,
 }
@@ -253,6 +293,7 @@ impl Seq<'_> {
         self.first = false;
         v.serialize(Canon {
             out: &mut *self.out,
+            bufs: &mut *self.bufs,
             drop: None,
         })
     }
@@ -286,63 +327,142 @@ seq_impl!(SerializeTuple, serialize_element);
 seq_impl!(SerializeTupleStruct, serialize_field);
 seq_impl!(SerializeTupleVariant, serialize_field);
 
-/// An object being gathered: its entries are written to their own buffers and sorted by
-/// key at the end (`variant`: wrapped in `{"variant": ...}`).
+/// An object being written: its entries go straight to `out` in the order they come, then
+/// are put in key order at the end should they not be in it already (a struct's fields
+/// seldom are, a `serde_json` map's always are). `variant`: wrapped in `{"variant": ...}`.
 struct Obj<'a> {
     out: &'a mut Vec<u8>,
+    bufs: &'a mut Bufs,
     drop: Option<&'a str>,
-    variant: Option<&'static str>,
-    entries: Vec<(String, Vec<u8>)>,
-    key: Option<String>,
+    variant: bool,
+    /// Where the entries begin (after the `{`).
+    body: usize,
+    /// The first of this object's entries in `bufs.spans`.
+    base: usize,
+    /// A map key written and its value not yet: `(where the entry began, where the key
+    /// ends, escaped)`, or `None` inside when the key is the one to leave out.
+    key: Option<Option<(usize, usize, bool)>>,
+    /// Where `out` ended before the pending key (and its comma).
+    before_key: usize,
 }
 
 impl<'a> Obj<'a> {
-    fn new(out: &'a mut Vec<u8>, drop: Option<&'a str>, variant: Option<&'static str>) -> Self {
-        Self {
-            out,
-            drop,
-            variant,
-            entries: Vec::new(),
-            key: None,
+    fn new(c: Canon<'a>, variant: Option<&'static str>) -> Result<Self, Unsupported> {
+        if let Some(v) = variant {
+            c.out.push(b'{');
+            string(c.out, v)?;
+            c.out.push(b':');
         }
+        c.out.push(b'{');
+        Ok(Self {
+            body: c.out.len(),
+            base: c.bufs.spans.len(),
+            out: c.out,
+            bufs: c.bufs,
+            drop: c.drop,
+            variant: variant.is_some(),
+            key: None,
+            before_key: 0,
+        })
     }
 
-    fn entry<T: Serialize + ?Sized>(&mut self, key: String, v: &T) -> Result<(), Unsupported> {
-        if self.drop == Some(key.as_str()) {
-            return Ok(());
+    /// Starts an entry: its comma (unless first) and key text; `None` when the key is the
+    /// one to leave out (nothing is left written).
+    fn open(
+        &mut self,
+        write_key: impl FnOnce(&mut Vec<u8>) -> Result<(), Unsupported>,
+    ) -> Result<Option<(usize, usize, bool)>, Unsupported> {
+        self.before_key = self.out.len();
+        if self.bufs.spans.len() > self.base {
+            self.out.push(b',');
         }
-        let mut buf = Vec::new();
+        let start = self.out.len();
+        write_key(self.out)?;
+        let key_end = self.out.len();
+        // serde_json escapes with a backslash, and a backslash itself.
+        let escaped = self.out[start + 1..key_end - 1].contains(&b'\\');
+        let span = Span {
+            start,
+            key_end,
+            end: key_end,
+            escaped,
+        };
+        if let Some(drop) = self.drop
+            && *key_of(self.out, &span) == *drop.as_bytes()
+        {
+            self.out.truncate(self.before_key);
+            return Ok(None);
+        }
+        Ok(Some((start, key_end, escaped)))
+    }
+
+    /// Ends the entry `open` started with its value.
+    fn value<T: Serialize + ?Sized>(
+        &mut self,
+        opened: Option<(usize, usize, bool)>,
+        v: &T,
+    ) -> Result<(), Unsupported> {
+        let Some((start, key_end, escaped)) = opened else {
+            return Ok(());
+        };
+        self.out.push(b':');
         v.serialize(Canon {
-            out: &mut buf,
+            out: &mut *self.out,
+            bufs: &mut *self.bufs,
             drop: None,
         })?;
-        self.entries.push((key, buf));
+        self.bufs.spans.push(Span {
+            start,
+            key_end,
+            end: self.out.len(),
+            escaped,
+        });
         Ok(())
     }
 
-    fn close(mut self) -> Result<(), Unsupported> {
-        self.entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        if self.entries.windows(2).any(|w| w[0].0 == w[1].0) {
-            // The tree keeps the last of a repeated key: not reproduced here.
-            return Err(Unsupported);
-        }
-        if let Some(v) = self.variant {
-            self.out.push(b'{');
-            string(self.out, v)?;
-            self.out.push(b':');
-        }
-        self.out.push(b'{');
-        for (i, (k, v)) in self.entries.iter().enumerate() {
-            if i > 0 {
-                self.out.push(b',');
+    fn entry<T: Serialize + ?Sized>(&mut self, key: &str, v: &T) -> Result<(), Unsupported> {
+        let opened = self.open(|out| string(out, key))?;
+        self.value(opened, v)
+    }
+
+    fn close(self) -> Result<(), Unsupported> {
+        let Self {
+            out,
+            bufs,
+            body,
+            base,
+            variant,
+            ..
+        } = self;
+        let spans = &mut bufs.spans[base..];
+        let order = |a: &Span, b: &Span| key_of(out, a).cmp(&key_of(out, b));
+        if !spans
+            .windows(2)
+            .all(|w| order(&w[0], &w[1]) == std::cmp::Ordering::Less)
+        {
+            spans.sort_unstable_by(order);
+            if spans
+                .windows(2)
+                .any(|w| order(&w[0], &w[1]) == std::cmp::Ordering::Equal)
+            {
+                // The tree keeps the last of a repeated key: not reproduced here.
+                return Err(Unsupported);
             }
-            string(self.out, k)?;
-            self.out.push(b':');
-            self.out.extend_from_slice(v);
+            let scratch = &mut bufs.scratch;
+            scratch.clear();
+            scratch.extend_from_slice(&out[body..]);
+            out.truncate(body);
+            for (i, s) in spans.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(&scratch[s.start - body..s.end - body]);
+            }
         }
-        self.out.push(b'}');
-        if self.variant.is_some() {
-            self.out.push(b'}');
+        bufs.spans.truncate(base);
+        out.push(b'}');
+        if variant {
+            out.push(b'}');
         }
         Ok(())
     }
@@ -352,12 +472,16 @@ impl ser::SerializeMap for Obj<'_> {
     type Ok = ();
     type Error = Unsupported;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), Unsupported> {
-        self.key = Some(key.serialize(KeyText)?);
+        if self.key.is_some() {
+            return Err(Unsupported);
+        }
+        let opened = self.open(|out| key.serialize(KeyText(out)))?;
+        self.key = Some(opened);
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Unsupported> {
-        let key = self.key.take().ok_or(Unsupported)?;
-        self.entry(key, v)
+        let opened = self.key.take().ok_or(Unsupported)?;
+        self.value(opened, v)
     }
     fn end(self) -> Result<(), Unsupported> {
         self.close()
@@ -375,7 +499,7 @@ macro_rules! struct_impl {
                 key: &'static str,
                 v: &T,
             ) -> Result<(), Unsupported> {
-                self.entry(key.to_owned(), v)
+                self.entry(key, v)
             }
             fn end(self) -> Result<(), Unsupported> {
                 self.close()
@@ -390,26 +514,27 @@ struct_impl!(SerializeStructVariant);
 /// Integer keys: their digits, as the tree's keys have them.
 macro_rules! digits {
     ($($method:ident: $t:ty),*) => {
-        $(fn $method(self, v: $t) -> Result<String, Unsupported> {
-            Ok(v.to_string())
+        $(fn $method(self, v: $t) -> Result<(), Unsupported> {
+            use std::io::Write as _;
+            write!(self.0, "\"{v}\"").map_err(|_| Unsupported)
         })*
     };
 }
 
 /// A map key as the tree's object key: strings, chars and integers (as their digits);
 /// anything else is refused.
-struct KeyText;
+struct KeyText<'a>(&'a mut Vec<u8>);
 
-impl ser::Serializer for KeyText {
-    type Ok = String;
+impl ser::Serializer for KeyText<'_> {
+    type Ok = ();
     type Error = Unsupported;
-    type SerializeSeq = Impossible<String, Unsupported>;
-    type SerializeTuple = Impossible<String, Unsupported>;
-    type SerializeTupleStruct = Impossible<String, Unsupported>;
-    type SerializeTupleVariant = Impossible<String, Unsupported>;
-    type SerializeMap = Impossible<String, Unsupported>;
-    type SerializeStruct = Impossible<String, Unsupported>;
-    type SerializeStructVariant = Impossible<String, Unsupported>;
+    type SerializeSeq = Impossible<(), Unsupported>;
+    type SerializeTuple = Impossible<(), Unsupported>;
+    type SerializeTupleStruct = Impossible<(), Unsupported>;
+    type SerializeTupleVariant = Impossible<(), Unsupported>;
+    type SerializeMap = Impossible<(), Unsupported>;
+    type SerializeStruct = Impossible<(), Unsupported>;
+    type SerializeStructVariant = Impossible<(), Unsupported>;
 
     digits!(
         serialize_i8: i8,
@@ -421,34 +546,34 @@ impl ser::Serializer for KeyText {
         serialize_u32: u32,
         serialize_u64: u64
     );
-    fn serialize_bool(self, _v: bool) -> Result<String, Unsupported> {
+    fn serialize_bool(self, _v: bool) -> Result<(), Unsupported> {
         Err(Unsupported)
     }
-    fn serialize_f32(self, _v: f32) -> Result<String, Unsupported> {
+    fn serialize_f32(self, _v: f32) -> Result<(), Unsupported> {
         Err(Unsupported)
     }
-    fn serialize_f64(self, _v: f64) -> Result<String, Unsupported> {
+    fn serialize_f64(self, _v: f64) -> Result<(), Unsupported> {
         Err(Unsupported)
     }
-    fn serialize_char(self, v: char) -> Result<String, Unsupported> {
-        Ok(v.to_string())
+    fn serialize_char(self, v: char) -> Result<(), Unsupported> {
+        string(self.0, v.encode_utf8(&mut [0; 4]))
     }
-    fn serialize_str(self, v: &str) -> Result<String, Unsupported> {
-        Ok(v.to_owned())
+    fn serialize_str(self, v: &str) -> Result<(), Unsupported> {
+        string(self.0, v)
     }
-    fn serialize_bytes(self, _v: &[u8]) -> Result<String, Unsupported> {
+    fn serialize_bytes(self, _v: &[u8]) -> Result<(), Unsupported> {
         Err(Unsupported)
     }
-    fn serialize_none(self) -> Result<String, Unsupported> {
+    fn serialize_none(self) -> Result<(), Unsupported> {
         Err(Unsupported)
     }
-    fn serialize_some<T: Serialize + ?Sized>(self, _v: &T) -> Result<String, Unsupported> {
+    fn serialize_some<T: Serialize + ?Sized>(self, _v: &T) -> Result<(), Unsupported> {
         Err(Unsupported)
     }
-    fn serialize_unit(self) -> Result<String, Unsupported> {
+    fn serialize_unit(self) -> Result<(), Unsupported> {
         Err(Unsupported)
     }
-    fn serialize_unit_struct(self, _name: &'static str) -> Result<String, Unsupported> {
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<(), Unsupported> {
         Err(Unsupported)
     }
     fn serialize_unit_variant(
@@ -456,14 +581,14 @@ impl ser::Serializer for KeyText {
         _name: &'static str,
         _index: u32,
         variant: &'static str,
-    ) -> Result<String, Unsupported> {
-        Ok(variant.to_owned())
+    ) -> Result<(), Unsupported> {
+        string(self.0, variant)
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
         self,
         name: &'static str,
         v: &T,
-    ) -> Result<String, Unsupported> {
+    ) -> Result<(), Unsupported> {
         if private(name) {
             return Err(Unsupported);
         }
@@ -475,7 +600,7 @@ impl ser::Serializer for KeyText {
         _index: u32,
         _variant: &'static str,
         _v: &T,
-    ) -> Result<String, Unsupported> {
+    ) -> Result<(), Unsupported> {
         Err(Unsupported)
     }
     fn serialize_seq(self, _len: Option<usize>) -> Result<Self::SerializeSeq, Unsupported> {
@@ -645,6 +770,41 @@ mod tests {
             direct(&plain, Some("request_id")).unwrap(),
             canonical_json(&plain.normalized())
         );
+    }
+
+    /// An object whose entries come in the order given (a struct's fields do not come
+    /// sorted; a `serde_json` map's do).
+    struct Unordered(Vec<(String, Value)>);
+
+    impl Serialize for Unordered {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            use serde::ser::SerializeMap;
+            let mut m = s.serialize_map(Some(self.0.len()))?;
+            for (k, v) in &self.0 {
+                m.serialize_entry(k, v)?;
+            }
+            m.end()
+        }
+    }
+
+    #[test]
+    fn entries_in_any_order_come_out_sorted_as_the_tree_sorts_them() {
+        let mut g = Gen(0x2545_F491_4F6C_DD1D);
+        for _ in 0..2000 {
+            let Value::Object(m) = g.value(3) else {
+                continue;
+            };
+            let mut entries: Vec<(String, Value)> = m.into_iter().collect();
+            // Reversed, then rotated: most orders a writer meets, escaped keys among them.
+            entries.reverse();
+            let turn = g.pick(entries.len().max(1) as u64) as usize;
+            entries.rotate_left(turn);
+            let v = Unordered(entries);
+            assert_eq!(direct(&v, None).unwrap(), via_tree(&v, None));
+            if let Some((k, _)) = v.0.first() {
+                assert_eq!(direct(&v, Some(k)).unwrap(), via_tree(&v, Some(k)));
+            }
+        }
     }
 
     #[derive(Serialize)]
