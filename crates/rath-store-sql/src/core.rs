@@ -780,8 +780,14 @@ macro_rules! sql_store {
                 current,
             };
             let keys: Vec<String> = fences.iter().map(|f| format!("fence:{}", f.key)).collect();
+            // Upserted in key order: two committers' groups (PostgreSQL has two) checking the
+            // same fences lock those rows in one order, so one waits for the other instead of
+            // deadlocking. (A deadlock PostgreSQL breaks fails a group, which is then done
+            // batch by batch: slower, never wrong.)
+            let mut order: Vec<usize> = (0..fences.len()).collect();
+            order.sort_by(|a, b| keys[*a].cmp(&keys[*b]));
             let mut rows = Vec::with_capacity(fences.len());
-            for (f, k) in fences.iter().zip(&keys) {
+            for (f, k) in order.iter().map(|&i| (fences[i], &keys[i])) {
                 let token = i64::try_from(f.token).map_err(|_| fenced(f, i64::MAX as u64))?;
                 rows.push(serde_json::json!({"k": k, "t": token}));
             }

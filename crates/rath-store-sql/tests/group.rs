@@ -177,6 +177,96 @@ async fn concurrent_batches_fail_alone_on_postgres() {
     schema.drop_now().await;
 }
 
+/// Many writers at once, each growing its own session round after round and saving a fork
+/// of it, every batch under one shared fence: on PostgreSQL their batches spread over both
+/// group committers, which then lock the same fence row and the forks' parents from two
+/// transactions. Nothing is lost, nothing is refused, and every session loads as written.
+async fn writers_across_committers_lose_nothing(store: Arc<dyn SessionStore>) {
+    let name = store.name();
+    let fence = format!("shared-{name}");
+    let tasks: Vec<_> = (0..48u64)
+        .map(|i| {
+            let store = store.clone();
+            let fence = fence.clone();
+            tokio::spawn(async move {
+                let mut s = Session::user_with(format!("writer {i}"), Stamper::seeded(300 + i));
+                store
+                    .write(
+                        WriteBatch::new()
+                            .with(Write::Save(&s))
+                            .fenced(Fence::new(fence.as_str(), 3)),
+                    )
+                    .await?;
+                let mut forks = Vec::new();
+                for round in 0..4 {
+                    let before = s.len();
+                    s = s
+                        .push(Chunk::assistant_text(format!("reply {i}.{round}")))
+                        .push(Chunk::user(format!("next {i}.{round}")));
+                    let fork = s
+                        .fork()
+                        .push(Chunk::assistant_text(format!("aside {i}.{round}")));
+                    store
+                        .write(
+                            WriteBatch::new()
+                                .with(Write::Append {
+                                    session: &s,
+                                    expected_len: before,
+                                })
+                                .fenced(Fence::new(fence.as_str(), 3)),
+                        )
+                        .await?;
+                    store
+                        .write(
+                            WriteBatch::new()
+                                .with(Write::Save(&fork))
+                                .fenced(Fence::new(fence.as_str(), 3)),
+                        )
+                        .await?;
+                    forks.push(fork);
+                }
+                Ok::<_, PersistError>((s, forks))
+            })
+        })
+        .collect();
+    for t in tasks {
+        let (s, forks) = t
+            .await
+            .expect("task")
+            .unwrap_or_else(|e| panic!("{name}: a writer was refused: {e}"));
+        for want in std::iter::once(&s).chain(&forks) {
+            let loaded = store.load(want.id()).await.expect("load");
+            assert_eq!(
+                loaded.session.chunks(),
+                want.chunks(),
+                "{name}: {}",
+                want.id()
+            );
+            assert_eq!(
+                loaded.session.lineage(),
+                want.lineage(),
+                "{name}: {}",
+                want.id()
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_across_committers_lose_nothing_on_sqlite() {
+    let (_dir, store) = common::sqlite().await;
+    writers_across_committers_lose_nothing(Arc::new(store)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_across_committers_lose_nothing_on_postgres() {
+    let Some((schema, store)) = common::postgres("group_writers").await else {
+        return;
+    };
+    writers_across_committers_lose_nothing(Arc::new(store)).await;
+    schema.drop_now().await;
+}
+
 /// Concurrent loads (many sessions at once, some sharing their stored chunks with a
 /// parent, some asked for several times, one never stored) are read in shared queries and
 /// come back exactly as the same loads one at a time.
