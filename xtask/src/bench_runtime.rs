@@ -200,8 +200,7 @@ async fn drain(rt: &Runtime, ids: &[RunId], concurrency: usize) -> Result<f64> {
     for w in 0..WORKERS {
         let opts = WorkerOptions::named(format!("bench-{w}"))
             .concurrency(concurrency)
-            .lease(LEASE * 10)
-            .poll(Duration::from_millis(5));
+            .lease(LEASE * 10);
         let worker = Worker::new(rt.clone(), opts);
         let stop = stop.clone();
         handles.push(tokio::spawn(async move { worker.run(stop).await }));
@@ -838,7 +837,9 @@ pub fn render(r: &RuntimeResults) -> String {
          (SQLite `synchronous = FULL`, PostgreSQL `synchronous_commit = on`); the next model \
          call, no side effect, does not wait for the last answer's commit (its reply commits \
          with it or after it); the writes of every run in flight are group committed, one \
-         transaction per batch, the fence checked per write. The drain ends when one waiter \
+         transaction per batch, the fence checked per write. Our workers poll at the \
+         default 50 ms (an idle worker's loop claims, and at most once a second sweeps for \
+         overdue runs; the peer's workers stop at their first empty claim). The drain ends when one waiter \
          (`Runtime::wait_all`) has seen every run succeed. Output sessions go \
          to the SQL session store of the same kind, appended as they grow. Peer: Python \
          OpenRath 2.0 `LocalRuntime`, K `@step` methods with a checkpoint per step, {WORKERS} \

@@ -26,7 +26,9 @@ pub struct WorkerOptions {
     pub concurrency: usize,
     /// Lease length; heartbeats renew it every third of it.
     pub lease: Duration,
-    /// Sleep between empty claims.
+    /// Sleep between empty claims (one loop of an idle worker polls; its others wait for
+    /// it to find a run). An idle worker also sweeps for runs past their deadline, at most
+    /// once a second.
     pub poll: Duration,
     /// Run a workflow whose definition changed since the run was submitted.
     pub accept_changed_definitions: bool,
@@ -309,7 +311,7 @@ impl Worker {
                         match me.claim_and_run(&shutdown, Some((&idle, poll))).await {
                             Ok(Some(_)) => {}
                             Ok(None) => {
-                                if poll {
+                                if poll && idle.sweep_due() {
                                     me.sweep().await;
                                 }
                             }
@@ -662,7 +664,7 @@ impl Worker {
     }
 
     /// Times out the overdue runs no live worker is on (see [`crate::RunStore::expire_overdue`]);
-    /// an idle worker loop does it between claims.
+    /// an idle worker loop does it between claims, at most once a second.
     pub async fn sweep(&self) {
         match self.rt.runs.expire_overdue().await {
             Ok(moved) if !moved.is_empty() => {
@@ -784,7 +786,14 @@ struct IdleState {
     empty: bool,
     /// A loop has taken the poll.
     polling: bool,
+    /// When the worker last swept for overdue runs.
+    swept: Option<std::time::Instant>,
 }
+
+/// How often an idle worker sweeps for runs past their deadline at most (see
+/// [`Worker::sweep`]): a sweep is a transaction of its own, and an idle fleet polling every
+/// 50 ms would otherwise run one per worker per poll.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// What a claim loop does next.
 #[derive(Clone, Copy, Debug)]
@@ -812,6 +821,18 @@ impl Idle {
         } else {
             Turn::Wait
         }
+    }
+
+    /// True when the idle worker's sweep is due (none yet, or [`SWEEP_EVERY`] since the
+    /// last); the caller sweeps.
+    fn sweep_due(&self) -> bool {
+        let mut s = self.lock();
+        let now = std::time::Instant::now();
+        if s.swept.is_some_and(|t| now.duration_since(t) < SWEEP_EVERY) {
+            return false;
+        }
+        s.swept = Some(now);
+        true
     }
 
     /// A claim came back (`found`: with a run); `poll`: it was the idle worker's poll.
