@@ -735,6 +735,54 @@ async fn a_newer_schema_is_refused() {
     ));
 }
 
+/// A PostgreSQL run store at schema v3 (its `rt_group` planned per call) is brought to v4
+/// when a store of this build connects: the function keeps generic plans, and the store works.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_v3_postgres_store_migrates_to_generic_plans() {
+    let Some(env) = Env::postgres("v3_to_v4").await else {
+        return;
+    };
+    let config = |pool: sqlx::PgPool| async move {
+        sqlx::query_scalar::<_, Option<Vec<String>>>(
+            "SELECT proconfig FROM pg_proc WHERE proname = 'rt_group'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        .unwrap_or_default()
+    };
+    let rt = env.runtime().await;
+    let pool = sqlx::PgPool::connect(&env.url).await.unwrap();
+    assert_eq!(
+        config(pool.clone()).await,
+        vec!["plan_cache_mode=force_generic_plan".to_owned()]
+    );
+    // Back to what v3 left: the function without its setting, no v4 row.
+    sqlx::query("ALTER FUNCTION rt_group RESET ALL")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM rt_schema WHERE version = 4")
+        .execute(&pool)
+        .await
+        .unwrap();
+    drop(rt);
+    assert!(config(pool.clone()).await.is_empty());
+    let rt = env.runtime().await;
+    assert_eq!(rt.runs().schema_version().await.unwrap(), 4);
+    assert_eq!(
+        config(pool.clone()).await,
+        vec!["plan_cache_mode=force_generic_plan".to_owned()]
+    );
+    let id = submit(&rt, "team").await;
+    let w = Worker::new(rt.clone(), WorkerOptions::named("v4"));
+    assert_eq!(
+        w.run_once().await.unwrap().unwrap(),
+        (id, Outcome::Moved(RunStatus::Succeeded))
+    );
+    pool.close().await;
+}
+
 /// An in-process worker pool of `n` loops named `name`, running until the token is cancelled.
 fn pool(
     rt: &Runtime,
