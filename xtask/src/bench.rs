@@ -568,7 +568,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .out
             .clone()
             .unwrap_or_else(|| root.join("docs/bench-runtime.md"));
-        return crate::bench_runtime::run(&out, if args.quick { 1 } else { 3 });
+        return crate::bench_runtime::run(
+            &out,
+            if args.quick {
+                1
+            } else {
+                crate::bench_runtime::ROUNDS
+            },
+        );
     }
     if args.server {
         let out = args

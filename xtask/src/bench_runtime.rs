@@ -569,6 +569,10 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// Rounds of a full sitting (see [`measure`]): five, as a peer run and our drains each
+/// move by a quarter between rounds on this machine, and a median of three still did.
+pub const ROUNDS: usize = 5;
+
 /// Runs in flight per worker measured (the full run; `quick` measures the first and last).
 const CONCURRENCY: [usize; 4] = [1, 16, 50, 100];
 
@@ -604,7 +608,7 @@ pub struct RuntimeResults {
 /// against our drains later compared two different machines). `quick`: one round, the
 /// settings 1 and 100 runs in flight per worker (under 2 minutes).
 pub fn measure(quick: bool) -> Result<RuntimeResults> {
-    measure_with(quick, if quick { 1 } else { 3 })
+    measure_with(quick, if quick { 1 } else { ROUNDS })
 }
 
 fn measure_with(quick: bool, repeats: usize) -> Result<RuntimeResults> {
@@ -758,23 +762,20 @@ const SQLITE_MISS: &str = "profiled (per-run phase timings and perf over profile
     0.26-0.36 s): a sitting that catches the peer fast and us slow can still miss. Earlier \
     sittings gave 22.3×, 17.6×, 24.6× (8th session), 29.1×, 22.3×, 21.2× and 24.4× (9th, \
     the peer at 327-368 steps/s)";
-const PG_MISS: &str = "profiled (statement traces, per-run phase timings, perf over \
-    profile drains only, 2026-12-04, 9th and 10th sessions): a drain of 200 runs × 5 steps \
-    is about 60 statements (about 50 rt_group calls of 3 ms each as our side sees them, 3 \
-    session-store set groups of about 67 sessions, 5 grouped loads), so round trips are \
-    few; the time is CPU on both sides of a 2-core machine. Per drain our process takes \
-    0.08-0.12 s of CPU and PostgreSQL's backends 0.09-0.14 s (the spread is the machine's \
-    own speed, which moved by 2× over the day: one binary measured 5,100-9,300 steps/s in \
-    profile drains within an hour), with both cores 75-90% busy. Our CPU has no hotspot \
-    left: allocation about 17%, memory copies 6%, deflating the output sessions' segments \
-    5%, JSON writing 5%, sha256 1.5%, the rest spread thin. A run's own chain (claim, input \
-    load, four commits before its tool calls, last reply, output save, release) is about \
-    120 ms at c=100, so the drain is that chain stretched by the CPU both sides share. The \
-    peer on PostgreSQL measured 299-489 steps/s on this machine (316-414 in the 10th \
-    session's sittings, which gave 15.6×, 16.7× and 17.2× before this page's; the 9th's \
-    gave 11.5×-15.2×), so 20× asks 6,300-9,800 steps/s; ours measured 4,700-9,300 in the \
-    10th session's drains. Further: the set path's statements in one round trip, or fewer bytes to \
-    allocate and copy per step";
+const PG_MISS: &str = "profiled (statement traces, perf over the drains on both \
+    processes, 2026-12-04, 9th to 11th sessions): a drain of 200 runs × 5 steps is CPU on \
+    both sides of a 2-core machine (of the drains' samples PostgreSQL's backends about 52%, \
+    ours 38%, idle 10%), in about 60 statements. PostgreSQL's part is mostly rt_group's \
+    statements: parsing their JSON arguments about 15%, index inserts 10%, WAL flushes 8% \
+    (planning was 14% until the 11th session's generic plans). Ours: the worker's execute \
+    (the canonical request hash about 7%), the session store's committers (encoding and \
+    deflating the output sessions, about 20%), the run store's committer 9%. Round to round \
+    the machine's speed moves by a quarter on both sides (the 11th session's rounds: ours \
+    6,400-9,800 steps/s at 100 runs in flight, the peer 316-483), so one sitting's ratio \
+    moves by as much; the 11th session's sittings gave 20.9× and 16.3× (one peer run \
+    first), 18.1× and 17.3× (3 interleaved rounds), 21.3× (5 rounds). Further: rt_group's \
+    rows as arrays instead of JSON text, room on the ledger's pages for in-place updates, \
+    the output sessions encoded by their writers instead of the committers";
 
 /// One row per goal of issue 20's benchmarks (met, missed, or not measured), for the
 /// summary of `docs/benchmarks.md`.
