@@ -514,7 +514,7 @@ impl RunStore {
 
     /// On PostgreSQL, opens a connection per committer lane and four more (the event
     /// listener's, a waiter's reads, the workers' deadline sweeps and lone reads) and calls
-    /// `rt_group` once on each with nothing to write: the server starts a process per
+    /// `rt_group` once on each with empty lists: the server starts a process per
     /// connection, and a process compiles the function and plans its statements on its
     /// first call (several ms), which a worker's first claims and reads would otherwise
     /// wait for. (With two more instead of four, a bench drain of 200 runs still opened
@@ -532,8 +532,10 @@ impl RunStore {
             }
         }
         for c in &mut conns {
+            // Empty lists, not NULL: every branch runs, writing nothing, so every statement
+            // of the function is planned here (but the claim's update, which needs a run).
             let _ = sqlx::query(
-                "SELECT rt_group($1, '{}'::json, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+                "SELECT rt_group($1, '{}'::json, '[]', '[]', '[]', '[]', '[]', '[]', '[]')",
             )
             .bind(now_ms())
             .execute(&mut **c)

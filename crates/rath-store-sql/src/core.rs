@@ -1793,14 +1793,10 @@ macro_rules! sql_store {
         /// id, each with its row first; a session not stored has none. On the connection
         /// `conn` keeps (one from the pool when it has none, kept there after); a read that
         /// failed on a kept connection is tried once more on a fresh one.
-        async fn read_many(
-            conn: &mut Option<Conn>,
-            pool: &Pool,
-            name: &str,
-            ids: &[&str],
-        ) -> Result<std::collections::HashMap<String, Vec<Row>>, PersistError> {
-            let ids = json_list(name, &ids)?;
-            let sql = format!(
+        /// The group loader's statement (see [`read_many`]): the rows and segments of every
+        /// session whose id is in the JSON list bound as `$1`.
+        fn read_many_sql() -> String {
+            format!(
                 "WITH RECURSIVE me AS (SELECT id, key, len, digest, header, trailer FROM rath_sessions \
                  WHERE id IN ({json_ids})), {} \
                  SELECT key AS root, CAST(-1 AS BIGINT) AS at, CAST(0 AS INTEGER) AS n, CAST(NULL AS {blob}) AS docs, \
@@ -1813,7 +1809,25 @@ macro_rules! sql_store {
                 chain_cte_rooted("key IN (SELECT key FROM me)", true),
                 json_ids = $json_ids,
                 blob = $blob,
-            );
+            )
+        }
+
+        /// Prepares the group loader's statement on `c` (an empty list: nothing is read), so
+        /// a connection's first grouped load does not wait for the server to plan it (the
+        /// PostgreSQL store's connect does it on the connections it warms).
+        #[allow(dead_code)]
+        pub(crate) async fn warm_loads(c: &mut Conn) -> Result<(), sqlx::Error> {
+            sqlx::query(&read_many_sql()).bind("[]").fetch_all(&mut **c).await.map(|_| ())
+        }
+
+        async fn read_many(
+            conn: &mut Option<Conn>,
+            pool: &Pool,
+            name: &str,
+            ids: &[&str],
+        ) -> Result<std::collections::HashMap<String, Vec<Row>>, PersistError> {
+            let ids = json_list(name, &ids)?;
+            let sql = read_many_sql();
             let kept = conn.take();
             let retry = kept.is_some();
             let mut c = match kept {
