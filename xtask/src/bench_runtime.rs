@@ -767,15 +767,16 @@ const PG_MISS: &str = "profiled (statement traces, perf over the drains on both 
     both sides of a 2-core machine (of the drains' samples PostgreSQL's backends about 52%, \
     ours 38%, idle 10%), in about 60 statements. PostgreSQL's part is mostly rt_group's \
     statements: parsing their JSON arguments about 15%, index inserts 10%, WAL flushes 8% \
-    (planning was 14% until the 11th session's generic plans). Ours: the worker's execute \
-    (the canonical request hash about 7%), the session store's committers (encoding and \
-    deflating the output sessions, about 20%), the run store's committer 9%. Round to round \
-    the machine's speed moves by a quarter on both sides (the 11th session's rounds: ours \
-    6,400-9,800 steps/s at 100 runs in flight, the peer 316-483), so one sitting's ratio \
-    moves by as much; the 11th session's sittings gave 20.9× and 16.3× (one peer run \
-    first), 18.1× and 17.3× (3 interleaved rounds), 21.3× (5 rounds). Further: rt_group's \
-    rows as arrays instead of JSON text, room on the ledger's pages for in-place updates, \
-    the output sessions encoded by their writers instead of the committers";
+    (planning was 14% until the 11th session's generic plans and warmed statements). Ours: \
+    the worker's execute (the canonical request hash about 7%), the session store's \
+    committers (encoding and deflating the output sessions, about 20%), the run store's \
+    committer 9%. Round to round the machine's speed moves by a quarter on both sides (the \
+    11th session's rounds: ours 5,400-9,800 steps/s at 100 runs in flight, the peer \
+    314-483), so one sitting's ratio moves by as much: the 11th session's last code gave \
+    21.3× and 18.5× in two 5-round sittings (rounds from 16.1× to 28.9×; its earlier \
+    sittings 16.3×-20.9×, the 10th's 15.6×-17.7×). Further: rt_group's rows as arrays \
+    instead of JSON text, the output sessions encoded by their writers instead of the \
+    committers";
 
 /// One row per goal of issue 20's benchmarks (met, missed, or not measured), for the
 /// summary of `docs/benchmarks.md`.
