@@ -773,10 +773,10 @@ const PG_MISS: &str = "profiled (statement traces, perf over the drains on both 
     committer 9%. Round to round the machine's speed moves by a quarter on both sides (the \
     11th session's rounds: ours 5,300-9,800 steps/s at 100 runs in flight, the peer \
     245-483), so one sitting's ratio moves by as much: the 11th session's 5-round \
-    sittings gave 21.3× and then, with the warmed statements, 18.5× and 22.3× (rounds \
-    from 14.4× to 28.9×; its earlier sittings 16.3×-20.9×, the 10th's 15.6×-17.7×). Further: rt_group's rows as arrays \
-    instead of JSON text, the output sessions encoded by their writers instead of the \
-    committers";
+    sittings gave 21.3× and then, with the warmed statements, 18.5×, 22.3×, 19.0× and \
+    18.6× (rounds from 14.4× to 28.9×; its earlier sittings 16.3×-20.9×, the 10th's \
+    15.6×-17.7×). Further: rt_group's rows as arrays instead of JSON text, the output \
+    sessions encoded by their writers instead of the committers";
 
 /// One row per goal of issue 20's benchmarks (met, missed, or not measured), for the
 /// summary of `docs/benchmarks.md`.
