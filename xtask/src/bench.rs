@@ -298,7 +298,6 @@ pub(crate) fn met_cell(met: Option<bool>) -> &'static str {
     }
 }
 
-/// `/proc/loadavg`'s three averages (empty where the file is absent).
 /// The exit code of a bench child process (a worker, a load client, a profile or memory
 /// measure) that did `result`: success, or failure with the error on stderr after `what`.
 pub(crate) fn child_exit(what: &str, result: Result<()>) -> std::process::ExitCode {
@@ -311,6 +310,7 @@ pub(crate) fn child_exit(what: &str, result: Result<()>) -> std::process::ExitCo
     }
 }
 
+/// `/proc/loadavg`'s three averages (empty where the file is absent).
 pub(crate) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .unwrap_or_default()

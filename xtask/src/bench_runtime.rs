@@ -627,8 +627,8 @@ fn measure_with(quick: bool, repeats: usize) -> Result<RuntimeResults> {
         CONCURRENCY.to_vec()
     };
     let mut peer: std::result::Result<Vec<Value>, String> = Ok(Vec::new());
-    // Every drain of ours, by (store, setting), in round order.
-    let mut drains: Vec<((&'static str, usize), Throughput)> = Vec::new();
+    // Every drain of ours, in round order.
+    let mut drains: Vec<Throughput> = Vec::new();
     for rep in 0..repeats {
         if let Ok(runs) = &mut peer {
             match python_peer(dsn.as_deref()) {
@@ -647,7 +647,7 @@ fn measure_with(quick: bool, repeats: usize) -> Result<RuntimeResults> {
                         "xtask bench --runtime: {} c={} {:.0} steps/s",
                         t.store, t.concurrency, t.steps_per_s
                     );
-                    drains.push(((t.store, concurrency), t));
+                    drains.push(t);
                 }
             }
         }
@@ -657,8 +657,7 @@ fn measure_with(quick: bool, repeats: usize) -> Result<RuntimeResults> {
         for &concurrency in &settings {
             let reps: Vec<&Throughput> = drains
                 .iter()
-                .filter(|((k, c), _)| *k == kind && *c == concurrency)
-                .map(|(_, t)| t)
+                .filter(|t| t.store == kind && t.concurrency == concurrency)
                 .collect();
             if let Some(first) = reps.first() {
                 ours.push(Throughput {

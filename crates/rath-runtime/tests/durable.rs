@@ -758,14 +758,12 @@ async fn a_v3_postgres_store_migrates_to_generic_plans() {
         vec!["plan_cache_mode=force_generic_plan".to_owned()]
     );
     // Back to what v3 left: the function without its setting, no v4 row.
-    sqlx::query("ALTER FUNCTION rt_group RESET ALL")
-        .execute(&pool)
-        .await
-        .unwrap();
-    sqlx::query("DELETE FROM rt_schema WHERE version = 4")
-        .execute(&pool)
-        .await
-        .unwrap();
+    for sql in [
+        "ALTER FUNCTION rt_group RESET ALL",
+        "DELETE FROM rt_schema WHERE version = 4",
+    ] {
+        sqlx::query(sql).execute(&pool).await.unwrap();
+    }
     drop(rt);
     assert!(config(pool.clone()).await.is_empty());
     let rt = env.runtime().await;

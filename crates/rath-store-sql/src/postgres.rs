@@ -116,24 +116,17 @@ impl PgStore {
         // A server process reads the catalog entries of a table and its indexes the first
         // time a statement on it is planned (measured: ~2.7 ms for the first statement on
         // `rath_sessions`, 0.2 ms after). Opening the connections a busy store uses at once
-        // (the group committers', the group loader's and one for lone reads) and planning
-        // one statement on every table on each, and the group loader's own statement (a
-        // recursive query the server took ~4 ms to plan on a bench drain's first load),
-        // moves that cost, and the server's start of a process per connection, from the
-        // first writes and loads to connecting.
+        // (the group committers', the group loader's and one for lone reads) and preparing
+        // on each the group loader's statement, which reads both tables (a recursive query
+        // the server took ~4 ms to plan on a bench drain's first load), moves that cost,
+        // and the server's start of a process per connection, from the first writes and
+        // loads to connecting.
         let mut warm = Vec::with_capacity(WARM_CONNECTIONS);
         for _ in 0..WARM_CONNECTIONS {
             let mut c = pool
                 .acquire()
                 .await
                 .map_err(|e| imp::backend(&name, "connect", e))?;
-            sqlx::query(
-                "SELECT 1 FROM rath_sessions WHERE id = '' UNION ALL \
-                 SELECT 1 FROM rath_segments WHERE session_key = 0",
-            )
-            .execute(&mut *c)
-            .await
-            .map_err(|e| imp::backend(&name, "connect", e))?;
             imp::warm_loads(&mut c)
                 .await
                 .map_err(|e| imp::backend(&name, "connect", e))?;
