@@ -28,7 +28,7 @@ use crate::model::{Effect, EffectState, Lease, Run, RunEvent, RunId, RunOptions,
 use tokio::sync::{mpsc, oneshot};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// The migrations, in order: `(version, what it adds, statements)`. The statements are the
 /// same text on SQLite and PostgreSQL; what a version adds on PostgreSQL only is in
@@ -108,100 +108,119 @@ pub const MIGRATIONS: &[(i64, &str, &[&str])] = &[
         "PostgreSQL: rt_group() keeps one plan per statement (nothing on SQLite)",
         &[],
     ),
+    (
+        5,
+        "PostgreSQL: rt_group() takes its rows as arrays, not JSON (nothing on SQLite)",
+        &[],
+    ),
 ];
 
 /// What a migration adds on PostgreSQL only, by version (applied after its
 /// [`MIGRATIONS`] statements, in the same transaction).
-pub const PG_MIGRATIONS: &[(i64, &[&str])] = &[(3, &[RT_GROUP]), (4, &[RT_GROUP])];
+pub const PG_MIGRATIONS: &[(i64, &[&str])] = &[
+    (3, &[RT_GROUP]),
+    (4, &[RT_GROUP]),
+    (5, &[RT_GROUP_V4_DROP, RT_GROUP]),
+];
 
-/// `rt_group(now_ms, tokens, records, ...) RETURNS json`: a group commit's writes in one
-/// statement, so one round trip (and no `BEGIN`/`COMMIT` of their own) instead of one per
-/// statement. It locks the lease row of every run the batch writes for (in run order) and writes nothing
-/// unless each still holds the token its writes carry: then it answers `{"fenced": true}`
-/// and the committer does the batch the general way, which refuses the stale writes alone.
-/// Otherwise it stores, in this order, the journal rows, the ledger rows (the last write of
-/// each), the heartbeats (the last of each run), the finishes and their releases, the
-/// events (each numbered after its run's stored ones), the claims (the `i`-th claim takes
-/// the `i`-th run found, `FOR UPDATE SKIP LOCKED`; each adds a `claimed` event), and
-/// notifies `rt_events` of every run in `notify` and every run claimed; it answers
-/// `{"claimed": [{"i", "token", "run"}]}`. Its arguments: the time (ms), `tokens` (run id →
-/// token), then `records`, `effects`, `beats`, `finishes`, `events` and `claims` (arrays of
-/// rows, as the general path's statements take them) and `notify` (run ids), each `NULL`
-/// when it has none (each is its own argument, so each JSON text is parsed once).
+/// `rt_group(now_ms, t_run, t_token, r_run, ...) RETURNS json`: a group commit's writes in
+/// one statement, so one round trip (and no `BEGIN`/`COMMIT` of their own) instead of one
+/// per statement. It locks, in run order, the lease row of every run the batch writes for
+/// that still holds the token its writes carry, and writes nothing unless every run does:
+/// then it answers
+/// `{"fenced": true}` and the committer does the batch the general way, which refuses the
+/// stale writes alone. Otherwise it stores, in this order, the journal rows, the ledger rows
+/// (the last write of each), the heartbeats (the last of each run), the finishes and their
+/// releases, the events (each numbered after its run's stored ones), the claims (the `i`-th
+/// claim takes the `i`-th run found, `FOR UPDATE SKIP LOCKED`; each adds a `claimed`
+/// event), and notifies `rt_events` of every run in `notify` and every run claimed; it
+/// answers `{"claimed": [{"i", "token", "run"}]}`.
+///
+/// Its arguments after the time are columns: one array per column of each kind of row, the
+/// `i`-th row of a kind being the `i`-th element of each of its arrays: the fence (`t_`: run
+/// id, token), then journal rows (`r_`), ledger rows (`e_`), heartbeats (`b_`), finishes
+/// (`f_`), events (`v_`), claims (`c_`) and the runs to notify. A kind with no rows is `NULL`
+/// (the fence's arrays are never `NULL`; empty, they hold nothing). Arrays, since schema
+/// version 5: they arrive in the binary protocol, each element a length and its bytes, where
+/// the JSON rows of versions 3 and 4 were parsed twice on the server (once when the `json`
+/// argument was read, once when the rows were taken apart, a character at a time), which
+/// was 18% of the server's CPU on the durable bench's drains (perf, 2026-12-04).
 ///
 /// Its statements run with generic plans from the first call (`plan_cache_mode`, version 4):
-/// each reads its rows from the JSON arguments, so a plan made for one call's values is no
+/// each reads its rows from the arguments, so a plan made for one call's values is no
 /// better than the one kept, and PostgreSQL otherwise plans every statement again on each of
 /// a connection's first five calls, which on the durable bench's new stores was 6% of the
 /// server's CPU (interleaved profile drains, 18 each, 2026-12-04: 6264 vs 6082 steps/s
 /// median, the server's CPU per drain 0.13 s vs 0.16 s).
-const RT_GROUP: &str = r#"CREATE OR REPLACE FUNCTION rt_group(now_ms bigint, tokens json, records json,
-    effects json, beats json, finishes json, events json, claims json, notify json)
+const RT_GROUP: &str = r#"CREATE OR REPLACE FUNCTION rt_group(now_ms bigint,
+    t_run text[], t_token bigint[],
+    r_run text[], r_step text[], r_seq bigint[], r_hash text[], r_payload text[], r_token bigint[],
+    e_run text[], e_step text[], e_call text[], e_tool text[], e_key text[], e_args text[],
+    e_state text[], e_result text[], e_token bigint[],
+    b_run text[], b_expires bigint[],
+    f_run text[], f_status text[], f_output text[], f_detail text[], f_resume text[],
+    f_failed bigint[], f_not_before bigint[],
+    v_run text[], v_nth bigint[], v_kind text[], v_detail text[], v_worker text[], v_token bigint[],
+    c_worker text[], c_worker_json text[], c_expires bigint[],
+    notify text[])
 RETURNS json LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
-    want bigint;
     held bigint;
     picked text[];
     claimed json;
 BEGIN
-    SELECT count(*) INTO want FROM json_each_text(tokens);
     SELECT count(*) INTO held
-    FROM (SELECT run_id, token FROM rt_leases
-          WHERE run_id IN (SELECT key FROM json_each_text(tokens))
-          ORDER BY run_id FOR UPDATE) AS l
-    JOIN json_each_text(tokens) AS t ON t.key = l.run_id AND t.value::bigint = l.token;
-    IF held <> want THEN
+    FROM (SELECT l.run_id FROM rt_leases l
+          JOIN unnest(t_run, t_token) AS t(run, token) ON l.run_id = t.run AND l.token = t.token
+          ORDER BY l.run_id FOR UPDATE OF l) AS s;
+    IF held <> COALESCE(cardinality(t_run), 0) THEN
         RETURN json_build_object('fenced', true);
     END IF;
-    IF records IS NOT NULL THEN
+    IF r_run IS NOT NULL THEN
         INSERT INTO rt_journal (run_id, step, seq, request_hash, payload, token)
-        SELECT v.run_id, v.step, v.seq, v.request_hash, v.payload, v.token
-        FROM json_to_recordset(records)
-            AS v(run_id text, step text, seq bigint, request_hash text, payload text, token bigint);
+        SELECT * FROM unnest(r_run, r_step, r_seq, r_hash, r_payload, r_token);
     END IF;
-    IF effects IS NOT NULL THEN
+    IF e_run IS NOT NULL THEN
         INSERT INTO rt_effects (run_id, step, call_id, tool, idem_key, args, state, result, token)
-        SELECT v.run_id, v.step, v.call_id, v.tool, v.idem_key, v.args, v.state, v.result, v.token
-        FROM json_to_recordset(effects) AS v(run_id text, step text, call_id text, tool text,
-            idem_key text, args text, state text, result text, token bigint)
+        SELECT * FROM unnest(e_run, e_step, e_call, e_tool, e_key, e_args, e_state, e_result, e_token)
         ON CONFLICT (run_id, step, call_id) DO UPDATE
             SET state = excluded.state, result = excluded.result, token = excluded.token;
     END IF;
-    IF beats IS NOT NULL THEN
+    IF b_run IS NOT NULL THEN
         UPDATE rt_leases AS l SET expires_ms = v.expires
-        FROM json_to_recordset(beats) AS v(run_id text, expires bigint)
+        FROM unnest(b_run, b_expires) AS v(run_id, expires)
         WHERE l.run_id = v.run_id;
     END IF;
-    IF finishes IS NOT NULL THEN
+    IF f_run IS NOT NULL THEN
         UPDATE rt_runs AS r SET status = v.status, output_session = COALESCE(v.output, r.output_session),
             detail = v.detail, resume_session = COALESCE(v.resume, r.resume_session),
             failures = r.failures + v.failed, updated_ms = now_ms, not_before_ms = v.not_before
-        FROM json_to_recordset(finishes) AS v(id text, status text, output text, detail text,
-            resume text, failed bigint, not_before bigint)
+        FROM unnest(f_run, f_status, f_output, f_detail, f_resume, f_failed, f_not_before)
+            AS v(id, status, output, detail, resume, failed, not_before)
         WHERE r.id = v.id;
-        UPDATE rt_leases SET worker = NULL, expires_ms = 0
-        WHERE run_id IN (SELECT v.id FROM json_to_recordset(finishes) AS v(id text));
+        UPDATE rt_leases AS l SET worker = NULL, expires_ms = 0
+        FROM unnest(f_run) AS v(id) WHERE l.run_id = v.id;
     END IF;
-    IF events IS NOT NULL THEN
+    IF v_run IS NOT NULL THEN
         INSERT INTO rt_events (run_id, seq, kind, detail, by_worker, token, at_ms)
         SELECT v.run_id, COALESCE((SELECT MAX(e.seq) FROM rt_events e WHERE e.run_id = v.run_id), 0) + v.nth,
             v.kind, v.detail, v.by_worker, v.token, now_ms
-        FROM json_to_recordset(events)
-            AS v(run_id text, nth bigint, kind text, detail text, by_worker text, token bigint);
+        FROM unnest(v_run, v_nth, v_kind, v_detail, v_worker, v_token)
+            AS v(run_id, nth, kind, detail, by_worker, token);
     END IF;
-    IF claims IS NOT NULL THEN
+    IF c_worker IS NOT NULL THEN
         SELECT array_agg(s.id ORDER BY s.submitted_ms, s.id) INTO picked
         FROM (SELECT r.id, r.submitted_ms FROM rt_runs r JOIN rt_leases l ON l.run_id = r.id
               WHERE (r.status = 'queued' AND r.not_before_ms <= now_ms)
                  OR (r.status = 'running' AND l.expires_ms < now_ms)
-              ORDER BY r.submitted_ms, r.id LIMIT json_array_length(claims)
+              ORDER BY r.submitted_ms, r.id LIMIT cardinality(c_worker)
               FOR UPDATE OF r, l SKIP LOCKED) AS s;
         IF picked IS NOT NULL THEN
             WITH take AS (
-                SELECT f.id, f.i, c.value->>'worker' AS worker, c.value->>'worker_json' AS worker_json,
-                    (c.value->>'expires')::bigint AS expires
+                SELECT f.id, f.i, c.worker, c.worker_json, c.expires
                 FROM unnest(picked) WITH ORDINALITY AS f(id, i)
-                JOIN json_array_elements(claims) WITH ORDINALITY AS c(value, i) ON c.i = f.i),
+                JOIN unnest(c_worker, c_worker_json, c_expires) WITH ORDINALITY
+                    AS c(worker, worker_json, expires, i) ON c.i = f.i),
             moved AS (
                 UPDATE rt_leases AS l SET worker = take.worker, token = l.token + 1, expires_ms = take.expires
                 FROM take WHERE l.run_id = take.id RETURNING l.run_id, l.token),
@@ -223,12 +242,21 @@ BEGIN
         END IF;
     END IF;
     PERFORM pg_notify('rt_events', n.r)
-    FROM (SELECT json_array_elements_text(notify) AS r
+    FROM (SELECT unnest(notify) AS r
           UNION SELECT json_array_elements(claimed)->'run'->>'id') AS n
     ORDER BY n.r;
     RETURN json_build_object('claimed', COALESCE(claimed, '[]'::json));
 END
 $fn$"#;
+
+/// Columns of [`RT_GROUP`] after its time argument: what the warm-up passes as empty arrays.
+const RT_GROUP_COLUMNS: usize = 36;
+
+/// What schema version 5 drops: `rt_group` as versions 3 and 4 made it (JSON rows). A
+/// worker of version 4 still running against a version 5 store finds it gone and commits
+/// its groups the general way (a transaction of a statement per kind), which is correct.
+const RT_GROUP_V4_DROP: &str =
+    "DROP FUNCTION IF EXISTS rt_group(bigint, json, json, json, json, json, json, json, json)";
 
 #[derive(Clone, Debug)]
 enum Db {
@@ -531,15 +559,11 @@ impl RunStore {
                 Err(_) => return,
             }
         }
+        let warm = format!("SELECT rt_group($1{})", ", '{}'".repeat(RT_GROUP_COLUMNS));
         for c in &mut conns {
-            // Empty lists, not NULL: every branch runs, writing nothing, so every statement
+            // Empty arrays, not NULL: every branch runs, writing nothing, so every statement
             // of the function is planned here (but the claim's update, which needs a run).
-            let _ = sqlx::query(
-                "SELECT rt_group($1, '{}'::json, '[]', '[]', '[]', '[]', '[]', '[]', '[]')",
-            )
-            .bind(now_ms())
-            .execute(&mut **c)
-            .await;
+            let _ = sqlx::query(&warm).bind(now_ms()).execute(&mut **c).await;
         }
     }
 
@@ -1705,6 +1729,118 @@ const GROUP_MAX: usize = 512;
 /// How long a group committer keeps its connection without a write to do.
 const KEEP_IDLE: Duration = Duration::from_secs(1);
 
+/// The arguments of one [`RT_GROUP`] call after its time, column by column (see there),
+/// borrowed from the batch's writes: the texts are copied once, into the call's message.
+#[derive(Default)]
+struct GroupArgs<'a> {
+    t_run: Vec<&'a str>,
+    t_token: Vec<i64>,
+    r_run: Vec<&'a str>,
+    r_step: Vec<&'a str>,
+    r_seq: Vec<i64>,
+    r_hash: Vec<&'a str>,
+    r_payload: Vec<&'a str>,
+    r_token: Vec<i64>,
+    e_run: Vec<&'a str>,
+    e_step: Vec<&'a str>,
+    e_call: Vec<&'a str>,
+    e_tool: Vec<&'a str>,
+    e_key: Vec<&'a str>,
+    e_args: Vec<&'a str>,
+    e_state: Vec<&'a str>,
+    e_result: Vec<Option<&'a str>>,
+    e_token: Vec<i64>,
+    b_run: Vec<&'a str>,
+    b_expires: Vec<i64>,
+    f_run: Vec<&'a str>,
+    f_status: Vec<&'a str>,
+    f_output: Vec<Option<&'a str>>,
+    f_detail: Vec<Option<&'a str>>,
+    f_resume: Vec<Option<&'a str>>,
+    f_failed: Vec<i64>,
+    f_not_before: Vec<i64>,
+    v_run: Vec<&'a str>,
+    v_nth: Vec<i64>,
+    v_kind: Vec<&'a str>,
+    v_detail: Vec<&'a str>,
+    v_worker: Vec<&'a str>,
+    v_token: Vec<i64>,
+    /// Each event's position among its run's events in this batch (1, 2, ...).
+    nth: std::collections::HashMap<&'a str, i64>,
+    c_worker: Vec<&'a str>,
+    c_worker_json: Vec<String>,
+    c_expires: Vec<i64>,
+    notify: Vec<&'a str>,
+}
+
+impl<'a> GroupArgs<'a> {
+    /// Adds an event row of `held`'s run, numbered after the batch's earlier ones for it.
+    fn event(&mut self, held: &'a Lease, kind: &'a str, detail: &'a str) {
+        let n = self.nth.entry(held.run.as_str()).or_insert(0);
+        *n += 1;
+        self.v_run.push(held.run.as_str());
+        self.v_nth.push(*n);
+        self.v_kind.push(kind);
+        self.v_detail.push(detail);
+        self.v_worker.push(&held.worker);
+        self.v_token.push(held.token);
+    }
+
+    /// The call, every column bound (a kind with no rows as `NULL`).
+    fn bind(
+        self,
+        now: i64,
+    ) -> sqlx::query::QueryScalar<'a, sqlx::Postgres, String, sqlx::postgres::PgArguments> {
+        fn col<T>(v: Vec<T>) -> Option<Vec<T>> {
+            (!v.is_empty()).then_some(v)
+        }
+        sqlx::query_scalar(RT_GROUP_CALL)
+            .bind(now)
+            .bind(self.t_run)
+            .bind(self.t_token)
+            .bind(col(self.r_run))
+            .bind(self.r_step)
+            .bind(self.r_seq)
+            .bind(self.r_hash)
+            .bind(self.r_payload)
+            .bind(self.r_token)
+            .bind(col(self.e_run))
+            .bind(self.e_step)
+            .bind(self.e_call)
+            .bind(self.e_tool)
+            .bind(self.e_key)
+            .bind(self.e_args)
+            .bind(self.e_state)
+            .bind(self.e_result)
+            .bind(self.e_token)
+            .bind(col(self.b_run))
+            .bind(self.b_expires)
+            .bind(col(self.f_run))
+            .bind(self.f_status)
+            .bind(self.f_output)
+            .bind(self.f_detail)
+            .bind(self.f_resume)
+            .bind(self.f_failed)
+            .bind(self.f_not_before)
+            .bind(col(self.v_run))
+            .bind(self.v_nth)
+            .bind(self.v_kind)
+            .bind(self.v_detail)
+            .bind(self.v_worker)
+            .bind(self.v_token)
+            .bind(col(self.c_worker))
+            .bind(self.c_worker_json)
+            .bind(self.c_expires)
+            .bind(col(self.notify))
+    }
+}
+
+/// The statement a group committer calls [`RT_GROUP`] with (its result as text, which the
+/// committer parses).
+const RT_GROUP_CALL: &str = "SELECT rt_group($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
+    $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, \
+    $31, $32, $33, $34, $35, $36, $37)::text";
+
 /// Group commit: every write of every run this process works on (journal, ledger, events,
 /// heartbeats, claims and releases) goes through one task that takes all that are waiting
 /// and does them in one transaction. The fence is checked for all of them at once (one
@@ -1806,87 +1942,97 @@ impl Committer {
             return Ok(None);
         };
         let now = now_ms();
-        let mut tokens = serde_json::Map::new();
-        let mut records = Vec::new();
+        // The details of the finishes' status events, made as the rows are taken and put in
+        // the event column once every row is in (the column borrows them).
+        let mut details: Vec<(usize, String)> = Vec::new();
+        let mut g = GroupArgs::default();
         let mut effects = EffectRows::default();
-        let mut beats: Vec<serde_json::Value> = Vec::new();
         let mut beat_at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-        let mut finishes: Vec<serde_json::Value> = Vec::new();
         let mut finished: std::collections::HashSet<&str> = std::collections::HashSet::new();
-        let mut events = Events::default();
+        let mut token_at: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
         let mut notify: Vec<&str> = Vec::new();
-        let mut claims = Vec::new();
         for j in jobs {
             let Some(held) = &j.lease else {
                 if let Op::Claim { worker, lease_ms } = &j.op {
-                    claims.push(serde_json::json!({
-                        "worker": worker, "worker_json": json_str(worker), "expires": now + lease_ms,
-                    }));
+                    g.c_worker.push(worker);
+                    g.c_worker_json.push(json_str(worker));
+                    g.c_expires.push(now + lease_ms);
                 }
                 continue;
             };
             let run = held.run.as_str();
-            match tokens.get(run) {
-                Some(t) if t.as_i64() != Some(held.token) => return Ok(None),
+            match token_at.get(run) {
+                Some(&t) if t != held.token => return Ok(None),
                 Some(_) => {}
                 None => {
-                    tokens.insert(run.to_owned(), held.token.into());
+                    token_at.insert(run, held.token);
+                    g.t_run.push(run);
+                    g.t_token.push(held.token);
                 }
             }
             match &j.op {
-                Op::Record(e) => records.push(RecordRow::of(run, held.token, e)),
+                Op::Record(e) => {
+                    g.r_run.push(run);
+                    g.r_step.push(&e.step);
+                    g.r_seq.push(e.seq);
+                    g.r_hash.push(&e.request_hash);
+                    g.r_payload.push(&e.payload);
+                    g.r_token.push(held.token);
+                }
                 Op::Effect(e) => effects.put(EffectRow::of(run, held.token, e)),
                 Op::Event { kind, detail } => {
-                    events.push(run, kind, detail, &held.worker, held.token);
+                    g.event(held, kind, detail);
                     notify.push(run);
                 }
-                Op::Heartbeat { expires_ms } => {
-                    let row = serde_json::json!({"run_id": run, "expires": expires_ms});
-                    match beat_at.get(run) {
-                        Some(&i) => beats[i] = row,
-                        None => {
-                            beat_at.insert(run, beats.len());
-                            beats.push(row);
-                        }
+                Op::Heartbeat { expires_ms } => match beat_at.get(run) {
+                    Some(&i) => g.b_expires[i] = *expires_ms,
+                    None => {
+                        beat_at.insert(run, g.b_run.len());
+                        g.b_run.push(run);
+                        g.b_expires.push(*expires_ms);
                     }
-                }
+                },
                 Op::Finish(to) => {
                     if !finished.insert(run) {
                         return Ok(None);
                     }
-                    finishes.push(to.row(run));
-                    events.push(run, "status", &to.event_detail(), &held.worker, held.token);
+                    g.f_run.push(run);
+                    g.f_status.push(to.status.as_str());
+                    g.f_output.push(to.output.as_deref());
+                    g.f_detail.push(to.detail.as_deref());
+                    g.f_resume.push(to.resume.as_deref());
+                    g.f_failed.push(i64::from(to.failed));
+                    g.f_not_before.push(to.not_before_ms);
+                    details.push((g.v_run.len(), to.event_detail()));
+                    g.event(held, "status", "");
                     notify.push(run);
                 }
                 Op::Check | Op::Claim { .. } => {}
             }
         }
+        for (i, d) in &details {
+            g.v_detail[*i] = d;
+        }
+        for e in &effects.rows {
+            g.e_run.push(e.run_id);
+            g.e_step.push(e.step);
+            g.e_call.push(e.call_id);
+            g.e_tool.push(e.tool);
+            g.e_key.push(e.idem_key);
+            g.e_args.push(e.args);
+            g.e_state.push(e.state);
+            g.e_result.push(e.result);
+            g.e_token.push(e.token);
+        }
         notify.sort_unstable();
         notify.dedup();
-        // Each argument a JSON text of its own (`NULL`: none).
-        fn arg<T: serde::Serialize>(rows: &[T]) -> Option<String> {
-            (!rows.is_empty()).then(|| serde_json::to_string(rows).unwrap_or_default())
-        }
-        let tokens = serde_json::Value::Object(tokens).to_string();
+        g.notify = notify;
         let _quiet = crate::journal::quiet_share().await;
         let mut conn = match self.conn.take() {
             Some(c) => c,
             None => pool.acquire().await?,
         };
-        let answer: String = sqlx::query_scalar(
-            "SELECT rt_group($1, $2::json, $3::json, $4::json, $5::json, $6::json, $7::json, $8::json, $9::json)::text",
-        )
-        .bind(now)
-        .bind(tokens)
-        .bind(arg(&records))
-        .bind(arg(&effects.rows))
-        .bind(arg(&beats))
-        .bind(arg(&finishes))
-        .bind(arg(&events.rows))
-        .bind(arg(&claims))
-        .bind(arg(&notify))
-        .fetch_one(&mut *conn)
-        .await?;
+        let answer: String = g.bind(now).fetch_one(&mut *conn).await?;
         self.conn = Some(conn);
         let answer: serde_json::Value =
             serde_json::from_str(&answer).map_err(|e| corrupt("rt_group answer", e))?;

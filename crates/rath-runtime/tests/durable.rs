@@ -735,45 +735,58 @@ async fn a_newer_schema_is_refused() {
     ));
 }
 
-/// A PostgreSQL run store at schema v3 (its `rt_group` planned per call) is brought to v4
-/// when a store of this build connects: the function keeps generic plans, and the store works.
+/// A PostgreSQL run store at schema v4 (its `rt_group` taking JSON rows) is brought to v5
+/// when a store of this build connects: the JSON function is gone, the one left takes
+/// arrays and keeps generic plans, and the store works.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_v3_postgres_store_migrates_to_generic_plans() {
-    let Some(env) = Env::postgres("v3_to_v4").await else {
+async fn a_v4_postgres_store_migrates_to_array_rows() {
+    let Some(env) = Env::postgres("v4_to_v5").await else {
         return;
     };
-    let config = |pool: sqlx::PgPool| async move {
-        sqlx::query_scalar::<_, Option<Vec<String>>>(
-            "SELECT proconfig FROM pg_proc WHERE proname = 'rt_group'",
+    // Every rt_group: its arguments and its settings.
+    let functions = |pool: sqlx::PgPool| async move {
+        sqlx::query_as::<_, (String, Option<Vec<String>>)>(
+            "SELECT pg_get_function_identity_arguments(oid), proconfig FROM pg_proc \
+             WHERE proname = 'rt_group' ORDER BY 1",
         )
-        .fetch_one(&pool)
+        .fetch_all(&pool)
         .await
         .unwrap()
-        .unwrap_or_default()
     };
     let rt = env.runtime().await;
     let pool = sqlx::PgPool::connect(&env.url).await.unwrap();
-    assert_eq!(
-        config(pool.clone()).await,
-        vec!["plan_cache_mode=force_generic_plan".to_owned()]
-    );
-    // Back to what v3 left: the function without its setting, no v4 row.
+    // Back to what v4 left: the function over JSON rows (here one that always answers
+    // fenced, which sends every group the general way), no v5 row.
     for sql in [
-        "ALTER FUNCTION rt_group RESET ALL",
-        "DELETE FROM rt_schema WHERE version = 4",
+        "DROP FUNCTION rt_group",
+        "CREATE FUNCTION rt_group(now_ms bigint, tokens json, records json, effects json, \
+         beats json, finishes json, events json, claims json, notify json) RETURNS json \
+         LANGUAGE sql SET plan_cache_mode = force_generic_plan \
+         AS $$ SELECT '{\"fenced\": true}'::json $$",
+        "DELETE FROM rt_schema WHERE version = 5",
     ] {
         sqlx::query(sql).execute(&pool).await.unwrap();
     }
     drop(rt);
-    assert!(config(pool.clone()).await.is_empty());
+    let before = functions(pool.clone()).await;
+    assert_eq!(before.len(), 1);
+    assert!(before[0].0.contains("tokens json"), "{before:?}");
     let rt = env.runtime().await;
-    assert_eq!(rt.runs().schema_version().await.unwrap(), 4);
+    assert_eq!(rt.runs().schema_version().await.unwrap(), 5);
+    let after = functions(pool.clone()).await;
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert!(
+        after[0]
+            .0
+            .starts_with("now_ms bigint, t_run text[], t_token bigint[]"),
+        "{after:?}"
+    );
     assert_eq!(
-        config(pool.clone()).await,
+        after[0].1.clone().unwrap_or_default(),
         vec!["plan_cache_mode=force_generic_plan".to_owned()]
     );
     let id = submit(&rt, "team").await;
-    let w = Worker::new(rt.clone(), WorkerOptions::named("v4"));
+    let w = Worker::new(rt.clone(), WorkerOptions::named("v5"));
     assert_eq!(
         w.run_once().await.unwrap().unwrap(),
         (id, Outcome::Moved(RunStatus::Succeeded))
