@@ -761,21 +761,20 @@ const SQLITE_MISS: &str = "profiled (per-run phase timings and perf over profile
     0.26-0.36 s): a sitting that catches the peer fast and us slow can still miss. Earlier \
     sittings gave 22.3×, 17.6×, 24.6× (8th session), 29.1×, 22.3×, 21.2× and 24.4× (9th, \
     the peer at 327-368 steps/s)";
-const PG_MISS: &str = "profiled (statement traces, perf over the drains on both \
-    processes, 2026-12-04, 9th to 11th sessions): a drain of 200 runs × 5 steps is CPU on \
-    both sides of a 2-core machine (of the drains' samples PostgreSQL's backends about 52%, \
-    ours 38%, idle 10%), in about 60 statements. PostgreSQL's part is mostly rt_group's \
-    statements: parsing their JSON arguments about 15%, index inserts 10%, WAL flushes 8% \
-    (planning was 14% until the 11th session's generic plans and warmed statements). Ours: \
-    the worker's execute (the canonical request hash about 7%), the session store's \
-    committers (encoding and deflating the output sessions, about 20%), the run store's \
-    committer 9%. Round to round the machine's speed moves by a quarter on both sides (the \
-    11th session's rounds: ours 5,300-9,800 steps/s at 100 runs in flight, the peer \
-    245-483), so one sitting's ratio moves by as much: the 11th session's 5-round \
-    sittings gave 21.3× and then, with the warmed statements, 18.5×, 22.3×, 19.0× and \
-    18.6× (rounds from 14.4× to 28.9×; its earlier sittings 16.3×-20.9×, the 10th's \
-    15.6×-17.7×). Further: rt_group's rows as arrays instead of JSON text, the output \
-    sessions encoded by their writers instead of the committers";
+const PG_MISS: &str = "profiled (statement traces, pg_stat_statements and perf over the \
+    drains on both processes, 2026-12-04, 9th to 12th sessions): a drain of 200 runs × 5 \
+    steps is CPU on both sides of a 2-core machine (of the drains' samples PostgreSQL's \
+    backends about half, ours 40%, idle the rest), in about 60 statements. PostgreSQL's \
+    part is mostly rt_group (about 90 ms of its time per drain: the ledger upserts 21 ms, \
+    the claims 18 ms, the events 10 ms, the fence 9 ms, the journal 8 ms), then the session \
+    store's inserts (about 20 ms). Planning (14%) went with the 11th session's generic \
+    plans, parsing JSON arguments (18%) with the 12th's arrays. Ours: the worker's execute \
+    (the canonical request hash about 7%), the session store's committers (encoding and \
+    deflating the output sessions, about 20%), the run store's committer 9%. Round to round \
+    the machine's speed moves by a quarter on both sides (the 11th session's rounds: ours \
+    5,300-9,800 steps/s at 100 runs in flight, the peer 245-483), so one sitting's ratio \
+    moves by as much: the 12th session's sittings gave 23.8× and 23.3×, the 11th's \
+    18.5×-22.3×, the 10th's 15.6×-17.7×";
 
 /// One row per goal of issue 20's benchmarks (met, missed, or not measured), for the
 /// summary of `docs/benchmarks.md`.
