@@ -22,6 +22,7 @@ macro_rules! sql_store {
         json_ids: $json_ids:expr,
         fence_rows: $fence_rows:expr,
         pg: $pg:expr,
+        rows: $rows:ty,
         kind: $kind:expr $(,)?
     ) => {
         use std::path::PathBuf;
@@ -1052,39 +1053,6 @@ macro_rules! sql_store {
             }
         }
 
-        /// The rows source `v` of a JSON array of objects bound as `$1`, with `cols` (name,
-        /// PostgreSQL type) as its columns.
-        fn json_rows(cols: &[(&str, &str)]) -> String {
-            if $pg {
-                let defs: Vec<String> = cols.iter().map(|(n, t)| format!("{n} {t}")).collect();
-                format!("json_to_recordset($1::json) AS v({})", defs.join(", "))
-            } else {
-                let picks: Vec<String> = cols
-                    .iter()
-                    .map(|(n, _)| format!("json_extract(value, '$.{n}') AS {n}"))
-                    .collect();
-                format!("(SELECT {} FROM json_each($1)) AS v", picks.join(", "))
-            }
-        }
-
-        /// SQL turning the hex text `e` into bytes.
-        fn unhex(e: &str) -> String {
-            if $pg {
-                format!("decode({e}, 'hex')")
-            } else {
-                format!("unhex({e})")
-            }
-        }
-
-        /// SQL turning the hex text `e` into a stored chunk address.
-        fn hash_hex(e: &str) -> String {
-            if $pg {
-                format!("{e}::uuid")
-            } else {
-                format!("unhex({e})")
-            }
-        }
-
         fn json_list<T: serde::Serialize>(name: &str, v: &T) -> Result<String, PersistError> {
             serde_json::to_string(v).map_err(|e| PersistError::Backend {
                 store: name.to_owned(),
@@ -1405,49 +1373,31 @@ macro_rules! sql_store {
             // The new rows, in job order (so their keys are the ones one by one gives).
             let mut keys: Vec<i64> = Vec::with_capacity(news.len());
             if !news.is_empty() {
-                let rows: Vec<serde_json::Value> = news
+                let rows: Vec<crate::rows::NewSessionRow<'_>> = news
                     .iter()
-                    .enumerate()
-                    .map(|(i, r)| {
+                    .map(|r| {
                         let s = writes[r.job].0;
-                        serde_json::json!({
-                            "i": i, "id": s.id().as_str(),
-                            "base_key": r.base.map(|(k, _)| k), "base_len": r.base.map_or(0, |(_, l)| l),
-                            "len": s.len(), "digest": hex(&r.digest),
-                            "last_hash": r.last_hash.as_deref().map(hex), "content": hex(&r.state.content),
-                            "created_us": r.created_us, "header": r.state.header,
-                            "trailer": r.state.trailer, "failure": r.state.failure,
-                            "conversation": r.state.conversation, "evidence": r.state.evidence,
-                            "graft_key": r.graft.map(|(k, _)| k), "graft_len": r.graft.map_or(0, |(_, l)| l),
-                        })
+                        crate::rows::NewSessionRow {
+                            id: s.id().as_str(),
+                            base_key: r.base.map(|(k, _)| k),
+                            base_len: r.base.map_or(0, |(_, l)| l as i64),
+                            len: s.len() as i64,
+                            digest: &r.digest,
+                            last_hash: r.last_hash.as_deref(),
+                            content: &r.state.content,
+                            created_us: r.created_us,
+                            header: &r.state.header,
+                            trailer: r.state.trailer.as_deref(),
+                            failure: r.state.failure.as_deref(),
+                            conversation: r.state.conversation,
+                            evidence: r.state.evidence,
+                            graft_key: r.graft.map(|(k, _)| k),
+                            graft_len: r.graft.map_or(0, |(_, l)| l as i64),
+                        }
                     })
                     .collect();
-                let sql = format!(
-                    "INSERT INTO rath_sessions (id, base_key, base_len, len, digest, saved_digest, \
-                     last_hash, content, created_us, header, trailer, failure, conversation, \
-                     evidence, graft_key, graft_len) SELECT v.id, v.base_key, v.base_len, v.len, {d}, {d}, \
-                     {h}, {c}, v.created_us, v.header, v.trailer, v.failure, v.conversation, \
-                     v.evidence, v.graft_key, v.graft_len FROM {rows} ORDER BY v.i RETURNING id, key",
-                    d = unhex("v.digest"),
-                    h = hash_hex("v.last_hash"),
-                    c = unhex("v.content"),
-                    rows = json_rows(&[
-                        ("i", "bigint"), ("id", "text"), ("base_key", "bigint"), ("base_len", "bigint"),
-                        ("len", "bigint"), ("digest", "text"), ("last_hash", "text"), ("content", "text"),
-                        ("created_us", "bigint"), ("header", "text"), ("trailer", "text"),
-                        ("failure", "text"), ("conversation", "bigint"), ("evidence", "bigint"),
-                        ("graft_key", "bigint"), ("graft_len", "bigint"),
-                    ]),
-                );
-                let mut by_id: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
-                for row in sqlx::query(&sql)
-                    .bind(serde_json::Value::Array(rows).to_string())
-                    .fetch_all(&mut **tx)
-                    .await
-                    .map_err(put)?
-                {
-                    by_id.insert(row.try_get("id").map_err(put)?, row.try_get("key").map_err(put)?);
-                }
+                let by_id: std::collections::HashMap<String, i64> =
+                    <$rows>::insert_sessions(&mut **tx, &rows).await.map_err(put)?.into_iter().collect();
                 for r in &news {
                     let id = writes[r.job].0.id().as_str();
                     keys.push(*by_id.get(id).ok_or_else(|| PersistError::Backend {
@@ -1459,13 +1409,15 @@ macro_rules! sql_store {
                 }
             }
             // Every segment of the new and appended rows, in one statement.
-            let mut segments: Vec<serde_json::Value> = Vec::new();
+            let mut segments: Vec<crate::rows::SegmentRow> = Vec::new();
             let mut add = |key: i64, from: usize, own: &[EncodedChunk]| {
                 for (n, part) in own.chunks(SEGMENT_CHUNKS).enumerate() {
-                    segments.push(serde_json::json!({
-                        "session_key": key, "pos": from + n * SEGMENT_CHUNKS,
-                        "n": part.len(), "docs": hex(&encode_segment(part)),
-                    }));
+                    segments.push(crate::rows::SegmentRow {
+                        session_key: key,
+                        pos: (from + n * SEGMENT_CHUNKS) as i64,
+                        n: part.len() as i32,
+                        docs: encode_segment(part),
+                    });
                 }
             };
             for (r, key) in news.iter().zip(&keys) {
@@ -1476,49 +1428,27 @@ macro_rules! sql_store {
                 add(a.key, writes[a.job].1.unwrap_or(0), &a.own);
             }
             if !segments.is_empty() {
-                let sql = format!(
-                    "INSERT INTO rath_segments (session_key, pos, n, docs) \
-                     SELECT v.session_key, v.pos, v.n, {} FROM {}",
-                    unhex("v.docs"),
-                    json_rows(&[("session_key", "bigint"), ("pos", "bigint"), ("n", "int"), ("docs", "text")])
-                );
-                sqlx::query(&sql)
-                    .bind(serde_json::Value::Array(segments).to_string())
-                    .execute(&mut **tx)
+                <$rows>::insert_segments(&mut **tx, &segments)
                     .await
                     .map_err(|e| backend(name, "write chunks", e))?;
             }
             if !appends.is_empty() {
-                let rows: Vec<serde_json::Value> = appends
+                let rows: Vec<crate::rows::AppendedRow<'_>> = appends
                     .iter()
-                    .map(|a| {
-                        serde_json::json!({
-                            "key": a.key, "len": writes[a.job].0.len(), "digest": hex(&a.digest),
-                            "last_hash": a.last_hash.as_deref().map(hex), "content": hex(&a.state.content),
-                            "header": a.state.header, "trailer": a.state.trailer,
-                            "failure": a.state.failure, "conversation": a.state.conversation,
-                            "evidence": a.state.evidence,
-                        })
+                    .map(|a| crate::rows::AppendedRow {
+                        key: a.key,
+                        len: writes[a.job].0.len() as i64,
+                        digest: &a.digest,
+                        last_hash: a.last_hash.as_deref(),
+                        content: &a.state.content,
+                        header: &a.state.header,
+                        trailer: a.state.trailer.as_deref(),
+                        failure: a.state.failure.as_deref(),
+                        conversation: a.state.conversation,
+                        evidence: a.state.evidence,
                     })
                     .collect();
-                let sql = format!(
-                    "UPDATE rath_sessions AS r SET len = v.len, digest = {}, last_hash = {}, \
-                     content = {}, header = v.header, trailer = v.trailer, failure = v.failure, \
-                     conversation = v.conversation, evidence = v.evidence FROM {} WHERE r.key = v.key",
-                    unhex("v.digest"),
-                    hash_hex("v.last_hash"),
-                    unhex("v.content"),
-                    json_rows(&[
-                        ("key", "bigint"), ("len", "bigint"), ("digest", "text"), ("last_hash", "text"),
-                        ("content", "text"), ("header", "text"), ("trailer", "text"), ("failure", "text"),
-                        ("conversation", "bigint"), ("evidence", "bigint"),
-                    ])
-                );
-                sqlx::query(&sql)
-                    .bind(serde_json::Value::Array(rows).to_string())
-                    .execute(&mut **tx)
-                    .await
-                    .map_err(put)?;
+                <$rows>::update_appended(&mut **tx, &rows).await.map_err(put)?;
             }
             // Each job's report and what it taught, in job order.
             let mut out: Vec<Option<(Vec<WriteReport>, Learned)>> = (0..done).map(|_| None).collect();

@@ -38,6 +38,7 @@ mod core;
 mod group_set_tests;
 mod known;
 pub mod postgres;
+mod rows;
 pub mod schema;
 pub mod sqlite;
 

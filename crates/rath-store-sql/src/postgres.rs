@@ -34,6 +34,7 @@ mod imp {
         json_ids: "SELECT json_array_elements_text($1::json)",
         fence_rows: "SELECT v.k, v.t FROM json_to_recordset($1::json) AS v(k text, t bigint)",
         pg: true,
+        rows: crate::rows::PgRows,
         kind: rath_persist::spans::StoreKind::Postgres,
     }
 }

@@ -33,6 +33,7 @@ mod imp {
         json_ids: "SELECT value FROM json_each($1)",
         fence_rows: "SELECT json_extract(value, '$.k'), json_extract(value, '$.t') FROM json_each($1) WHERE true",
         pg: false,
+        rows: crate::rows::SqliteRows,
         kind: rath_persist::spans::StoreKind::Sqlite,
     }
 }
