@@ -773,8 +773,11 @@ const PG_MISS: &str = "profiled (statement traces, pg_stat_statements and perf o
     deflating the output sessions, about 20%), the run store's committer 9%. Round to round \
     the machine's speed moves by a quarter on both sides (the 11th session's rounds: ours \
     5,300-9,800 steps/s at 100 runs in flight, the peer 245-483), so one sitting's ratio \
-    moves by as much: the 12th session's sittings gave 23.8× and 23.3×, the 11th's \
-    18.5×-22.3×, the 10th's 15.6×-17.7×";
+    moves by as much. The peer is bound by its commits' fsyncs, ours by CPU, so the two \
+    move apart with the host's disk and CPU load: in the 12th session the peer's sitting \
+    medians went from 326 to 441 steps/s within the hour while ours stayed at 7,600-8,600, \
+    and its sittings gave 23.8× (pg_stat_statements loaded), 23.3×, 19.4×, 18.1× and 21.3×; the \
+    11th's 18.5×-22.3×, the 10th's 15.6×-17.7×";
 
 /// One row per goal of issue 20's benchmarks (met, missed, or not measured), for the
 /// summary of `docs/benchmarks.md`.
