@@ -2366,3 +2366,20 @@ impl Committer {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The warm-up's and the committer's calls of `rt_group` pass one argument per
+    /// parameter of the function (the warm-up ignores its errors, so a count that drifted
+    /// would go unnoticed there).
+    #[test]
+    fn rt_group_calls_match_its_signature() {
+        let signature = &RT_GROUP[..RT_GROUP.find("RETURNS").expect("RETURNS")];
+        let params = signature.matches("[]").count();
+        assert_eq!(params, RT_GROUP_COLUMNS);
+        assert_eq!(RT_GROUP_CALL.matches('$').count(), RT_GROUP_COLUMNS + 1);
+        assert!(RT_GROUP_CALL.contains(&format!("${}", RT_GROUP_COLUMNS + 1)));
+    }
+}
