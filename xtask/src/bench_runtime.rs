@@ -22,14 +22,11 @@ use rath_flow::{
     Agent, CancellationToken, LoopOptions, SharedWorkflow, ToolContext, ToolError, typed_tool,
 };
 use rath_persist::SessionStore;
-use rath_provider::{
-    Provider, ProviderError, ProviderManifest, ProviderRequest, ProviderResponse, ScriptedProvider,
-    ScriptedResponse,
-};
+use rath_provider::{Provider, ProviderError, ProviderManifest, ProviderRequest, ProviderResponse};
 use rath_runtime::{
     RunId, RunOptions, RunStatus, Runtime, Worker, WorkerOptions, WorkflowRegistry,
 };
-use rath_session::{Role, Session, Stamper};
+use rath_session::{Chunk, Role, Session, Stamper, ToolCall, Usage};
 use serde_json::{Value, json};
 
 /// Set when the xtask binary runs as the worker the kill measurement SIGKILLs
@@ -53,15 +50,26 @@ impl Provider for StepsModel {
         "steps"
     }
     async fn complete(&self, req: &ProviderRequest) -> Result<ProviderResponse, ProviderError> {
+        // The reply a `ScriptedProvider` of this one response gives, made directly: that
+        // provider records every request it serves (a copy of the whole conversation and
+        // its tool schemas), which is test bookkeeping, not the workload's model.
         let done = req.messages.iter().filter(|m| m.role == Role::Tool).count();
-        let reply = if done + 1 < self.steps {
-            ScriptedResponse::tool_calls(vec![(format!("c{done}"), "noop", json!({"i": done}))])
+        let (content, calls, finish) = if done + 1 < self.steps {
+            let call =
+                ToolCall::function(format!("c{done}"), "noop", json!({"i": done}).to_string());
+            (None, Some(vec![call]), "tool_calls")
         } else {
-            ScriptedResponse::text("done")
+            (Some("done".to_owned()), None, "stop")
         };
-        ScriptedProvider::new(vec![reply.usage(5, 1)])
-            .complete(req)
-            .await
+        Ok(ProviderResponse {
+            request_id: req.request_id.clone(),
+            chunk: Chunk::assistant(content, calls),
+            finish_reason: Some(finish.to_owned()),
+            usage: Some(Usage::new(5, 1)),
+            model: req.model.clone(),
+            provider: "scripted".to_owned(),
+            detail: Default::default(),
+        })
     }
     fn manifest(&self) -> ProviderManifest {
         ProviderManifest::new("steps")
