@@ -34,7 +34,7 @@ use async_trait::async_trait;
 use rath_flow::{CancellationToken, Tool, ToolContext, ToolError, ToolOutput};
 use rath_provider::{
     Provider, ProviderError, ProviderManifest, ProviderRequest, ProviderResponse, StreamAssembler,
-    StreamSink,
+    StreamSink, ToolChoice, ToolSchema,
 };
 use serde_json::Value;
 
@@ -109,14 +109,93 @@ fn write_canonical(v: &Value, out: &mut Vec<u8>) {
 
 /// The canonical JSON of `req` without its `request_id` (what the journal hashes): the
 /// same bytes as [`canonical_json`] of [`ProviderRequest::normalized`], written without
-/// building that tree when the request allows.
-fn request_text(req: &ProviderRequest) -> Vec<u8> {
+/// building that tree when the request allows. `tools` keeps the text of the last tool
+/// list written: an agent offers the same tools on every call, and their schemas were
+/// about half of this text's cost.
+fn request_text(req: &ProviderRequest, tools: &Mutex<ToolsText>) -> Vec<u8> {
     let mut text = Vec::new();
-    if crate::canon::write(req, Some("request_id"), &mut text).is_err() {
+    if write_request(req, tools, &mut text).is_err() {
         text.clear();
         write_canonical(&req.normalized(), &mut text);
     }
     text
+}
+
+/// The canonical JSON of a tool list, kept with the list it was written from.
+#[derive(Default)]
+pub(crate) struct ToolsText {
+    tools: Vec<ToolSchema>,
+    text: Option<Vec<u8>>,
+}
+
+/// Every field of a request but its id and tools, serialized as [`ProviderRequest`]
+/// serializes them (the same names, values and omissions).
+#[derive(serde::Serialize)]
+struct AllButTools<'a> {
+    model: &'a Option<String>,
+    messages: &'a Vec<rath_session::ChatMessage>,
+    tool_choice: &'a ToolChoice,
+    temperature: &'a Option<f32>,
+    seed: &'a Option<i64>,
+    max_tokens: &'a Option<u32>,
+    agent: &'a Option<String>,
+    #[serde(skip_serializing_if = "no_thinking")]
+    thinking: &'a std::collections::BTreeMap<String, Vec<Value>>,
+}
+
+fn no_thinking(t: &&std::collections::BTreeMap<String, Vec<Value>>) -> bool {
+    t.is_empty()
+}
+
+/// [`request_text`]'s direct path: the request but its tools, then `"tools"` (the last key
+/// in canonical order) with the kept text when the list is the one it was written from.
+fn write_request(
+    req: &ProviderRequest,
+    kept: &Mutex<ToolsText>,
+    out: &mut Vec<u8>,
+) -> Result<(), crate::canon::Unsupported> {
+    // Every field by name: one added to `ProviderRequest` does not compile here until it is
+    // written (or left out on purpose, as the id is).
+    let ProviderRequest {
+        request_id: _,
+        model,
+        messages,
+        tools,
+        tool_choice,
+        temperature,
+        seed,
+        max_tokens,
+        agent,
+        thinking,
+    } = req;
+    let rest = AllButTools {
+        model,
+        messages,
+        tool_choice,
+        temperature,
+        seed,
+        max_tokens,
+        agent,
+        thinking,
+    };
+    crate::canon::write(&rest, None, out)?;
+    if out.pop() != Some(b'}') {
+        return Err(crate::canon::Unsupported);
+    }
+    out.extend_from_slice(b",\"tools\":");
+    let mut kept = kept.lock().unwrap_or_else(|p| p.into_inner());
+    match &kept.text {
+        Some(text) if kept.tools == *tools => out.extend_from_slice(text),
+        _ => {
+            let mut text = Vec::new();
+            crate::canon::write(tools, None, &mut text)?;
+            out.extend_from_slice(&text);
+            kept.tools = tools.clone();
+            kept.text = Some(text);
+        }
+    }
+    out.push(b'}');
+    Ok(())
 }
 
 /// sha256(run, step path, call id, canonical arguments), NUL-separated, hex.
@@ -321,6 +400,7 @@ impl RunScope {
         JournaledProvider {
             scope: self.clone(),
             inner: Arc::new(inner),
+            tools: Arc::default(),
         }
     }
 
@@ -413,6 +493,8 @@ impl RunScope {
 pub struct JournaledProvider {
     scope: RunScope,
     inner: Arc<dyn Provider>,
+    /// The text of the tools its last request offered (see [`request_text`]).
+    tools: Arc<Mutex<ToolsText>>,
 }
 
 enum Served {
@@ -430,7 +512,7 @@ impl JournaledProvider {
             return Err(ProviderError::Config(format!("durable run stopped: {why}")));
         }
         let step = self.scope.step(req.agent.as_deref());
-        let hash = sha256_hex(&request_text(req));
+        let hash = sha256_hex(&request_text(req, &self.tools));
         let mut s = self.scope.lock();
         let seq = {
             let c = s.counters.entry(step.clone()).or_insert(0);
@@ -731,6 +813,54 @@ mod tests {
             r#"{"a":{"\u0001":{},"x":[],"y":true},"m":-0.25,"z":[3,1.5,{"a":"é\"\n","b":null}]}"#
         );
         assert_eq!(canonical_json(&json!("s")), r#""s""#);
+    }
+
+    #[test]
+    fn a_request_text_is_its_normalized_tree_whether_its_tools_were_kept_or_not() {
+        use rath_session::{Chunk, Session, Stamper, ToolCall};
+        let s = Session::user_with("plan it", Stamper::seeded(5))
+            .push(Chunk::assistant(
+                Some("calling".into()),
+                Some(vec![ToolCall::function("c1", "noop", r#"{"i": 1}"#)]),
+            ))
+            .push(Chunk::tool_result("c1", "noop", "{}"));
+        let noop = ToolSchema::new(
+            "noop",
+            "Do nothing.",
+            json!({"type": "object", "properties": {"i": {"type": "integer"}}, "required": ["i"]}),
+        );
+        let other = ToolSchema::new("z_other", "Other \"quoted\".", json!({"b": 1, "a": [true]}));
+        let mut full =
+            ProviderRequest::from_session(&s, vec![noop.clone(), other.clone()]).with_agent("a");
+        full.model = Some("m".into());
+        full.temperature = Some(0.25);
+        full.seed = Some(-3);
+        full.max_tokens = Some(64);
+        full.tool_choice = ToolChoice::Required;
+        full.thinking.insert(
+            "c1".into(),
+            vec![json!({"type": "thinking", "signature": "s"})],
+        );
+        let requests = [
+            ProviderRequest::from_session(&s, vec![noop.clone()]),
+            // The same tools again (the kept text), then others, none, and the first again.
+            ProviderRequest::from_session(
+                &s.clone().push(Chunk::assistant_text("ok")),
+                vec![noop.clone()],
+            ),
+            full,
+            ProviderRequest::from_session(&s, Vec::new()),
+            ProviderRequest::from_session(&s, vec![noop.clone()]).with_agent("b"),
+            ProviderRequest::from_session(&s, vec![other, noop]),
+        ];
+        let kept = Mutex::new(ToolsText::default());
+        for req in &requests {
+            let text = request_text(req, &kept);
+            assert_eq!(
+                String::from_utf8(text).unwrap(),
+                canonical_json(&req.normalized())
+            );
+        }
     }
 
     #[test]
