@@ -47,7 +47,9 @@ const DOC_PATH: &str = "<chunk document>";
 /// and evidence chunks alike.
 pub fn encode_chunk(chunk: &Chunk) -> Result<Vec<u8>, PersistError> {
     let mut out = Vec::with_capacity(64);
-    if chunk.branch().is_none() && crate::fast::write_conversation_chunk(&mut out, 0, chunk.body())
+    if chunk.branch().is_none()
+        && (crate::fast::write_conversation_chunk(&mut out, 0, chunk.body())
+            || crate::fast::write_evidence_chunk(&mut out, 0, chunk.body()))
     {
         // The direct writer wrote the whole record line.
     } else {

@@ -15,6 +15,8 @@
 //! [`write_conversation_chunk`] is the mirror image: it writes that layout for a plain
 //! conversation chunk, byte for byte what the serde path with [`crate::json::PyFormatter`]
 //! writes (tested likewise), and leaves every other chunk to serde.
+//! [`write_evidence_chunk`] does the same for the `model_call` and `tool_evidence` rows a
+//! chunk document holds for every model and tool call (SQL stores encode chunks that way).
 //!
 //! ```
 //! # // The module is private; its behaviour shows through `load_bytes`.
@@ -151,6 +153,96 @@ pub(crate) fn write_conversation_chunk(out: &mut Vec<u8>, index: u64, body: &Chu
     }
     out.extend_from_slice(b"}}\n");
     true
+}
+
+/// Appends the chunk row of a `model_call` or `tool_evidence` chunk (what a chunk document
+/// holds for every model and tool call: the row of its kind, no extension object) and
+/// returns `true`, byte for byte what the serde path with [`crate::json::PyFormatter`]
+/// writes (tested likewise); returns `false`, appending nothing, for any other chunk, one
+/// with a `detail` map, or one whose elapsed time is not a finite number (those go to
+/// serde).
+pub(crate) fn write_evidence_chunk(out: &mut Vec<u8>, index: u64, body: &ChunkBody) -> bool {
+    let mut f = crate::json::PyFormatter;
+    let start = out.len();
+    out.extend_from_slice(b"{\"record_type\": \"chunk\", \"index\": ");
+    // Writing a number into a Vec cannot fail.
+    let _ = f.write_u64(out, index);
+    match body {
+        ChunkBody::ModelCall(m) if m.detail.is_empty() && m.elapsed_ms.is_finite() => {
+            out.extend_from_slice(b", \"kind\": \"model_call\", \"payload\": {\"request_id\": ");
+            put_str(out, &m.request_id);
+            out.extend_from_slice(b", \"agent\": ");
+            put_opt_str(out, m.agent.as_deref());
+            out.extend_from_slice(b", \"provider\": ");
+            put_str(out, &m.provider);
+            out.extend_from_slice(b", \"model\": ");
+            put_opt_str(out, m.model.as_deref());
+            out.extend_from_slice(b", \"finish_reason\": ");
+            put_opt_str(out, m.finish_reason.as_deref());
+            out.extend_from_slice(b", \"usage\": ");
+            match &m.usage {
+                None => out.extend_from_slice(b"null"),
+                Some(u) => {
+                    out.extend_from_slice(b"{\"prompt_tokens\": ");
+                    let _ = f.write_u64(out, u.prompt_tokens);
+                    out.extend_from_slice(b", \"completion_tokens\": ");
+                    let _ = f.write_u64(out, u.completion_tokens);
+                    out.extend_from_slice(b", \"total_tokens\": ");
+                    let _ = f.write_u64(out, u.total_tokens);
+                    out.push(b'}');
+                }
+            }
+            out.extend_from_slice(b", \"messages_sent\": ");
+            let _ = f.write_u64(out, m.messages_sent);
+            out.extend_from_slice(b", \"elapsed_ms\": ");
+            let _ = f.write_f64(out, m.elapsed_ms);
+        }
+        ChunkBody::ToolEvidence(e) if e.detail.is_empty() && e.elapsed_ms.is_finite() => {
+            out.extend_from_slice(
+                b", \"kind\": \"tool_evidence\", \"payload\": {\"tool_call_id\": ",
+            );
+            put_str(out, &e.tool_call_id);
+            out.extend_from_slice(b", \"tool\": ");
+            put_str(out, &e.tool);
+            out.extend_from_slice(b", \"backend\": ");
+            put_opt_str(out, e.backend.as_deref());
+            out.extend_from_slice(b", \"sandbox_handle\": ");
+            put_opt_str(out, e.sandbox_handle.as_deref());
+            out.extend_from_slice(b", \"payload_kind\": ");
+            put_opt_str(out, e.payload_kind.as_deref());
+            out.extend_from_slice(b", \"summary\": ");
+            put_opt_str(out, e.summary.as_deref());
+            out.extend_from_slice(b", \"exit_code\": ");
+            match e.exit_code {
+                None => out.extend_from_slice(b"null"),
+                Some(code) => {
+                    let _ = f.write_i64(out, code);
+                }
+            }
+            out.extend_from_slice(b", \"outcome\": ");
+            put_str(out, &e.outcome);
+            out.extend_from_slice(b", \"elapsed_ms\": ");
+            let _ = f.write_f64(out, e.elapsed_ms);
+            out.extend_from_slice(b", \"bytes_in\": ");
+            let _ = f.write_u64(out, e.bytes_in);
+            out.extend_from_slice(b", \"bytes_out\": ");
+            let _ = f.write_u64(out, e.bytes_out);
+        }
+        _ => {
+            out.truncate(start);
+            return false;
+        }
+    }
+    out.extend_from_slice(b"}}\n");
+    true
+}
+
+/// [`put_str`] of a string, or `null`.
+fn put_opt_str(out: &mut Vec<u8>, s: Option<&str>) {
+    match s {
+        Some(s) => put_str(out, s),
+        None => out.extend_from_slice(b"null"),
+    }
 }
 
 /// Appends `s` as a JSON string the way [`crate::json::PyFormatter`] writes it. Text with
@@ -432,6 +524,144 @@ mod tests {
                 String::from_utf8_lossy(&serde_row)
             );
         }
+    }
+
+    fn evidence() -> impl Strategy<Value = ChunkBody> {
+        let opt = || proptest::option::of(text());
+        let elapsed = prop_oneof![
+            Just(0.0),
+            any::<f64>(),
+            Just(f64::NAN),
+            Just(1e16),
+            Just(1e-5),
+            Just(-0.0)
+        ];
+        let usage = proptest::option::of((any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+            |(prompt_tokens, completion_tokens, total_tokens)| rath_session::Usage {
+                prompt_tokens,
+                completion_tokens,
+                total_tokens,
+            },
+        ));
+        let detail = prop_oneof![
+            3 => Just(std::collections::BTreeMap::new()),
+            1 => Just([("stream".to_owned(), serde_json::json!(true))].into_iter().collect()),
+        ];
+        prop_oneof![
+            (
+                text(),
+                opt(),
+                text(),
+                opt(),
+                opt(),
+                usage,
+                any::<u64>(),
+                elapsed.clone(),
+                detail.clone()
+            )
+                .prop_map(
+                    |(
+                        request_id,
+                        agent,
+                        provider,
+                        model,
+                        finish_reason,
+                        usage,
+                        messages_sent,
+                        elapsed_ms,
+                        detail,
+                    )| {
+                        ChunkBody::ModelCall(rath_session::ModelCall {
+                            request_id,
+                            agent,
+                            provider,
+                            model,
+                            finish_reason,
+                            usage,
+                            messages_sent,
+                            elapsed_ms,
+                            detail,
+                        })
+                    }
+                ),
+            (
+                (text(), text(), opt(), opt(), opt(), opt()),
+                (
+                    proptest::option::of(any::<i64>()),
+                    text(),
+                    elapsed,
+                    any::<u64>(),
+                    any::<u64>(),
+                    detail
+                )
+            )
+                .prop_map(
+                    |(
+                        (tool_call_id, tool, backend, sandbox_handle, payload_kind, summary),
+                        (exit_code, outcome, elapsed_ms, bytes_in, bytes_out, detail),
+                    )| {
+                        ChunkBody::ToolEvidence(rath_session::ToolEvidence {
+                            tool_call_id,
+                            tool,
+                            backend,
+                            sandbox_handle,
+                            payload_kind,
+                            summary,
+                            exit_code,
+                            outcome,
+                            elapsed_ms,
+                            bytes_in,
+                            bytes_out,
+                            detail,
+                        })
+                    }
+                ),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn direct_evidence_rows_are_the_serde_rows(b in evidence(), index in 0u64..u64::MAX) {
+            let mut direct = b"prefix".to_vec();
+            let written = write_evidence_chunk(&mut direct, index, &b);
+            let (detail, elapsed) = match &b {
+                ChunkBody::ModelCall(m) => (m.detail.is_empty(), m.elapsed_ms),
+                ChunkBody::ToolEvidence(e) => (e.detail.is_empty(), e.elapsed_ms),
+                _ => unreachable!(),
+            };
+            // Written exactly when there is no detail and the time is a finite number.
+            prop_assert_eq!(written, detail && elapsed.is_finite());
+            if !written {
+                prop_assert_eq!(&direct, b"prefix");
+                return Ok(());
+            }
+            let mut serde_row = Vec::new();
+            crate::json::write_line(
+                &mut serde_row,
+                &ChunkOut {
+                    record_type: "chunk",
+                    index,
+                    kind: b.kind().as_str(),
+                    payload: PayloadRef(&b),
+                    rath_ext: None,
+                },
+            )
+            .expect("serialise");
+            prop_assert_eq!(
+                String::from_utf8_lossy(&direct[6..]),
+                String::from_utf8_lossy(&serde_row)
+            );
+        }
+    }
+
+    #[test]
+    fn conversation_chunks_are_not_evidence() {
+        let mut out = b"keep".to_vec();
+        let user = ChunkBody::User(TextPayload {
+            content: "hi".into(),
+        });
+        assert!(!write_evidence_chunk(&mut out, 0, &user));
+        assert_eq!(out, b"keep");
     }
 
     #[test]
