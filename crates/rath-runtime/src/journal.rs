@@ -251,21 +251,34 @@ impl CrashPoint {
     }
 }
 
+/// The crash, stop and pause specs of the environment (`RATH_RUNTIME_CRASH`,
+/// `RATH_RUNTIME_STOP`, `RATH_RUNTIME_PAUSE`), read once: a step reaches several points, and
+/// reading the environment takes its lock and scans it each time.
+fn specs() -> &'static [Option<String>; 3] {
+    static SPECS: std::sync::OnceLock<[Option<String>; 3]> = std::sync::OnceLock::new();
+    SPECS.get_or_init(|| {
+        [
+            "RATH_RUNTIME_CRASH",
+            "RATH_RUNTIME_STOP",
+            "RATH_RUNTIME_PAUSE",
+        ]
+        .map(|v| std::env::var(v).ok())
+    })
+}
+
 /// True when the environment names `point` for a crash, stop or pause.
 fn armed(point: CrashPoint) -> bool {
-    [
-        "RATH_RUNTIME_CRASH",
-        "RATH_RUNTIME_STOP",
-        "RATH_RUNTIME_PAUSE",
-    ]
-    .iter()
-    .any(|v| std::env::var(v).is_ok_and(|s| s.split(':').next() == Some(point.name())))
+    specs()
+        .iter()
+        .flatten()
+        .any(|s| s.split(':').next() == Some(point.name()))
 }
 
 /// Reaches `point`: SIGKILLs the process or sleeps when the environment asks for it here.
 pub async fn crash_point(point: CrashPoint) {
     let n = CRASH_COUNTS[point.index()].fetch_add(1, Ordering::SeqCst) + 1;
-    if let Ok(spec) = std::env::var("RATH_RUNTIME_CRASH") {
+    let [crash, stop, pause] = specs();
+    if let Some(spec) = crash {
         let mut it = spec.split(':');
         if it.next() == Some(point.name()) && it.next().and_then(|s| s.parse().ok()) == Some(n) {
             tracing::warn!(point = point.name(), n, "crash point: SIGKILL");
@@ -275,7 +288,7 @@ pub async fn crash_point(point: CrashPoint) {
             }
         }
     }
-    if let Ok(spec) = std::env::var("RATH_RUNTIME_STOP") {
+    if let Some(spec) = stop {
         let mut it = spec.split(':');
         if it.next() == Some(point.name()) && it.next().and_then(|s| s.parse().ok()) == Some(n) {
             // Waits for the transactions under way and lets no new one start until the
@@ -299,7 +312,7 @@ pub async fn crash_point(point: CrashPoint) {
             }
         }
     }
-    if let Ok(spec) = std::env::var("RATH_RUNTIME_PAUSE") {
+    if let Some(spec) = pause {
         let parts: Vec<&str> = spec.split(':').collect();
         if parts.len() == 3
             && parts[0] == point.name()
