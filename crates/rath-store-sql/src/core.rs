@@ -10,7 +10,7 @@ macro_rules! sql_store {
         db: $db:ty,
         migrations: $migrations:expr,
         begin_write: $begin_write:expr,
-        write_lock: $write_lock:expr,
+        begin_locked: $begin_locked:expr,
         gc_lock: $gc_lock:expr,
         migrate_lock: $migrate_lock:expr,
         for_update: $for_update:expr,
@@ -864,8 +864,7 @@ macro_rules! sql_store {
             batch: WriteBatch<'_>,
         ) -> Result<Vec<WriteReport>, PersistError> {
             let mut learned = Learned::new();
-            let mut tx = begin(pool, name, $begin_write).await?;
-            exec(&mut tx, name, "lock", $write_lock).await?;
+            let mut tx = begin(pool, name, $begin_locked).await?;
             let reports = batch_in(&mut tx, name, known, &mut learned, &batch, false).await?;
             tx.commit().await.map_err(|e| backend(name, "commit", e))?;
             for (id, k) in learned {
@@ -1004,8 +1003,7 @@ macro_rules! sql_store {
             known: &KnownSessions,
             set_path: bool,
         ) -> Result<Vec<(Vec<WriteReport>, Learned)>, PersistError> {
-            let mut tx = begin_on(conn, pool, name, $begin_write).await?;
-            exec(&mut tx, name, "lock", $write_lock).await?;
+            let mut tx = begin_on(conn, pool, name, $begin_locked).await?;
             // The fences of batches guarding different keys are checked in one statement
             // (each key's check is independent of the other batches' writes).
             let fences: Vec<&rath_persist::Fence> = jobs.iter().filter_map(|j| j.fence.as_ref()).collect();
@@ -1958,8 +1956,7 @@ macro_rules! sql_store {
             id: &SessionId,
         ) -> Result<bool, PersistError> {
             known.forget(id.as_str());
-            let mut tx = begin(pool, name, $begin_write).await?;
-            exec(&mut tx, name, "lock", $write_lock).await?;
+            let mut tx = begin(pool, name, $begin_locked).await?;
             let Some(row) = stored_row(&mut tx, name, id.as_str()).await? else {
                 return Ok(false);
             };

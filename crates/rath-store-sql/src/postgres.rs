@@ -22,7 +22,10 @@ mod imp {
         db: sqlx::Postgres,
         migrations: crate::schema::POSTGRES,
         begin_write: "BEGIN",
-        write_lock: "LOCK TABLE rath_segments IN ROW EXCLUSIVE MODE",
+        // A write transaction takes this lock before it reads anything, so a collection
+        // (`gc_lock`) cannot remove rows between a writer's reads and its writes; sent with
+        // the BEGIN (one round trip).
+        begin_locked: "BEGIN; LOCK TABLE rath_segments IN ROW EXCLUSIVE MODE",
         gc_lock: "LOCK TABLE rath_segments IN SHARE ROW EXCLUSIVE MODE",
         migrate_lock: "SELECT pg_advisory_xact_lock(7243901)",
         for_update: " FOR UPDATE",

@@ -21,7 +21,7 @@ mod imp {
         db: sqlx::Sqlite,
         migrations: crate::schema::SQLITE,
         begin_write: "BEGIN IMMEDIATE",
-        write_lock: "",
+        begin_locked: "BEGIN IMMEDIATE",
         gc_lock: "",
         migrate_lock: "",
         for_update: "",
