@@ -785,7 +785,11 @@ const PG_MISS: &str = "profiled (statement traces, pg_stat_statements and perf o
     move apart with the host's disk and CPU load: in the 12th session the peer's sitting \
     medians went from 326 to 441 steps/s within the hour while ours stayed at 7,600-8,600, \
     and its sittings gave 23.8× (pg_stat_statements loaded), 23.3×, 19.4×, 18.1× and 21.3×; the \
-    11th's 18.5×-22.3×, the 10th's 15.6×-17.7×";
+    11th's 18.5×-22.3×, the 10th's 15.6×-17.7×. The 13th session cut our CPU per drain \
+    (mimalloc's v2 line, whose frees from the other thread cost less than v3's; the tools' \
+    text kept for the request hash, which had been half its cost; evidence chunk documents \
+    written directly; the bench model without a provider that recorded every request) and \
+    its first sitting gave 23.7× with the peer at 425 steps/s";
 
 /// One row per goal of issue 20's benchmarks (met, missed, or not measured), for the
 /// summary of `docs/benchmarks.md`.
