@@ -789,7 +789,9 @@ const PG_MISS: &str = "profiled (statement traces, pg_stat_statements and perf o
     (mimalloc's v2 line, whose frees from the other thread cost less than v3's; the tools' \
     text kept for the request hash, which had been half its cost; evidence chunk documents \
     written directly; the bench model without a provider that recorded every request) and \
-    its first sitting gave 23.7× with the peer at 425 steps/s";
+    its sittings gave 23.7×, 23.6× and 22.9× with the peer at 425-464 steps/s; but an \
+    interleaved A/B of its first and last code (21 drains each, both orders) found the rates \
+    within 2% and our CPU per drain 3-6% lower: the machine ran fast that evening";
 
 /// One row per goal of issue 20's benchmarks (met, missed, or not measured), for the
 /// summary of `docs/benchmarks.md`.
