@@ -111,10 +111,7 @@ pub(crate) fn write_conversation_chunk(out: &mut Vec<u8>, index: u64, body: &Chu
         }
         ChunkBody::Assistant(p) => {
             out.extend_from_slice(b", \"kind\": \"assistant\", \"payload\": {\"content\": ");
-            match &p.content {
-                Some(c) => put_str(out, c),
-                None => out.extend_from_slice(b"null"),
-            }
+            put_opt_str(out, p.content.as_deref());
             out.extend_from_slice(b", \"tool_calls\": ");
             match &p.tool_calls {
                 None => out.extend_from_slice(b"null"),
@@ -427,20 +424,25 @@ mod tests {
         crate::record::body_from_raw(&kind, v.get("payload")?.clone()).ok()
     }
 
-    fn row(body: &ChunkBody) -> String {
+    /// The row the serde path writes for `body` at `index`.
+    fn serde_row(body: &ChunkBody, index: u64) -> Vec<u8> {
         let mut out = Vec::new();
         crate::json::write_line(
             &mut out,
             &ChunkOut {
                 record_type: "chunk",
-                index: 3,
+                index,
                 kind: body.kind().as_str(),
                 payload: PayloadRef(body),
                 rath_ext: None,
             },
         )
         .expect("serialise");
-        String::from_utf8(out).expect("utf-8")
+        out
+    }
+
+    fn row(body: &ChunkBody) -> String {
+        String::from_utf8(serde_row(body, 3)).expect("utf-8")
     }
 
     fn text() -> impl Strategy<Value = String> {
@@ -505,18 +507,7 @@ mod tests {
     proptest! {
         #[test]
         fn direct_rows_are_the_serde_rows(b in body(), index in 0u64..u64::MAX) {
-            let mut serde_row = Vec::new();
-            crate::json::write_line(
-                &mut serde_row,
-                &ChunkOut {
-                    record_type: "chunk",
-                    index,
-                    kind: b.kind().as_str(),
-                    payload: PayloadRef(&b),
-                    rath_ext: None,
-                },
-            )
-            .expect("serialise");
+            let serde_row = serde_row(&b, index);
             let mut direct = b"prefix".to_vec();
             prop_assert!(write_conversation_chunk(&mut direct, index, &b));
             prop_assert_eq!(
@@ -635,18 +626,7 @@ mod tests {
                 prop_assert_eq!(&direct, b"prefix");
                 return Ok(());
             }
-            let mut serde_row = Vec::new();
-            crate::json::write_line(
-                &mut serde_row,
-                &ChunkOut {
-                    record_type: "chunk",
-                    index,
-                    kind: b.kind().as_str(),
-                    payload: PayloadRef(&b),
-                    rath_ext: None,
-                },
-            )
-            .expect("serialise");
+            let serde_row = serde_row(&b, index);
             prop_assert_eq!(
                 String::from_utf8_lossy(&direct[6..]),
                 String::from_utf8_lossy(&serde_row)
