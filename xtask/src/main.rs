@@ -4,11 +4,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// The allocator `rath` (the worker and server binary) uses, so the benchmarks run ours as
-/// it ships: a bench drain allocates and frees small buffers on two threads at a rate at
-/// which glibc malloc took about a fifth of our CPU.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+/// The allocator `rath` (the worker and server binary) ships with, and its options, so the
+/// benchmarks run ours as it ships: a bench drain allocates and frees small buffers on two
+/// threads at a rate at which glibc malloc took about a fifth of our CPU.
+#[path = "../../crates/rath-cli/src/alloc.rs"]
+mod alloc;
 
 mod bench;
 mod bench_runtime;
@@ -40,6 +40,7 @@ enum Command {
 const SQL_TRACE_ENV: &str = "RATH_BENCH_SQL_TRACE";
 
 fn main() -> ExitCode {
+    alloc::tune();
     if let Some(path) = std::env::var_os(SQL_TRACE_ENV) {
         let file = std::fs::OpenOptions::new()
             .create(true)

@@ -16,12 +16,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use rath_inspect::view::{ViewOptions, write_store_page};
 use rath_inspect::{FileWarning, InspectError, Page, StoreView};
 
-/// mimalloc: a worker or server allocates and frees many small buffers from several threads
-/// (chunk documents, statements, JSON), where glibc malloc cost about a fifth of a durable
-/// worker's CPU (`docs/bench-runtime.md`).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
+mod alloc;
 mod export;
 mod runs;
 mod serve;
@@ -215,6 +210,7 @@ impl Output {
 }
 
 fn main() -> ExitCode {
+    alloc::tune();
     std::panic::set_hook(Box::new(|info| {
         let msg = info
             .payload()
