@@ -791,7 +791,13 @@ const PG_MISS: &str = "profiled (statement traces, pg_stat_statements and perf o
     written directly; the bench model without a provider that recorded every request) and \
     its sittings gave 23.7×, 23.6× and 22.9× with the peer at 425-464 steps/s; but an \
     interleaved A/B of its first and last code (21 drains each, both orders) found the rates \
-    within 2% and our CPU per drain 3-6% lower: the machine ran fast that evening";
+    within 2% and our CPU per drain 3-6% lower: the machine ran fast that evening. The 14th \
+    session's sittings of that code gave 22.1× (the peer 410 steps/s) and 19.4× (the peer's \
+    rounds 391-514); it had mimalloc keep freed memory a second (a third of our page faults, \
+    interleaved A/Bs +3% to +6%). pgbench over rt_group (40 runs a call, the fsync left out) \
+    puts PostgreSQL's floor in the rows: a journal row about 7 µs, a ledger row's insert about \
+    10 µs and its succeeded update about 14 µs, a call with nothing to write about 95 µs, the \
+    fence next to nothing; so what is left is fewer rows per step, not cheaper statements";
 
 /// One row per goal of issue 20's benchmarks (met, missed, or not measured), for the
 /// summary of `docs/benchmarks.md`.
