@@ -763,7 +763,7 @@ async fn a_v4_postgres_store_migrates_to_array_rows() {
          beats json, finishes json, events json, claims json, notify json) RETURNS json \
          LANGUAGE sql SET plan_cache_mode = force_generic_plan \
          AS $$ SELECT '{\"fenced\": true}'::json $$",
-        "DELETE FROM rt_schema WHERE version = 5",
+        "DELETE FROM rt_schema WHERE version >= 5",
     ] {
         sqlx::query(sql).execute(&pool).await.unwrap();
     }
@@ -772,7 +772,10 @@ async fn a_v4_postgres_store_migrates_to_array_rows() {
     assert_eq!(before.len(), 1);
     assert!(before[0].0.contains("tokens json"), "{before:?}");
     let rt = env.runtime().await;
-    assert_eq!(rt.runs().schema_version().await.unwrap(), 5);
+    assert_eq!(
+        rt.runs().schema_version().await.unwrap(),
+        rath_runtime::SCHEMA_VERSION
+    );
     let after = functions(pool.clone()).await;
     assert_eq!(after.len(), 1, "{after:?}");
     assert!(
@@ -787,6 +790,71 @@ async fn a_v4_postgres_store_migrates_to_array_rows() {
     );
     let id = submit(&rt, "team").await;
     let w = Worker::new(rt.clone(), WorkerOptions::named("v5"));
+    assert_eq!(
+        w.run_once().await.unwrap().unwrap(),
+        (id, Outcome::Moved(RunStatus::Succeeded))
+    );
+    pool.close().await;
+}
+
+/// A PostgreSQL run store at schema v5 (its keys under the database's default collation) is
+/// brought to v6 when a store of this build connects: every key column compares as bytes,
+/// and a run submitted before the migration is claimed and finished after it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_v5_postgres_store_migrates_to_byte_keys() {
+    let Some(env) = Env::postgres("v5_to_v6").await else {
+        return;
+    };
+    let keys = |pool: sqlx::PgPool| async move {
+        sqlx::query_as::<_, (String, String, Option<String>)>(
+            "SELECT table_name::text, column_name::text, collation_name::text \
+             FROM information_schema.columns \
+             WHERE table_name LIKE 'rt\\_%' AND column_name IN ('id', 'run_id', 'step', 'call_id') \
+             AND table_name <> 'rt_schema' ORDER BY 1, 2",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    };
+    let rt = env.runtime().await;
+    let pool = sqlx::PgPool::connect(&env.url).await.unwrap();
+    let id = submit(&rt, "team").await;
+    // Back to what v5 left: the keys under the database's collation, no v6 row.
+    for (table, column) in [
+        ("rt_runs", "id"),
+        ("rt_leases", "run_id"),
+        ("rt_journal", "run_id"),
+        ("rt_journal", "step"),
+        ("rt_effects", "run_id"),
+        ("rt_effects", "step"),
+        ("rt_effects", "call_id"),
+        ("rt_events", "run_id"),
+    ] {
+        let sql = format!(
+            "ALTER TABLE {table} ALTER COLUMN {column} TYPE text COLLATE pg_catalog.\"default\""
+        );
+        sqlx::query(&sql).execute(&pool).await.unwrap();
+    }
+    sqlx::query("DELETE FROM rt_schema WHERE version = 6")
+        .execute(&pool)
+        .await
+        .unwrap();
+    drop(rt);
+    let before = keys(pool.clone()).await;
+    assert_eq!(before.len(), 8, "{before:?}");
+    assert!(before.iter().all(|k| k.2.is_none()), "{before:?}");
+    let rt = env.runtime().await;
+    assert_eq!(
+        rt.runs().schema_version().await.unwrap(),
+        rath_runtime::SCHEMA_VERSION
+    );
+    let after = keys(pool.clone()).await;
+    assert_eq!(after.len(), 8, "{after:?}");
+    assert!(
+        after.iter().all(|k| k.2.as_deref() == Some("C")),
+        "{after:?}"
+    );
+    let w = Worker::new(rt.clone(), WorkerOptions::named("v6"));
     assert_eq!(
         w.run_once().await.unwrap().unwrap(),
         (id, Outcome::Moved(RunStatus::Succeeded))
