@@ -608,6 +608,9 @@ pub struct RuntimeResults {
     pub kills: Vec<(&'static str, Option<f64>)>,
     /// Store writes per step.
     pub writes: Vec<Writes>,
+    /// How each side's connections to PostgreSQL travel, as the server sees them
+    /// (`(ours, the peer's)`, e.g. `TLSv1.3` or `plain`), or why that was not checked.
+    pub transport: std::result::Result<(String, String), String>,
 }
 
 /// Measures the runtime workload in one sitting: `repeats` rounds, each a run of the peer
@@ -633,6 +636,10 @@ fn measure_with(quick: bool, repeats: usize) -> Result<RuntimeResults> {
         vec![CONCURRENCY[0], CONCURRENCY[CONCURRENCY.len() - 1]]
     } else {
         CONCURRENCY.to_vec()
+    };
+    let transport = match dsn.as_deref() {
+        Some(dsn) => rt.block_on(transport(dsn)).map_err(|e| format!("{e:#}")),
+        None => Err("RATH_TEST_POSTGRES_URL is not set".to_owned()),
     };
     let mut peer: std::result::Result<Vec<Value>, String> = Ok(Vec::new());
     // Every drain of ours, in round order.
@@ -696,7 +703,44 @@ fn measure_with(quick: bool, repeats: usize) -> Result<RuntimeResults> {
         ours,
         kills,
         writes,
+        transport,
     })
+}
+
+/// What the server reports of a connection's transport: `plain`, or TLS and its version.
+const TRANSPORT_SQL: &str = "SELECT CASE WHEN ssl THEN version ELSE 'plain' END \
+    FROM pg_stat_ssl WHERE pid = pg_backend_pid()";
+
+/// How our connections and the peer's travel to the server at `dsn`: each side connects
+/// with its own client's defaults for that URL (sqlx's and libpq's `sslmode` default is
+/// `prefer`: TLS when the server offers it) and asks the server.
+async fn transport(dsn: &str) -> Result<(String, String)> {
+    use sqlx::Connection as _;
+    let mut conn = sqlx::PgConnection::connect(dsn)
+        .await
+        .context("connect to RATH_TEST_POSTGRES_URL")?;
+    let ours: String = sqlx::query_scalar(TRANSPORT_SQL)
+        .fetch_one(&mut conn)
+        .await?;
+    conn.close().await?;
+    let py = std::env::var_os("RATH_OPENRATH_PYTHON").context("RATH_OPENRATH_PYTHON is not set")?;
+    let out = Command::new(py)
+        .args([
+            "-c",
+            "import sys, psycopg\n\
+             with psycopg.connect(sys.argv[1]) as c:\n    \
+             print(c.execute(sys.argv[2]).fetchone()[0])",
+            dsn,
+            TRANSPORT_SQL,
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("ask psycopg how it connects")?;
+    if !out.status.success() {
+        bail!("psycopg could not say how it connects ({})", out.status);
+    }
+    let peer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    Ok((ours, peer))
 }
 
 /// Runs the runtime workload (`repeats` drains per setting) and writes its page to `out`.
@@ -797,7 +841,13 @@ const PG_MISS: &str = "profiled (statement traces, pg_stat_statements and perf o
     interleaved A/Bs +3% to +6%). pgbench over rt_group (40 runs a call, the fsync left out) \
     puts PostgreSQL's floor in the rows: a journal row about 7 µs, a ledger row's insert about \
     10 µs and its succeeded update about 14 µs, a call with nothing to write about 95 µs, the \
-    fence next to nothing; so what is left is fewer rows per step, not cheaper statements";
+    fence next to nothing; so what is left is fewer rows per step, not cheaper statements. \
+    The 15th session's sittings after the run store's keys took byte order (schema v6) gave \
+    24.9×, 21.6×, 21.8× and 26.3×; it then found that the peer had always spoken TLS to the \
+    server (libpq prefers it) and ours plain text (sqlx had been built without TLS), and \
+    that the peer runs about 11% faster without TLS (4 runs each). Since then both sides \
+    speak TLS (ours: no measurable cost at 100 runs in flight, 60 drains a side) and the \
+    page says how each side connected; the sittings of that code gave 19.5×, 22.9× and 25.6×";
 
 /// One row per goal of issue 20's benchmarks (met, missed, or not measured), for the
 /// summary of `docs/benchmarks.md`.
@@ -880,6 +930,18 @@ pub(crate) fn goal_rows(r: &RuntimeResults) -> Vec<crate::bench::GoalRow> {
     rows
 }
 
+/// The page's sentence on how both sides reach PostgreSQL.
+fn transport_text(t: &std::result::Result<(String, String), String>) -> String {
+    match t {
+        Ok((ours, peer)) => format!(
+            "PostgreSQL transport, as the server reports each side's connection \
+             (`pg_stat_ssl`): ours {ours}, the peer's {peer}; both connect to the same URL \
+             with their client's default `sslmode` (`prefer`: TLS when the server offers it)."
+        ),
+        Err(why) => format!("PostgreSQL transport not checked: {why}."),
+    }
+}
+
 /// The runtime section (headings `###`): workload, steps/s per setting, SIGKILL to
 /// progress, writes per step, goals.
 pub fn render(r: &RuntimeResults) -> String {
@@ -902,7 +964,7 @@ pub fn render(r: &RuntimeResults) -> String {
          (`Runtime::wait_all`) has seen every run succeed. Output sessions go \
          to the SQL session store of the same kind, appended as they grow. Peer: Python \
          OpenRath 2.0 `LocalRuntime`, K `@step` methods with a checkpoint per step, {WORKERS} \
-         worker processes (`../shared/peers/openrath_runtime_bench.py`).\n",
+         worker processes (`../shared/peers/openrath_runtime_bench.py`). {}\n",
         if r.quick { " --quick" } else { "" },
         r.repeats,
         if r.repeats == 1 { "" } else { "s" },
@@ -911,6 +973,7 @@ pub fn render(r: &RuntimeResults) -> String {
             .unwrap_or(1),
         r.load_before,
         r.load_after,
+        transport_text(&r.transport),
     );
     let _ = writeln!(md, "### Steps per second\n");
     let _ = writeln!(

@@ -533,7 +533,10 @@ pub enum Resolution {
 
 impl RunStore {
     /// Opens (creating when missing) the run store at `url`: `sqlite:<file>` or
-    /// `postgres://user:password@host/db`, and applies its migrations.
+    /// `postgres://user:password@host/db`, and applies its migrations. A PostgreSQL URL's
+    /// `sslmode` is honoured as libpq does: `prefer` (the default) speaks TLS when the
+    /// server offers it, `require` insists, `verify-ca` and `verify-full` also check the
+    /// server's certificate (against the web's root authorities and `sslrootcert`).
     pub async fn connect(url: &str) -> Result<RunStore, RuntimeError> {
         let store = if let Some(rest) = url.strip_prefix("sqlite:") {
             let path = rest.trim_start_matches("//");

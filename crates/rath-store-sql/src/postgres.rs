@@ -61,7 +61,10 @@ crate::core::group_test_hooks!(PgStore);
 impl PgStore {
     /// Connects to `url` (`postgres://user:password@host:port/db`) and applies the
     /// migrations the database lacks. A server that refuses the connection is
-    /// [`PersistError::Backend`] naming the store (never the password).
+    /// [`PersistError::Backend`] naming the store (never the password). The URL's
+    /// `sslmode` is honoured as libpq does: `prefer` (the default) speaks TLS when the
+    /// server offers it, `require` insists, `verify-ca` and `verify-full` also check the
+    /// server's certificate (against the web's root authorities and `sslrootcert`).
     pub async fn connect(url: &str) -> Result<Self, PersistError> {
         Self::connect_in(url, None).await
     }
