@@ -14,10 +14,12 @@ fn with_params(url: &str, params: &str) -> String {
     format!("{url}{sep}{params}")
 }
 
-/// Whether the server has TLS on (`None` after a skip: it is off, which fails under
-/// `RATH_CI=1`; `.ci/install.d/60-postgres.sh` turns it on).
-async fn server_offers_tls(url: &str) -> Option<()> {
-    let pool = sqlx::PgPool::connect(&with_params(url, "sslmode=disable"))
+/// `RATH_TEST_POSTGRES_URL` when its server has TLS on (`None` after a skip: no URL, or a
+/// server with ssl off, which fails under `RATH_CI=1`; `.ci/install.d/60-postgres.sh` sets
+/// the URL and turns TLS on).
+async fn tls_server() -> Option<String> {
+    let url = common::postgres_url()?;
+    let pool = sqlx::PgPool::connect(&with_params(&url, "sslmode=disable"))
         .await
         .expect("connect to RATH_TEST_POSTGRES_URL");
     let ssl: String = sqlx::query_scalar("SHOW ssl")
@@ -26,7 +28,7 @@ async fn server_offers_tls(url: &str) -> Option<()> {
         .expect("SHOW ssl");
     pool.close().await;
     if ssl == "on" {
-        Some(())
+        Some(url)
     } else {
         rath_testkit::skip(
             "the PostgreSQL server at RATH_TEST_POSTGRES_URL has ssl off \
@@ -85,12 +87,9 @@ async fn store_with(url: &str, sslmode: Option<&str>) -> (i64, i64) {
 
 #[tokio::test]
 async fn a_store_uses_tls_when_its_url_requires_it_and_plain_text_when_it_forbids_it() {
-    let Some(url) = common::postgres_url() else {
+    let Some(url) = tls_server().await else {
         return;
     };
-    if server_offers_tls(&url).await.is_none() {
-        return;
-    }
     let (open, encrypted) = store_with(&url, Some("require")).await;
     assert!(open > 0, "the store kept no connection open");
     assert_eq!(
@@ -104,12 +103,9 @@ async fn a_store_uses_tls_when_its_url_requires_it_and_plain_text_when_it_forbid
 
 #[tokio::test]
 async fn a_store_prefers_tls_when_the_url_says_nothing() {
-    let Some(url) = common::postgres_url() else {
+    let Some(url) = tls_server().await else {
         return;
     };
-    if server_offers_tls(&url).await.is_none() {
-        return;
-    }
     // `prefer`, the default (libpq's too): the durable bench's URL names no `sslmode`, so
     // our stores and the Python peer both speak TLS to a server that offers it.
     let (open, encrypted) = store_with(&url, None).await;
