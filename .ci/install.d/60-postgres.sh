@@ -19,6 +19,17 @@ rath_postgres_tls() {
   if [ ! -f "$key" ] && command -v make-ssl-cert >/dev/null 2>&1; then
     make-ssl-cert generate-default-snakeoil >/dev/null 2>&1 || true
   fi
+  if [ ! -f "$key" ] && command -v openssl >/dev/null 2>&1; then
+    # No snake-oil certificate to be had: a self-signed one in the cluster's directory.
+    local dir
+    dir=$(su postgres -c "psql -qAtc 'show data_directory'" 2>/dev/null)
+    if [ -n "$dir" ] && openssl req -new -x509 -days 3650 -nodes -subj /CN=localhost \
+      -keyout "$dir/rath-tls.key" -out "$dir/rath-tls.crt" >/dev/null 2>&1; then
+      chown postgres: "$dir/rath-tls.key" "$dir/rath-tls.crt"
+      chmod 600 "$dir/rath-tls.key"
+      key="$dir/rath-tls.key" cert="$dir/rath-tls.crt"
+    fi
+  fi
   if [ -f "$key" ] && [ -f "$cert" ]; then
     su postgres -c "psql -q -c \"ALTER SYSTEM SET ssl_cert_file = '$cert'\" \
       -c \"ALTER SYSTEM SET ssl_key_file = '$key'\" -c 'ALTER SYSTEM SET ssl = on' \
