@@ -537,11 +537,16 @@ async fn kill_to_progress(kind: &str, dir: &Path) -> Result<Option<f64>> {
     Ok(Some(secs))
 }
 
+/// The peer's interpreter: `RATH_OPENRATH_PYTHON`, a venv with `openrath[postgres]`.
+fn peer_python() -> Result<PathBuf> {
+    std::env::var_os("RATH_OPENRATH_PYTHON")
+        .map(PathBuf::from)
+        .context("RATH_OPENRATH_PYTHON is not set (a venv with openrath[postgres]==2.0.0; see .ci/install.d/30-persist-python.sh)")
+}
+
 /// The Python peer's JSON (`None` with the reason when it cannot run here).
 fn python_peer(dsn: Option<&str>) -> Result<Value> {
-    let py = std::env::var_os("RATH_OPENRATH_PYTHON")
-        .map(PathBuf::from)
-        .context("RATH_OPENRATH_PYTHON is not set (a venv with openrath[postgres]==2.0.0; see .ci/install.d/30-persist-python.sh)")?;
+    let py = peer_python()?;
     let script = xtask::shared_dir().join("peers/openrath_runtime_bench.py");
     let mut cmd = Command::new(&py);
     cmd.arg(&script)
@@ -723,7 +728,7 @@ async fn transport(dsn: &str) -> Result<(String, String)> {
         .fetch_one(&mut conn)
         .await?;
     conn.close().await?;
-    let py = std::env::var_os("RATH_OPENRATH_PYTHON").context("RATH_OPENRATH_PYTHON is not set")?;
+    let py = peer_python()?;
     let out = Command::new(py)
         .args([
             "-c",

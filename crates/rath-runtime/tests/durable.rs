@@ -193,6 +193,17 @@ impl Env {
             .unwrap()
     }
 
+    /// [`Env::runtime`] on a store an older build left: connecting migrates it, and the
+    /// store then says this build's schema version.
+    async fn migrated(&self) -> Runtime {
+        let rt = self.runtime().await;
+        assert_eq!(
+            rt.runs().schema_version().await.unwrap(),
+            rath_runtime::SCHEMA_VERSION
+        );
+        rt
+    }
+
     /// A worker process named `name` with extra environment (crash points).
     fn worker(&self, name: &str, lease_ms: u64, env: &[(&str, &str)]) -> Child {
         self.child("worker", name, lease_ms, env)
@@ -771,11 +782,7 @@ async fn a_v4_postgres_store_migrates_to_array_rows() {
     let before = functions(pool.clone()).await;
     assert_eq!(before.len(), 1);
     assert!(before[0].0.contains("tokens json"), "{before:?}");
-    let rt = env.runtime().await;
-    assert_eq!(
-        rt.runs().schema_version().await.unwrap(),
-        rath_runtime::SCHEMA_VERSION
-    );
+    let rt = env.migrated().await;
     let after = functions(pool.clone()).await;
     assert_eq!(after.len(), 1, "{after:?}");
     assert!(
@@ -843,11 +850,7 @@ async fn a_v5_postgres_store_migrates_to_byte_keys() {
     let before = keys(pool.clone()).await;
     assert_eq!(before.len(), 8, "{before:?}");
     assert!(before.iter().all(|k| k.2.is_none()), "{before:?}");
-    let rt = env.runtime().await;
-    assert_eq!(
-        rt.runs().schema_version().await.unwrap(),
-        rath_runtime::SCHEMA_VERSION
-    );
+    let rt = env.migrated().await;
     let after = keys(pool.clone()).await;
     assert_eq!(after.len(), 8, "{after:?}");
     assert!(

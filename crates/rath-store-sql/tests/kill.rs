@@ -371,8 +371,7 @@ fn sigkill_postgres_writers_at_random_points() {
         return;
     };
     let schema = common::fresh_schema("kill");
-    let sep = if base.contains('?') { '&' } else { '?' };
-    let url = format!("{base}{sep}schema={schema}");
+    let url = common::with_params(&base, &format!("schema={schema}"));
     // Lazy: its connection opens on the runtime that first uses it (`kill_writers`' own), not
     // on a runtime dropped right away, whose sockets then fail ("A Tokio 1.x context was
     // found, but it is being shutdown"), now and then, when `settle` reuses one.

@@ -4,14 +4,16 @@
 
 mod common;
 
+use common::with_params;
 use rath_persist::SessionStore;
 use rath_session::{Chunk, Session, Stamper};
 use rath_store_sql::PgStore;
 
-/// `url` with `params` added to its query string.
-fn with_params(url: &str, params: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}{params}")
+/// A pool on `url` in plain text, for reading the server's settings and views.
+async fn admin(url: &str) -> sqlx::PgPool {
+    sqlx::PgPool::connect(&with_params(url, "sslmode=disable"))
+        .await
+        .expect("connect to RATH_TEST_POSTGRES_URL")
 }
 
 /// `RATH_TEST_POSTGRES_URL` when its server has TLS on (`None` after a skip: no URL, or a
@@ -19,9 +21,7 @@ fn with_params(url: &str, params: &str) -> String {
 /// the URL and turns TLS on).
 async fn tls_server() -> Option<String> {
     let url = common::postgres_url()?;
-    let pool = sqlx::PgPool::connect(&with_params(&url, "sslmode=disable"))
-        .await
-        .expect("connect to RATH_TEST_POSTGRES_URL");
+    let pool = admin(&url).await;
     let ssl: String = sqlx::query_scalar("SHOW ssl")
         .fetch_one(&pool)
         .await
@@ -40,9 +40,7 @@ async fn tls_server() -> Option<String> {
 
 /// For the backends of `app`'s connections: how many there are and how many use TLS.
 async fn backends(url: &str, app: &str) -> (i64, i64) {
-    let pool = sqlx::PgPool::connect(&with_params(url, "sslmode=disable"))
-        .await
-        .expect("connect to RATH_TEST_POSTGRES_URL");
+    let pool = admin(url).await;
     let row: (i64, i64) = sqlx::query_as(
         "SELECT count(*), count(*) FILTER (WHERE s.ssl) FROM pg_stat_activity a \
          JOIN pg_stat_ssl s USING (pid) WHERE a.application_name = $1",

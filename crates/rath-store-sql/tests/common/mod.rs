@@ -30,6 +30,12 @@ pub fn postgres_url() -> Option<String> {
     }
 }
 
+/// `url` with `params` (`k=v&...`) added to its query string.
+pub fn with_params(url: &str, params: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{params}")
+}
+
 /// A schema name no other test uses.
 pub fn fresh_schema(tag: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
