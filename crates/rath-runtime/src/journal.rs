@@ -36,7 +36,9 @@ use rath_provider::{
     Provider, ProviderError, ProviderManifest, ProviderRequest, ProviderResponse, StreamAssembler,
     StreamSink, ToolChoice, ToolSchema,
 };
+use rath_session::ChatMessage;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use crate::model::{Effect, EffectState, Lease, RunId};
 use crate::store::{Barrier, JournalEntry, RunStore};
@@ -183,19 +185,145 @@ fn write_request(
         return Err(crate::canon::Unsupported);
     }
     out.extend_from_slice(b",\"tools\":");
+    with_tools_text(tools, kept, |text| out.extend_from_slice(text))?;
+    out.push(b'}');
+    Ok(())
+}
+
+/// Calls `f` with the canonical JSON of `tools`: the kept text when `tools` is the list it
+/// was written from, else a new text, which is kept.
+fn with_tools_text(
+    tools: &[ToolSchema],
+    kept: &Mutex<ToolsText>,
+    f: impl FnOnce(&[u8]),
+) -> Result<(), crate::canon::Unsupported> {
     let mut kept = kept.lock().unwrap_or_else(|p| p.into_inner());
     match &kept.text {
-        Some(text) if kept.tools == *tools => out.extend_from_slice(text),
+        Some(text) if kept.tools == tools => f(text),
         _ => {
             let mut text = Vec::new();
             crate::canon::write(tools, None, &mut text)?;
-            out.extend_from_slice(&text);
-            kept.tools = tools.clone();
+            f(&text);
+            kept.tools = tools.to_vec();
             kept.text = Some(text);
         }
     }
-    out.push(b'}');
     Ok(())
+}
+
+/// The sha256 state of a provider's last request hashed through its messages, so that the
+/// next request of the same conversation hashes only what it adds: an agent's requests
+/// repeat every message before, and hashing each whole was quadratic in the run's length.
+#[derive(Default)]
+pub(crate) struct HashedPrefix {
+    /// The canonical text before the first message: `{"agent":…,"max_tokens":…,"messages":[`.
+    head: Vec<u8>,
+    /// The messages hashed after it, in order.
+    messages: Vec<ChatMessage>,
+    /// sha256 of `head` and those messages' canonical JSON, comma-separated (no `]` yet).
+    state: Sha256,
+}
+
+/// sha256 (hex) of [`request_text`]: from `prefix` when `req` begins with its head and
+/// messages (hashing only the messages after them, then the rest of the request), else
+/// from a new prefix. The same digest as hashing the whole text: the text is the same
+/// bytes, fed in the same order.
+fn request_hash(
+    req: &ProviderRequest,
+    tools: &Mutex<ToolsText>,
+    prefix: &Mutex<HashedPrefix>,
+) -> String {
+    match hash_by_prefix(req, tools, prefix) {
+        Ok(hash) => hash,
+        Err(crate::canon::Unsupported) => sha256_hex(&request_text(req, tools)),
+    }
+}
+
+/// [`request_hash`]'s incremental path. The canonical text of a request is its keys in
+/// order: `agent`, `max_tokens`, `messages`, `model`, `seed`, `temperature`, `thinking`
+/// (left out when empty), `tool_choice`, `tools`; so it is the head, the messages, then a
+/// tail that is written again for each request (it is small but for `thinking`).
+fn hash_by_prefix(
+    req: &ProviderRequest,
+    tools: &Mutex<ToolsText>,
+    prefix: &Mutex<HashedPrefix>,
+) -> Result<String, crate::canon::Unsupported> {
+    use crate::canon::{Unsupported, write};
+    #[derive(serde::Serialize)]
+    struct Head<'a> {
+        agent: &'a Option<String>,
+        max_tokens: &'a Option<u32>,
+    }
+    #[derive(serde::Serialize)]
+    struct Tail<'a> {
+        model: &'a Option<String>,
+        seed: &'a Option<i64>,
+        temperature: &'a Option<f32>,
+        #[serde(skip_serializing_if = "no_thinking")]
+        thinking: &'a std::collections::BTreeMap<String, Vec<Value>>,
+        tool_choice: &'a ToolChoice,
+    }
+    // Every field by name, as in `write_request`.
+    let ProviderRequest {
+        request_id: _,
+        model,
+        messages,
+        tools: offered,
+        tool_choice,
+        temperature,
+        seed,
+        max_tokens,
+        agent,
+        thinking,
+    } = req;
+    // `{"agent":…,"max_tokens":…}` becomes `{"agent":…,"max_tokens":…,"messages":[`.
+    let mut head = Vec::new();
+    write(&Head { agent, max_tokens }, None, &mut head)?;
+    if head.pop() != Some(b'}') {
+        return Err(Unsupported);
+    }
+    head.extend_from_slice(b",\"messages\":[");
+    // `{"model":…,"tool_choice":…}` becomes `],"model":…,"tool_choice":…`.
+    let mut tail = b"],".to_vec();
+    write(
+        &Tail {
+            model,
+            seed,
+            temperature,
+            thinking,
+            tool_choice,
+        },
+        None,
+        &mut tail,
+    )?;
+    if tail.remove(2) != b'{' || tail.pop() != Some(b'}') {
+        return Err(Unsupported);
+    }
+    let mut p = prefix.lock().unwrap_or_else(|p| p.into_inner());
+    let hashed = p.messages.len();
+    if p.head != head || messages.get(..hashed) != Some(&p.messages[..]) {
+        p.state = Sha256::new();
+        p.state.update(&head);
+        p.head = head;
+        p.messages.clear();
+    }
+    let mut text = Vec::new();
+    for m in &messages[p.messages.len()..] {
+        text.clear();
+        if !p.messages.is_empty() {
+            text.push(b',');
+        }
+        write(m, None, &mut text)?;
+        p.state.update(&text);
+        p.messages.push(m.clone());
+    }
+    let mut h = p.state.clone();
+    drop(p);
+    h.update(&tail);
+    h.update(b",\"tools\":");
+    with_tools_text(offered, tools, |text| h.update(text))?;
+    h.update(b"}");
+    Ok(hex::encode(h.finalize()))
 }
 
 /// sha256(run, step path, call id, canonical arguments), NUL-separated, hex.
@@ -414,6 +542,7 @@ impl RunScope {
             scope: self.clone(),
             inner: Arc::new(inner),
             tools: Arc::default(),
+            prefix: Arc::default(),
         }
     }
 
@@ -508,6 +637,8 @@ pub struct JournaledProvider {
     inner: Arc<dyn Provider>,
     /// The text of the tools its last request offered (see [`request_text`]).
     tools: Arc<Mutex<ToolsText>>,
+    /// Its last request hashed through its messages (see [`request_hash`]).
+    prefix: Arc<Mutex<HashedPrefix>>,
 }
 
 enum Served {
@@ -525,7 +656,7 @@ impl JournaledProvider {
             return Err(ProviderError::Config(format!("durable run stopped: {why}")));
         }
         let step = self.scope.step(req.agent.as_deref());
-        let hash = sha256_hex(&request_text(req, &self.tools));
+        let hash = request_hash(req, &self.tools, &self.prefix);
         let mut s = self.scope.lock();
         let seq = {
             let c = s.counters.entry(step.clone()).or_insert(0);
@@ -873,6 +1004,72 @@ mod tests {
                 String::from_utf8(text).unwrap(),
                 canonical_json(&req.normalized())
             );
+        }
+    }
+
+    #[test]
+    fn a_request_hash_continued_from_the_last_request_is_the_hash_of_its_whole_text() {
+        use rath_session::{Chunk, Session, Stamper, ToolCall};
+        let noop = ToolSchema::new("noop", "Do nothing.", json!({"type": "object"}));
+        let other = ToolSchema::new("z_other", "Other \"quoted\".", json!({"b": 1, "a": [true]}));
+        // A conversation growing a step at a time, as an agent's requests do.
+        let mut s = Session::user_with("plan \"it\"\n\u{1}é", Stamper::seeded(9));
+        let mut sessions = vec![s.clone()];
+        for i in 0..4 {
+            let id = format!("c{i}");
+            s = s
+                .push(Chunk::assistant(
+                    (i % 2 == 0).then(|| format!("step {i}")),
+                    Some(vec![ToolCall::function(
+                        &id,
+                        "noop",
+                        format!(r#"{{"i": {i}}}"#),
+                    )]),
+                ))
+                .push(Chunk::tool_result(&id, "noop", format!("answer {i}")));
+            sessions.push(s.clone());
+        }
+        let grow =
+            |s: &Session| ProviderRequest::from_session(s, vec![noop.clone()]).with_agent("a");
+        let mut requests: Vec<ProviderRequest> = sessions.iter().map(grow).collect();
+        // Then: the same again, a shorter one, an edited history, another agent, other
+        // tools, every optional field, and the longest again.
+        requests.push(grow(&sessions[4]));
+        requests.push(grow(&sessions[2]));
+        let mut edited = grow(&sessions[4]);
+        edited.messages[1].content = Some("changed".into());
+        requests.push(edited);
+        requests
+            .push(ProviderRequest::from_session(&sessions[4], vec![noop.clone()]).with_agent("b"));
+        requests.push(ProviderRequest::from_session(
+            &sessions[4],
+            vec![other.clone(), noop.clone()],
+        ));
+        let mut full = grow(&sessions[4]);
+        full.model = Some("m".into());
+        full.temperature = Some(0.25);
+        full.seed = Some(-3);
+        full.max_tokens = Some(64);
+        full.tool_choice = ToolChoice::Required;
+        full.thinking.insert(
+            "c1".into(),
+            vec![json!({"type": "thinking", "signature": "s"})],
+        );
+        requests.push(full);
+        requests.push(ProviderRequest::from_session(
+            &Session::empty_with(Stamper::seeded(1)),
+            Vec::new(),
+        ));
+        requests.push(grow(&sessions[4]));
+        let (tools, prefix) = (
+            Mutex::new(ToolsText::default()),
+            Mutex::new(HashedPrefix::default()),
+        );
+        for (i, req) in requests.iter().enumerate() {
+            let whole = sha256_hex(canonical_json(&req.normalized()).as_bytes());
+            assert_eq!(request_hash(req, &tools, &prefix), whole, "request {i}");
+            // Each request is hashed through the prefix: it holds the request's messages.
+            assert_eq!(prefix.lock().unwrap().messages, req.messages, "request {i}");
         }
     }
 
