@@ -906,6 +906,11 @@ macro_rules! sql_store {
             }
         }
 
+        /// How long a group committer keeps its connection without a write to do: taking
+        /// one from the pool again tests it with a round trip, which on a loaded server
+        /// waits its turn for a CPU like any other.
+        const KEEP_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+
         /// Batches one group transaction takes at most.
         const GROUP_MAX: usize = 128;
 
@@ -933,7 +938,27 @@ macro_rules! sql_store {
                 // of groups, not one each (sqlx tests a connection with a round trip when it
                 // is handed out and again when it comes back).
                 let mut conn: Option<Conn> = None;
-                while let Some(first) = rx.recv().await {
+                loop {
+                    // A kept connection goes back to the pool once no write came for
+                    // `KEEP_IDLE`, or at once when the pool closes (which waits for it).
+                    let next = if conn.is_some() {
+                        tokio::select! {
+                            next = rx.recv() => next,
+                            () = tokio::time::sleep(KEEP_IDLE) => {
+                                conn = None;
+                                rx.recv().await
+                            }
+                            () = pool.close_event() => {
+                                conn = None;
+                                rx.recv().await
+                            }
+                        }
+                    } else {
+                        rx.recv().await
+                    };
+                    let Some(first) = next else {
+                        break;
+                    };
                     let mut jobs = vec![first];
                     while jobs.len() < GROUP_MAX {
                         match rx.try_recv() {
@@ -942,11 +967,6 @@ macro_rules! sql_store {
                         }
                     }
                     group_in(&mut conn, &pool, &name, &known, jobs).await;
-                    // Kept while writes are waiting; given back when none are (so closing
-                    // the pool is not held up).
-                    if rx.is_empty() {
-                        conn = None;
-                    }
                 }
             });
             tx
@@ -1095,9 +1115,9 @@ macro_rules! sql_store {
         /// The set path of a group: from the start of `jobs` (each one save or append, see
         /// [`set_write`], of sessions all distinct), as many jobs as come out exactly as
         /// they would one after another ([`save_new`], [`append`]), done with a few
-        /// statements for all of them: one read of their rows, one of their parents and
-        /// remembered bases, one of the sessions that may already hold their chunks, one
-        /// insert of the new rows, one of the segments, one update of the appended rows.
+        /// statements for all of them: one read (their rows, their parents' and remembered
+        /// bases' rows, and the sessions that may already hold their chunks), one insert of
+        /// the new rows, one of the segments, one update of the appended rows.
         /// A job stops the prefix when it reads what an earlier one of it writes (its
         /// parent, its remembered base, a session with its very chunks) or needs a read
         /// this path does not make (a parent's chunks, several sessions with its chunks, a
@@ -1117,29 +1137,16 @@ macro_rules! sql_store {
                 return Ok(Vec::new());
             }
             let get = |e: sqlx::Error| backend(name, "read", e);
-            // Their rows, locked in key order.
-            let ids: Vec<&str> = writes.iter().map(|(s, _)| s.id().as_str()).collect();
-            let sql = format!(
-                "SELECT id, key, len, digest, {} AS last_hash, content, created_us FROM rath_sessions \
-                 WHERE id IN ({}) ORDER BY key{}",
-                $hash_out, $json_ids, $for_update
-            );
-            let mut rows: std::collections::HashMap<String, Stored> = std::collections::HashMap::new();
-            for row in sqlx::query(&sql)
-                .bind(json_list(name, &ids)?)
-                .fetch_all(&mut **tx)
-                .await
-                .map_err(get)?
-            {
-                rows.insert(row.try_get("id").map_err(get)?, stored_from(name, &row)?);
-            }
-            // The new sessions' chunks, and what their planning reads.
+            // The chunks of every session that may be new (a save, an append to a session
+            // that must not be stored yet), and what their planning reads: before the
+            // store is read, so one statement reads it all (the rows may say a session is
+            // stored after all: its chunks were encoded for nothing and its parents read for
+            // nothing, which is rare).
             let mut fresh: Vec<Option<Fresh>> = Vec::with_capacity(writes.len());
             let mut look: Vec<String> = Vec::new();
             let mut digests_wanted: Vec<serde_json::Value> = Vec::new();
             for (s, n) in &writes {
-                let stored = rows.contains_key(s.id().as_str());
-                if matches!(n, Some(n) if *n != 0 || stored) {
+                if n.is_some_and(|n| n != 0) {
                     fresh.push(None);
                     continue;
                 }
@@ -1157,16 +1164,6 @@ macro_rules! sql_store {
                     }
                 };
                 let digest = digests.last().cloned().unwrap_or_else(empty_digest);
-                if stored {
-                    // A save of a stored session: a no-op when it is the very same one.
-                    fresh.push(Some(Fresh {
-                        remembered,
-                        chunks,
-                        digests,
-                        digest,
-                    }));
-                    continue;
-                }
                 look.extend(s.lineage().parents.iter().map(|p| p.to_string()));
                 if let Some((id, _)) = &remembered {
                     look.push(id.clone());
@@ -1181,59 +1178,85 @@ macro_rules! sql_store {
                     digest,
                 }));
             }
+            // One statement, one round trip: the sessions' own rows, locked in key order;
+            // the rows of the parents and remembered bases; and for each wanted
+            // `(digest, len)` the stored session [`same_chunks`] would find (the lowest key
+            // holding exactly those chunks), one row per pair however many sessions hold
+            // the same chunks. Each row says which of the three it is.
+            let ids: Vec<&str> = writes.iter().map(|(s, _)| s.id().as_str()).collect();
+            let (wanted, null_text, null_bytes, null_int) = if $pg {
+                (
+                    "SELECT decode(w->>'d', 'hex') AS d, (w->>'n')::bigint AS n \
+                     FROM json_array_elements($3::json) w",
+                    "NULL::text",
+                    "NULL::bytea",
+                    "NULL::bigint",
+                )
+            } else {
+                (
+                    "SELECT unhex(json_extract(value, '$.d')) AS d, json_extract(value, '$.n') AS n \
+                     FROM json_each($3)",
+                    "NULL",
+                    "NULL",
+                    "NULL",
+                )
+            };
+            let sql = format!(
+                "WITH mine AS (SELECT id, key, len, digest, {hash_out} AS last_hash, content, created_us \
+                 FROM rath_sessions WHERE id IN ({mine_ids}) ORDER BY key{update}), \
+                 parents AS (SELECT id, key, len, digest FROM rath_sessions WHERE id IN ({parent_ids}){share}), \
+                 holders AS (SELECT key, len, digest, saved_digest FROM rath_sessions WHERE key IN \
+                 (SELECT (SELECT s.key FROM rath_sessions s WHERE s.saved_digest = w.d \
+                 AND s.digest = w.d AND s.len = w.n ORDER BY s.key LIMIT 1) FROM ({wanted}) w){share}) \
+                 SELECT 0 AS what, id, key, len, digest, last_hash, content, created_us, {null_bytes} AS saved_digest FROM mine \
+                 UNION ALL SELECT 1, id, key, len, digest, {null_bytes}, {null_bytes}, {null_int}, {null_bytes} FROM parents \
+                 UNION ALL SELECT 2, {null_text}, key, len, digest, {null_bytes}, {null_bytes}, {null_int}, saved_digest FROM holders",
+                hash_out = $hash_out,
+                mine_ids = $json_ids,
+                parent_ids = $json_ids.replace("$1", "$2"),
+                update = $for_update,
+                share = $for_share,
+            );
+            let mut rows: std::collections::HashMap<String, Stored> = std::collections::HashMap::new();
             let mut found: std::collections::HashMap<String, (i64, usize, Vec<u8>)> =
                 std::collections::HashMap::new();
-            if !look.is_empty() {
-                let sql = format!(
-                    "SELECT key, len, digest, id FROM rath_sessions WHERE id IN ({}){}",
-                    $json_ids, $for_share
-                );
-                for row in sqlx::query(&sql)
-                    .bind(json_list(name, &look)?)
-                    .fetch_all(&mut **tx)
-                    .await
-                    .map_err(get)?
-                {
-                    found.insert(
-                        row.try_get("id").map_err(get)?,
-                        (
-                            row.try_get("key").map_err(get)?,
-                            row.try_get::<i64, _>("len").map_err(get)? as usize,
-                            row.try_get("digest").map_err(get)?,
-                        ),
-                    );
-                }
-            }
-            // For each wanted `(digest, len)`, the stored session [`same_chunks`] would find
-            // (the lowest key holding exactly those chunks): `(key, len, digest, saved)`.
-            // One row per pair, however many sessions hold the same chunks.
+            // `(key, len, digest, saved)` of each holder.
             let mut holders: Vec<(i64, usize, Vec<u8>, Vec<u8>)> = Vec::new();
-            if !digests_wanted.is_empty() {
-                let wanted = if $pg {
-                    "SELECT decode(w->>'d', 'hex') AS d, (w->>'n')::bigint AS n \
-                     FROM json_array_elements($1::json) w"
-                } else {
-                    "SELECT unhex(json_extract(value, '$.d')) AS d, json_extract(value, '$.n') AS n \
-                     FROM json_each($1)"
-                };
-                let sql = format!(
-                    "SELECT key, len, digest, saved_digest FROM rath_sessions WHERE key IN \
-                     (SELECT (SELECT s.key FROM rath_sessions s WHERE s.saved_digest = w.d \
-                     AND s.digest = w.d AND s.len = w.n ORDER BY s.key LIMIT 1) FROM ({wanted}) w){}",
-                    $for_share
-                );
-                for row in sqlx::query(&sql)
-                    .bind(json_list(name, &digests_wanted)?)
-                    .fetch_all(&mut **tx)
-                    .await
-                    .map_err(get)?
-                {
-                    holders.push((
+            for row in sqlx::query(&sql)
+                .bind(json_list(name, &ids)?)
+                .bind(json_list(name, &look)?)
+                .bind(json_list(name, &digests_wanted)?)
+                .fetch_all(&mut **tx)
+                .await
+                .map_err(get)?
+            {
+                match row.try_get::<i32, _>("what").map_err(get)? {
+                    0 => {
+                        rows.insert(row.try_get("id").map_err(get)?, stored_from(name, &row)?);
+                    }
+                    1 => {
+                        found.insert(
+                            row.try_get("id").map_err(get)?,
+                            (
+                                row.try_get("key").map_err(get)?,
+                                row.try_get::<i64, _>("len").map_err(get)? as usize,
+                                row.try_get("digest").map_err(get)?,
+                            ),
+                        );
+                    }
+                    _ => holders.push((
                         row.try_get("key").map_err(get)?,
                         row.try_get::<i64, _>("len").map_err(get)? as usize,
                         row.try_get("digest").map_err(get)?,
                         row.try_get("saved_digest").map_err(get)?,
-                    ));
+                    )),
+                }
+            }
+            // An append to a session that must not be stored yet, found stored: not new
+            // (the plan below says it conflicts).
+            for ((s, n), f) in writes.iter().zip(fresh.iter_mut()) {
+                if *n == Some(0) && rows.contains_key(s.id().as_str()) {
+                    *f = None;
                 }
             }
             // Plan each job in order, as `append` and `save_new` would.
