@@ -260,6 +260,9 @@ async fn throughput(
     let ids = submit_many(&rt, &format!("steps_{STEPS}"), RUNS, 1000).await?;
     let submit_s = submitted.elapsed().as_secs_f64();
     let cpu = cpu_ticks();
+    let start_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
     // Profile mode: the drain's start and end on the wall clock (to line up with a
     // server's log), and `enable` / `disable` written to a `perf record --control=fifo:`
     // fifo named by PERF_CTL_ENV, so a profile covers the drains alone.
@@ -289,6 +292,7 @@ async fn throughput(
             (after.0 - cpu.0) as f64 / 100.0,
             (after.1 - cpu.1) as f64 / 100.0
         );
+        timeline(&rt, &ids, start_ms).await?;
     }
     drop(rt);
     retire_target(&t).await?;
@@ -300,6 +304,34 @@ async fn throughput(
         drain_s: secs,
         reps: vec![rate],
     }))
+}
+
+/// Profile mode: when, in ms after the drain's start (the events' clock), the runs were
+/// claimed and when they ended (first, median, last of each).
+async fn timeline(rt: &Runtime, ids: &[RunId], start_ms: i64) -> Result<()> {
+    let (mut claimed, mut ended) = (Vec::new(), Vec::new());
+    for id in ids {
+        for e in rt.runs().events(id, 0).await? {
+            if e.kind == "claimed" {
+                claimed.push(e.at_ms - start_ms);
+            } else if e.status() == Some(RunStatus::Succeeded) {
+                ended.push(e.at_ms - start_ms);
+            }
+        }
+    }
+    let spread = |v: &mut Vec<i64>| {
+        v.sort_unstable();
+        match (v.first(), v.get(v.len() / 2), v.last()) {
+            (Some(a), Some(m), Some(z)) => format!("{a}/{m}/{z} ms"),
+            _ => "none".to_owned(),
+        }
+    };
+    eprintln!(
+        "  claimed {}, ended {} (first/median/last)",
+        spread(&mut claimed),
+        spread(&mut ended)
+    );
+    Ok(())
 }
 
 /// CPU ticks (1/100 s) used so far by this process and by every `postgres` process
