@@ -1044,7 +1044,8 @@ macro_rules! sql_store {
                 {
                     end += 1;
                 }
-                if set_path && end - i >= 2 {
+                // One batch too: the set path makes fewer round trips than `batch_in`.
+                if set_path && end > i {
                     let done = group_set(&mut tx, name, known, &jobs[i..end], checked).await?;
                     if !done.is_empty() {
                         i += done.len();
@@ -1117,7 +1118,9 @@ macro_rules! sql_store {
         /// they would one after another ([`save_new`], [`append`]), done with a few
         /// statements for all of them: one read (their rows, their parents' and remembered
         /// bases' rows, and the sessions that may already hold their chunks), one insert of
-        /// the new rows, one of the segments, one update of the appended rows.
+        /// the new rows and every segment (one statement on PostgreSQL, two on SQLite), one
+        /// update of the appended rows. A lone save or append goes this way too: its fewer
+        /// round trips than [`batch_in`]'s are what counts on a loaded server.
         /// A job stops the prefix when it reads what an earlier one of it writes (its
         /// parent, its remembered base, a session with its very chunks) or needs a read
         /// this path does not make (a parent's chunks, several sessions with its chunks, a
@@ -1391,9 +1394,37 @@ macro_rules! sql_store {
                 }
             }
             let put = |e: sqlx::Error| backend(name, "write session", e);
-            // The new rows, in job order (so their keys are the ones one by one gives).
+            // Every segment of the new rows (named by session, their keys are made by the
+            // insert) and of the appended rows (by key).
+            fn add<'a>(
+                segments: &mut Vec<crate::rows::NewSegment<'a>>,
+                id: Option<&'a str>,
+                key: Option<i64>,
+                from: usize,
+                own: &[EncodedChunk],
+            ) {
+                for (n, part) in own.chunks(SEGMENT_CHUNKS).enumerate() {
+                    segments.push(crate::rows::NewSegment {
+                        id,
+                        key,
+                        pos: (from + n * SEGMENT_CHUNKS) as i64,
+                        n: part.len() as i32,
+                        docs: encode_segment(part),
+                    });
+                }
+            }
+            let mut segments: Vec<crate::rows::NewSegment<'_>> = Vec::new();
+            for r in &news {
+                let from = r.base.map_or(0, |(_, l)| l) + r.graft.map_or(0, |(_, l)| l);
+                add(&mut segments, Some(writes[r.job].0.id().as_str()), None, from, &r.own);
+            }
+            for a in &appends {
+                add(&mut segments, None, Some(a.key), writes[a.job].1.unwrap_or(0), &a.own);
+            }
+            // The new rows, in job order (so their keys are the ones one by one gives), and
+            // the segments: one statement on PostgreSQL, two on SQLite.
             let mut keys: Vec<i64> = Vec::with_capacity(news.len());
-            if !news.is_empty() {
+            if !news.is_empty() || !segments.is_empty() {
                 let rows: Vec<crate::rows::NewSessionRow<'_>> = news
                     .iter()
                     .map(|r| {
@@ -1418,7 +1449,7 @@ macro_rules! sql_store {
                     })
                     .collect();
                 let by_id: std::collections::HashMap<String, i64> =
-                    <$rows>::insert_sessions(&mut **tx, &rows).await.map_err(put)?.into_iter().collect();
+                    <$rows>::insert_rows(&mut **tx, &rows, &segments).await.map_err(put)?.into_iter().collect();
                 for r in &news {
                     let id = writes[r.job].0.id().as_str();
                     keys.push(*by_id.get(id).ok_or_else(|| PersistError::Backend {
@@ -1428,30 +1459,6 @@ macro_rules! sql_store {
                         source: None,
                     })?);
                 }
-            }
-            // Every segment of the new and appended rows, in one statement.
-            let mut segments: Vec<crate::rows::SegmentRow> = Vec::new();
-            let mut add = |key: i64, from: usize, own: &[EncodedChunk]| {
-                for (n, part) in own.chunks(SEGMENT_CHUNKS).enumerate() {
-                    segments.push(crate::rows::SegmentRow {
-                        session_key: key,
-                        pos: (from + n * SEGMENT_CHUNKS) as i64,
-                        n: part.len() as i32,
-                        docs: encode_segment(part),
-                    });
-                }
-            };
-            for (r, key) in news.iter().zip(&keys) {
-                let from = r.base.map_or(0, |(_, l)| l) + r.graft.map_or(0, |(_, l)| l);
-                add(*key, from, &r.own);
-            }
-            for a in &appends {
-                add(a.key, writes[a.job].1.unwrap_or(0), &a.own);
-            }
-            if !segments.is_empty() {
-                <$rows>::insert_segments(&mut **tx, &segments)
-                    .await
-                    .map_err(|e| backend(name, "write chunks", e))?;
             }
             if !appends.is_empty() {
                 let rows: Vec<crate::rows::AppendedRow<'_>> = appends

@@ -42,6 +42,30 @@ pub(crate) struct SegmentRow {
     pub(crate) docs: Vec<u8>,
 }
 
+/// A segment of a row a group writes: a new row's, named by its session (the insert makes
+/// its key), or a stored row's, by key.
+pub(crate) struct NewSegment<'a> {
+    pub(crate) id: Option<&'a str>,
+    pub(crate) key: Option<i64>,
+    pub(crate) pos: i64,
+    pub(crate) n: i32,
+    /// As [`crate::codec::encode_segment`] made it.
+    pub(crate) docs: Vec<u8>,
+}
+
+/// The key of `segment`'s row: its own, else the one `keys` gives its session.
+fn segment_key(segment: &NewSegment<'_>, keys: &[(String, i64)]) -> Result<i64, sqlx::Error> {
+    segment
+        .key
+        .or_else(|| {
+            let id = segment.id?;
+            keys.iter().find(|(k, _)| k == id).map(|(_, key)| *key)
+        })
+        .ok_or_else(|| {
+            sqlx::Error::Protocol(format!("a segment of an unknown row ({:?})", segment.id))
+        })
+}
+
 /// What an append changes in a stored session's row (`key` names the row).
 #[derive(Serialize)]
 pub(crate) struct AppendedRow<'a> {
@@ -121,6 +145,34 @@ impl SqliteRows {
         Ok(out)
     }
 
+    /// Inserts `rows` in their order, then `segments`; answers each row's `(id, key)`.
+    pub(crate) async fn insert_rows(
+        conn: &mut sqlx::SqliteConnection,
+        rows: &[NewSessionRow<'_>],
+        segments: &[NewSegment<'_>],
+    ) -> Result<Vec<(String, i64)>, sqlx::Error> {
+        let keys = if rows.is_empty() {
+            Vec::new()
+        } else {
+            Self::insert_sessions(&mut *conn, rows).await?
+        };
+        if !segments.is_empty() {
+            let segments = segments
+                .iter()
+                .map(|g| {
+                    Ok(SegmentRow {
+                        session_key: segment_key(g, &keys)?,
+                        pos: g.pos,
+                        n: g.n,
+                        docs: g.docs.clone(),
+                    })
+                })
+                .collect::<Result<Vec<_>, sqlx::Error>>()?;
+            Self::insert_segments(&mut *conn, &segments).await?;
+        }
+        Ok(keys)
+    }
+
     /// Inserts `rows`.
     pub(crate) async fn insert_segments(
         conn: &mut sqlx::SqliteConnection,
@@ -170,21 +222,30 @@ fn column<'r, R, T>(rows: &'r [R], f: impl Fn(&'r R) -> T) -> Vec<T> {
 pub(crate) struct PgRows;
 
 impl PgRows {
-    /// Inserts `rows` in their order; answers each one's `(id, key)`.
-    pub(crate) async fn insert_sessions(
+    /// Inserts `rows` in their order and `segments`, in one statement (the segments' keys
+    /// joined from the rows it inserts, or their own); answers each row's `(id, key)`. The
+    /// segments' foreign key is checked when the statement ends, its rows inserted.
+    pub(crate) async fn insert_rows(
         conn: &mut sqlx::PgConnection,
         rows: &[NewSessionRow<'_>],
+        segments: &[NewSegment<'_>],
     ) -> Result<Vec<(String, i64)>, sqlx::Error> {
         let sql = format!(
-            "INSERT INTO rath_sessions (id, base_key, base_len, len, digest, saved_digest, \
-             last_hash, content, created_us, header, trailer, failure, conversation, evidence, \
-             graft_key, graft_len) SELECT v.id, v.base_key, v.base_len, v.len, v.digest, \
-             v.digest, encode(v.last_hash, 'hex')::uuid, v.content, v.created_us, v.header, \
-             v.trailer, v.failure, v.conversation, v.evidence, v.graft_key, v.graft_len \
+            "WITH made AS (INSERT INTO rath_sessions (id, base_key, base_len, len, digest, \
+             saved_digest, last_hash, content, created_us, header, trailer, failure, \
+             conversation, evidence, graft_key, graft_len) SELECT v.id, v.base_key, v.base_len, \
+             v.len, v.digest, v.digest, encode(v.last_hash, 'hex')::uuid, v.content, \
+             v.created_us, v.header, v.trailer, v.failure, v.conversation, v.evidence, \
+             v.graft_key, v.graft_len \
              FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[], \
              $6::bytea[], $7::bytea[], $8::bigint[], $9::text[], $10::text[], $11::text[], \
              $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[]) WITH ORDINALITY \
-             AS v({SESSION_COLUMNS}, i) ORDER BY v.i RETURNING id, key"
+             AS v({SESSION_COLUMNS}, i) ORDER BY v.i RETURNING id, key), \
+             segs AS (INSERT INTO rath_segments (session_key, pos, n, docs) \
+             SELECT COALESCE(g.key, made.key), g.pos, g.n, g.docs \
+             FROM unnest($16::text[], $17::bigint[], $18::bigint[], $19::int[], $20::bytea[]) \
+             AS g(id, key, pos, n, docs) LEFT JOIN made ON made.id = g.id) \
+             SELECT id, key FROM made"
         );
         let mut out = Vec::with_capacity(rows.len());
         for row in sqlx::query(&sql)
@@ -203,30 +264,17 @@ impl PgRows {
             .bind(column(rows, |r| r.evidence))
             .bind(column(rows, |r| r.graft_key))
             .bind(column(rows, |r| r.graft_len))
+            .bind(column(segments, |g| g.id))
+            .bind(column(segments, |g| g.key))
+            .bind(column(segments, |g| g.pos))
+            .bind(column(segments, |g| g.n))
+            .bind(column(segments, |g| g.docs.as_slice()))
             .fetch_all(&mut *conn)
             .await?
         {
             out.push((row.try_get("id")?, row.try_get("key")?));
         }
         Ok(out)
-    }
-
-    /// Inserts `rows`.
-    pub(crate) async fn insert_segments(
-        conn: &mut sqlx::PgConnection,
-        rows: &[SegmentRow],
-    ) -> Result<(), sqlx::Error> {
-        sqlx::query(
-            "INSERT INTO rath_segments (session_key, pos, n, docs) \
-             SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::bytea[])",
-        )
-        .bind(column(rows, |s| s.session_key))
-        .bind(column(rows, |s| s.pos))
-        .bind(column(rows, |s| s.n))
-        .bind(column(rows, |s| s.docs.as_slice()))
-        .execute(&mut *conn)
-        .await?;
-        Ok(())
     }
 
     /// Applies `rows` to the stored rows they name.
