@@ -884,7 +884,13 @@ const PG_MISS: &str = "profiled (statement traces, pg_stat_statements and perf o
     server (libpq prefers it) and ours plain text (sqlx had been built without TLS), and \
     that the peer runs about 11% faster without TLS (4 runs each). Since then both sides \
     speak TLS (ours: no measurable cost at 100 runs in flight, 60 drains a side) and the \
-    page says how each side connected; the sittings of that code gave 19.5×, 22.9× and 25.6×";
+    page says how each side connected; the sittings of that code gave 19.5×, 22.9× and 25.6×. \
+    The 16th session timed each group commit of a drain: the first claims waited on their \
+    plan (the warm-up now plans it, schema v7), and the last 40% of a drain waited on the \
+    session store's groups of output sessions, a round trip per statement each, every round \
+    trip waiting its turn for one of the two busy CPUs (the committers now keep their \
+    connections, read in one statement and insert in one, a lone write included); sittings \
+    after it gave 26.6×, 24.0× and 25.1× with the peer at 403-448 steps/s";
 
 /// One row per goal of issue 20's benchmarks (met, missed, or not measured), for the
 /// summary of `docs/benchmarks.md`.
