@@ -130,32 +130,41 @@ pub(crate) struct ToolsText {
     text: Option<Vec<u8>>,
 }
 
-/// Every field of a request but its id and tools, serialized as [`ProviderRequest`]
-/// serializes them (the same names, values and omissions).
-#[derive(serde::Serialize)]
-struct AllButTools<'a> {
-    model: &'a Option<String>,
-    messages: &'a Vec<rath_session::ChatMessage>,
-    tool_choice: &'a ToolChoice,
-    temperature: &'a Option<f32>,
-    seed: &'a Option<i64>,
-    max_tokens: &'a Option<u32>,
-    agent: &'a Option<String>,
-    #[serde(skip_serializing_if = "no_thinking")]
-    thinking: &'a std::collections::BTreeMap<String, Vec<Value>>,
-}
-
 fn no_thinking(t: &&std::collections::BTreeMap<String, Vec<Value>>) -> bool {
     t.is_empty()
 }
 
-/// [`request_text`]'s direct path: the request but its tools, then `"tools"` (the last key
-/// in canonical order) with the kept text when the list is the one it was written from.
-fn write_request(
-    req: &ProviderRequest,
-    kept: &Mutex<ToolsText>,
-    out: &mut Vec<u8>,
-) -> Result<(), crate::canon::Unsupported> {
+/// The canonical text of a request around its messages and tools. Its keys in order are
+/// `agent`, `max_tokens`, `messages`, `model`, `seed`, `temperature`, `thinking` (left out
+/// when empty), `tool_choice`, `tools`; so the text is `head`, the messages' texts
+/// comma-separated, `tail`, then `,"tools":` and the tools' text and `}`.
+struct RequestParts<'a> {
+    /// `{"agent":…,"max_tokens":…,"messages":[`.
+    head: Vec<u8>,
+    messages: &'a [ChatMessage],
+    /// `],"model":…,"tool_choice":…` (no closing brace).
+    tail: Vec<u8>,
+    tools: &'a [ToolSchema],
+}
+
+/// [`RequestParts`] of `req`, each field serialized as [`ProviderRequest`] serializes it
+/// (the same names, values and omissions).
+fn request_parts(req: &ProviderRequest) -> Result<RequestParts<'_>, crate::canon::Unsupported> {
+    use crate::canon::{Unsupported, write};
+    #[derive(serde::Serialize)]
+    struct Head<'a> {
+        agent: &'a Option<String>,
+        max_tokens: &'a Option<u32>,
+    }
+    #[derive(serde::Serialize)]
+    struct Tail<'a> {
+        model: &'a Option<String>,
+        seed: &'a Option<i64>,
+        temperature: &'a Option<f32>,
+        #[serde(skip_serializing_if = "no_thinking")]
+        thinking: &'a std::collections::BTreeMap<String, Vec<Value>>,
+        tool_choice: &'a ToolChoice,
+    }
     // Every field by name: one added to `ProviderRequest` does not compile here until it is
     // written (or left out on purpose, as the id is).
     let ProviderRequest {
@@ -170,22 +179,55 @@ fn write_request(
         agent,
         thinking,
     } = req;
-    let rest = AllButTools {
-        model,
-        messages,
-        tool_choice,
-        temperature,
-        seed,
-        max_tokens,
-        agent,
-        thinking,
-    };
-    crate::canon::write(&rest, None, out)?;
-    if out.pop() != Some(b'}') {
-        return Err(crate::canon::Unsupported);
+    // `{"agent":…,"max_tokens":…}` becomes `{"agent":…,"max_tokens":…,"messages":[`.
+    let mut head = Vec::new();
+    write(&Head { agent, max_tokens }, None, &mut head)?;
+    if head.pop() != Some(b'}') {
+        return Err(Unsupported);
     }
+    head.extend_from_slice(b",\"messages\":[");
+    // `{"model":…,"tool_choice":…}` becomes `],"model":…,"tool_choice":…`.
+    let mut tail = b"],".to_vec();
+    write(
+        &Tail {
+            model,
+            seed,
+            temperature,
+            thinking,
+            tool_choice,
+        },
+        None,
+        &mut tail,
+    )?;
+    if tail.remove(2) != b'{' || tail.pop() != Some(b'}') {
+        return Err(Unsupported);
+    }
+    Ok(RequestParts {
+        head,
+        messages,
+        tail,
+        tools,
+    })
+}
+
+/// [`request_text`]'s direct path: the [`RequestParts`] and the messages between them, then
+/// the tools' text (kept when the list is the one it was written from).
+fn write_request(
+    req: &ProviderRequest,
+    kept: &Mutex<ToolsText>,
+    out: &mut Vec<u8>,
+) -> Result<(), crate::canon::Unsupported> {
+    let parts = request_parts(req)?;
+    out.extend_from_slice(&parts.head);
+    for (i, m) in parts.messages.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        crate::canon::write(m, None, out)?;
+    }
+    out.extend_from_slice(&parts.tail);
     out.extend_from_slice(b",\"tools\":");
-    with_tools_text(tools, kept, |text| out.extend_from_slice(text))?;
+    with_tools_text(parts.tools, kept, |text| out.extend_from_slice(text))?;
     out.push(b'}');
     Ok(())
 }
@@ -239,66 +281,20 @@ fn request_hash(
     }
 }
 
-/// [`request_hash`]'s incremental path. The canonical text of a request is its keys in
-/// order: `agent`, `max_tokens`, `messages`, `model`, `seed`, `temperature`, `thinking`
-/// (left out when empty), `tool_choice`, `tools`; so it is the head, the messages, then a
-/// tail that is written again for each request (it is small but for `thinking`).
+/// [`request_hash`]'s incremental path: the head and the messages through the prefix,
+/// then the tail and the tools, which are written again for each request (small, but for
+/// `thinking`).
 fn hash_by_prefix(
     req: &ProviderRequest,
     tools: &Mutex<ToolsText>,
     prefix: &Mutex<HashedPrefix>,
 ) -> Result<String, crate::canon::Unsupported> {
-    use crate::canon::{Unsupported, write};
-    #[derive(serde::Serialize)]
-    struct Head<'a> {
-        agent: &'a Option<String>,
-        max_tokens: &'a Option<u32>,
-    }
-    #[derive(serde::Serialize)]
-    struct Tail<'a> {
-        model: &'a Option<String>,
-        seed: &'a Option<i64>,
-        temperature: &'a Option<f32>,
-        #[serde(skip_serializing_if = "no_thinking")]
-        thinking: &'a std::collections::BTreeMap<String, Vec<Value>>,
-        tool_choice: &'a ToolChoice,
-    }
-    // Every field by name, as in `write_request`.
-    let ProviderRequest {
-        request_id: _,
-        model,
+    let RequestParts {
+        head,
         messages,
+        tail,
         tools: offered,
-        tool_choice,
-        temperature,
-        seed,
-        max_tokens,
-        agent,
-        thinking,
-    } = req;
-    // `{"agent":…,"max_tokens":…}` becomes `{"agent":…,"max_tokens":…,"messages":[`.
-    let mut head = Vec::new();
-    write(&Head { agent, max_tokens }, None, &mut head)?;
-    if head.pop() != Some(b'}') {
-        return Err(Unsupported);
-    }
-    head.extend_from_slice(b",\"messages\":[");
-    // `{"model":…,"tool_choice":…}` becomes `],"model":…,"tool_choice":…`.
-    let mut tail = b"],".to_vec();
-    write(
-        &Tail {
-            model,
-            seed,
-            temperature,
-            thinking,
-            tool_choice,
-        },
-        None,
-        &mut tail,
-    )?;
-    if tail.remove(2) != b'{' || tail.pop() != Some(b'}') {
-        return Err(Unsupported);
-    }
+    } = request_parts(req)?;
     let mut p = prefix.lock().unwrap_or_else(|p| p.into_inner());
     let hashed = p.messages.len();
     if p.head != head || messages.get(..hashed) != Some(&p.messages[..]) {
@@ -313,7 +309,7 @@ fn hash_by_prefix(
         if !p.messages.is_empty() {
             text.push(b',');
         }
-        write(m, None, &mut text)?;
+        crate::canon::write(m, None, &mut text)?;
         p.state.update(&text);
         p.messages.push(m.clone());
     }
@@ -959,6 +955,20 @@ mod tests {
         assert_eq!(canonical_json(&json!("s")), r#""s""#);
     }
 
+    /// `req` with every optional field set (and a thinking block for call `c1`).
+    fn every_field(mut req: ProviderRequest) -> ProviderRequest {
+        req.model = Some("m".into());
+        req.temperature = Some(0.25);
+        req.seed = Some(-3);
+        req.max_tokens = Some(64);
+        req.tool_choice = ToolChoice::Required;
+        req.thinking.insert(
+            "c1".into(),
+            vec![json!({"type": "thinking", "signature": "s"})],
+        );
+        req
+    }
+
     #[test]
     fn a_request_text_is_its_normalized_tree_whether_its_tools_were_kept_or_not() {
         use rath_session::{Chunk, Session, Stamper, ToolCall};
@@ -974,16 +984,8 @@ mod tests {
             json!({"type": "object", "properties": {"i": {"type": "integer"}}, "required": ["i"]}),
         );
         let other = ToolSchema::new("z_other", "Other \"quoted\".", json!({"b": 1, "a": [true]}));
-        let mut full =
-            ProviderRequest::from_session(&s, vec![noop.clone(), other.clone()]).with_agent("a");
-        full.model = Some("m".into());
-        full.temperature = Some(0.25);
-        full.seed = Some(-3);
-        full.max_tokens = Some(64);
-        full.tool_choice = ToolChoice::Required;
-        full.thinking.insert(
-            "c1".into(),
-            vec![json!({"type": "thinking", "signature": "s"})],
+        let full = every_field(
+            ProviderRequest::from_session(&s, vec![noop.clone(), other.clone()]).with_agent("a"),
         );
         let requests = [
             ProviderRequest::from_session(&s, vec![noop.clone()]),
@@ -1045,17 +1047,7 @@ mod tests {
             &sessions[4],
             vec![other.clone(), noop.clone()],
         ));
-        let mut full = grow(&sessions[4]);
-        full.model = Some("m".into());
-        full.temperature = Some(0.25);
-        full.seed = Some(-3);
-        full.max_tokens = Some(64);
-        full.tool_choice = ToolChoice::Required;
-        full.thinking.insert(
-            "c1".into(),
-            vec![json!({"type": "thinking", "signature": "s"})],
-        );
-        requests.push(full);
+        requests.push(every_field(grow(&sessions[4])));
         requests.push(ProviderRequest::from_session(
             &Session::empty_with(Stamper::seeded(1)),
             Vec::new(),
