@@ -254,31 +254,29 @@ BEGIN
               FOR UPDATE OF r, l SKIP LOCKED) AS s;
         -- Run even when nothing was picked (it then writes nothing): a connection's
         -- first run of a statement plans it, and the warm-up's empty claim does it here.
-        BEGIN
-            WITH take AS (
-                SELECT f.id, f.i, c.worker, c.worker_json, c.expires
-                FROM unnest(picked) WITH ORDINALITY AS f(id, i)
-                JOIN unnest(c_worker, c_worker_json, c_expires) WITH ORDINALITY
-                    AS c(worker, worker_json, expires, i) ON c.i = f.i),
-            moved AS (
-                UPDATE rt_leases AS l SET worker = take.worker, token = l.token + 1, expires_ms = take.expires
-                FROM take WHERE l.run_id = take.id RETURNING l.run_id, l.token),
-            marked AS (
-                UPDATE rt_runs AS r SET status = 'running', attempts = r.attempts + 1, updated_ms = now_ms
-                FROM take WHERE r.id = take.id
-                RETURNING r.id, r.workflow, r.definition_hash, r.input_session, r.options, r.status,
-                    r.attempts, r.failures, r.resume_session, r.segment, r.output_session, r.detail,
-                    r.submitted_ms, r.not_before_ms, r.deadline_ms),
-            logged AS (
-                INSERT INTO rt_events (run_id, seq, kind, detail, by_worker, token, at_ms)
-                SELECT take.id, COALESCE((SELECT MAX(e.seq) FROM rt_events e WHERE e.run_id = take.id), 0) + 1,
-                    'claimed', '{"worker": ' || take.worker_json || ', "token": ' || moved.token || '}',
-                    take.worker, moved.token, now_ms
-                FROM take JOIN moved ON moved.run_id = take.id)
-            SELECT json_agg(json_build_object('i', take.i, 'token', moved.token, 'run', row_to_json(marked)))
-            INTO claimed
-            FROM take JOIN moved ON moved.run_id = take.id JOIN marked ON marked.id = take.id;
-        END;
+        WITH take AS (
+            SELECT f.id, f.i, c.worker, c.worker_json, c.expires
+            FROM unnest(picked) WITH ORDINALITY AS f(id, i)
+            JOIN unnest(c_worker, c_worker_json, c_expires) WITH ORDINALITY
+                AS c(worker, worker_json, expires, i) ON c.i = f.i),
+        moved AS (
+            UPDATE rt_leases AS l SET worker = take.worker, token = l.token + 1, expires_ms = take.expires
+            FROM take WHERE l.run_id = take.id RETURNING l.run_id, l.token),
+        marked AS (
+            UPDATE rt_runs AS r SET status = 'running', attempts = r.attempts + 1, updated_ms = now_ms
+            FROM take WHERE r.id = take.id
+            RETURNING r.id, r.workflow, r.definition_hash, r.input_session, r.options, r.status,
+                r.attempts, r.failures, r.resume_session, r.segment, r.output_session, r.detail,
+                r.submitted_ms, r.not_before_ms, r.deadline_ms),
+        logged AS (
+            INSERT INTO rt_events (run_id, seq, kind, detail, by_worker, token, at_ms)
+            SELECT take.id, COALESCE((SELECT MAX(e.seq) FROM rt_events e WHERE e.run_id = take.id), 0) + 1,
+                'claimed', '{"worker": ' || take.worker_json || ', "token": ' || moved.token || '}',
+                take.worker, moved.token, now_ms
+            FROM take JOIN moved ON moved.run_id = take.id)
+        SELECT json_agg(json_build_object('i', take.i, 'token', moved.token, 'run', row_to_json(marked)))
+        INTO claimed
+        FROM take JOIN moved ON moved.run_id = take.id JOIN marked ON marked.id = take.id;
     END IF;
     PERFORM pg_notify('rt_events', n.r)
     FROM (SELECT unnest(notify) AS r UNION SELECT unnest(picked)) AS n

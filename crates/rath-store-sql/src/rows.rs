@@ -34,12 +34,12 @@ pub(crate) struct NewSessionRow<'a> {
 
 /// A segment row (see `rath_segments`): `docs` as [`crate::codec::encode_segment`] made it.
 #[derive(Serialize)]
-pub(crate) struct SegmentRow {
+pub(crate) struct SegmentRow<'a> {
     pub(crate) session_key: i64,
     pub(crate) pos: i64,
     pub(crate) n: i32,
     #[serde(serialize_with = "as_hex")]
-    pub(crate) docs: Vec<u8>,
+    pub(crate) docs: &'a [u8],
 }
 
 /// A segment of a row a group writes: a new row's, named by its session (the insert makes
@@ -51,19 +51,6 @@ pub(crate) struct NewSegment<'a> {
     pub(crate) n: i32,
     /// As [`crate::codec::encode_segment`] made it.
     pub(crate) docs: Vec<u8>,
-}
-
-/// The key of `segment`'s row: its own, else the one `keys` gives its session.
-fn segment_key(segment: &NewSegment<'_>, keys: &[(String, i64)]) -> Result<i64, sqlx::Error> {
-    segment
-        .key
-        .or_else(|| {
-            let id = segment.id?;
-            keys.iter().find(|(k, _)| k == id).map(|(_, key)| *key)
-        })
-        .ok_or_else(|| {
-            sqlx::Error::Protocol(format!("a segment of an unknown row ({:?})", segment.id))
-        })
 }
 
 /// What an append changes in a stored session's row (`key` names the row).
@@ -157,14 +144,23 @@ impl SqliteRows {
             Self::insert_sessions(&mut *conn, rows).await?
         };
         if !segments.is_empty() {
+            let made: std::collections::HashMap<&str, i64> =
+                keys.iter().map(|(id, key)| (id.as_str(), *key)).collect();
+            // Each segment's row: its own key, else the one the insert made for its session.
             let segments = segments
                 .iter()
                 .map(|g| {
+                    let key = g.key.or_else(|| made.get(g.id?).copied());
                     Ok(SegmentRow {
-                        session_key: segment_key(g, &keys)?,
+                        session_key: key.ok_or_else(|| {
+                            sqlx::Error::Protocol(format!(
+                                "a segment of an unknown row ({:?})",
+                                g.id
+                            ))
+                        })?,
                         pos: g.pos,
                         n: g.n,
-                        docs: g.docs.clone(),
+                        docs: &g.docs,
                     })
                 })
                 .collect::<Result<Vec<_>, sqlx::Error>>()?;
@@ -176,7 +172,7 @@ impl SqliteRows {
     /// Inserts `rows`.
     pub(crate) async fn insert_segments(
         conn: &mut sqlx::SqliteConnection,
-        rows: &[SegmentRow],
+        rows: &[SegmentRow<'_>],
     ) -> Result<(), sqlx::Error> {
         let sql = format!(
             "INSERT INTO rath_segments (session_key, pos, n, docs) \
