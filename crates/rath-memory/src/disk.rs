@@ -4,6 +4,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -86,30 +87,20 @@ pub(crate) fn check_or_write_meta(dir: &Path, store_id: &str) -> Result<(), Memo
     }
 }
 
-pub(crate) fn lock_dir(dir: &Path) -> Result<File, MemoryError> {
+pub(crate) fn lock_dir(dir: &Path, wait: Duration) -> Result<File, MemoryError> {
     let path = dir.join("LOCK");
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(MemoryError::io(&path))?;
-    #[cfg(unix)]
-    {
-        use std::os::fd::AsRawFd;
-        // SAFETY: flock on a descriptor we own; no memory is touched.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            if err.kind() == std::io::ErrorKind::WouldBlock {
-                return Err(MemoryError::Locked {
-                    path: dir.to_owned(),
-                });
-            }
-            return Err(MemoryError::Io { path, source: err });
-        }
+    let file = rath_lock::open_lock_file(&path).map_err(MemoryError::io(&path))?;
+    match rath_lock::lock_exclusive(&file, wait) {
+        Ok(()) => Ok(file),
+        Err(rath_lock::LockError::Held { waited }) => Err(MemoryError::Locked {
+            path: dir.to_owned(),
+            waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+        }),
+        Err(e) => Err(MemoryError::Io {
+            path,
+            source: std::io::Error::other(e),
+        }),
     }
-    Ok(file)
 }
 
 pub(crate) fn crash_point(name: &str) -> bool {

@@ -28,11 +28,18 @@ pub enum MemoryError {
     /// mints unique ones by default).
     #[error("memory commit {0} already exists with other items")]
     CommitExists(String),
-    /// Another process holds the store open. Close it, or open a different store id.
-    #[error("memory store at {} is locked by another process", path.display())]
+    /// Another open store (in this process or another) holds the store's lock, and kept it
+    /// for the whole wait ([`crate::LocalOptions::lock_wait`]). Close it, or open a different
+    /// store id.
+    #[error(
+        "memory store at {} is locked by another open store (waited {waited_ms} ms)",
+        path.display()
+    )]
     Locked {
         /// The store directory.
         path: PathBuf,
+        /// How long opening waited for the lock.
+        waited_ms: u64,
     },
     /// A line in the middle of the store's log is not a valid record. The log is
     /// human-readable: repair or remove that line, then reopen.

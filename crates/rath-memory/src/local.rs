@@ -29,6 +29,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -59,12 +60,27 @@ pub enum Durability {
 }
 
 /// How to open a [`LocalMemory`].
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct LocalOptions {
     /// When writes reach the disk.
     pub durability: Durability,
     /// An embedder for hybrid (BM25 + vector) recall; lexical only when `None`.
     pub embedder: Option<Arc<dyn Embedder>>,
+    /// How long opening waits for the store's lock before it reports
+    /// [`MemoryError::Locked`]; [`rath_lock::DEFAULT_WAIT`] by default. A child process
+    /// between `fork` and `exec` briefly shares its parent's lock, so a store closed and
+    /// reopened meanwhile finds it held for a moment.
+    pub lock_wait: Duration,
+}
+
+impl Default for LocalOptions {
+    fn default() -> Self {
+        Self {
+            durability: Durability::default(),
+            embedder: None,
+            lock_wait: rath_lock::DEFAULT_WAIT,
+        }
+    }
 }
 
 impl LocalOptions {
@@ -77,6 +93,13 @@ impl LocalOptions {
     /// Options with the given durability.
     pub fn durability(mut self, durability: Durability) -> Self {
         self.durability = durability;
+        self
+    }
+
+    /// Options whose open waits up to `wait` for the store's lock (`Duration::ZERO`: try
+    /// once).
+    pub fn lock_wait(mut self, wait: Duration) -> Self {
+        self.lock_wait = wait;
         self
     }
 }
@@ -255,7 +278,7 @@ impl LocalMemory {
     pub fn open_at(dir: &Path, store_id: &str, options: LocalOptions) -> Result<Self, MemoryError> {
         check_store_id(store_id)?;
         std::fs::create_dir_all(dir).map_err(MemoryError::io(dir))?;
-        let lock = lock_dir(dir)?;
+        let lock = lock_dir(dir, options.lock_wait)?;
         check_or_write_meta(dir, store_id)?;
         let log_path = dir.join(LOG);
         let log = OpenOptions::new()

@@ -205,9 +205,10 @@ fn reopen_and_rebuild_give_identical_results() {
 fn a_second_open_of_one_store_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let _mem = load(dir.path(), LocalOptions::default());
-    let err = LocalMemory::open_at(dir.path(), "ranking", LocalOptions::default()).unwrap_err();
+    let brief = LocalOptions::default().lock_wait(std::time::Duration::from_millis(50));
+    let err = LocalMemory::open_at(dir.path(), "ranking", brief).unwrap_err();
     assert!(
-        matches!(err, rath_memory::MemoryError::Locked { .. }),
+        matches!(err, rath_memory::MemoryError::Locked { waited_ms, .. } if waited_ms >= 50),
         "{err}"
     );
 }

@@ -47,9 +47,9 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use rath_session::{Chunk, Session, SessionId, Stamper};
 
@@ -85,7 +85,7 @@ pub enum Durability {
 }
 
 /// How a [`SessionWriter`] behaves.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct WriterOptions {
     /// When rows reach the disk.
@@ -95,6 +95,22 @@ pub struct WriterOptions {
     /// Replace a closed `<id>.jsonl` that already exists (the new file is renamed over it on
     /// close). Off by default: an existing closed file is [`PersistError::Exists`].
     pub replace: bool,
+    /// How long opening waits for the file's lock before it reports
+    /// [`PersistError::Locked`]; [`rath_lock::DEFAULT_WAIT`] by default. A child process
+    /// between `fork` and `exec` briefly shares its parent's locks, so a file closed and
+    /// reopened meanwhile finds its lock held for a moment.
+    pub lock_wait: Duration,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        Self {
+            durability: Durability::default(),
+            clock: None,
+            replace: false,
+            lock_wait: rath_lock::DEFAULT_WAIT,
+        }
+    }
 }
 
 impl WriterOptions {
@@ -114,6 +130,12 @@ impl WriterOptions {
     /// replaced instead of refused.
     pub fn replace(mut self, on: bool) -> Self {
         self.replace = on;
+        self
+    }
+
+    /// Sets [`WriterOptions::lock_wait`] (`Duration::ZERO`: try once).
+    pub fn lock_wait(mut self, wait: Duration) -> Self {
+        self.lock_wait = wait;
         self
     }
 }
@@ -177,7 +199,7 @@ impl SessionWriter {
             std::fs::create_dir_all(parent).map_err(|e| PersistError::io("mkdir", parent, e))?;
         }
         let mapped = options.durability == Durability::Mapped;
-        let file = open_verified(&partial, &final_path, mapped, options.replace)?;
+        let file = open_verified(&partial, &final_path, mapped, &options)?;
         // Only now, holding the lock on the file the path names, is it safe to cut it.
         file.set_len(0)
             .map_err(|e| PersistError::io("truncate", &partial, e))?;
@@ -536,10 +558,10 @@ fn open_verified(
     partial: &Path,
     final_path: &Path,
     mapped: bool,
-    replace: bool,
+    options: &WriterOptions,
 ) -> Result<File, PersistError> {
     let refuse_existing = || -> Result<(), PersistError> {
-        if !replace && exists(final_path, final_path)? {
+        if !options.replace && exists(final_path, final_path)? {
             return Err(PersistError::Exists {
                 path: final_path.to_path_buf(),
             });
@@ -557,7 +579,7 @@ fn open_verified(
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(partial)
             .map_err(|e| PersistError::io("open", partial, e))?;
-        lock_exclusive(&file, partial)?;
+        lock_exclusive(&file, partial, options.lock_wait)?;
         let held = file
             .metadata()
             .map_err(|e| PersistError::io("fstat", partial, e))?;
@@ -588,19 +610,14 @@ fn open_verified(
     })
 }
 
-fn lock_exclusive(file: &File, path: &Path) -> Result<(), PersistError> {
-    // SAFETY: flock on a valid, open file descriptor owned by `file`; no memory is touched.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let err = std::io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        Err(PersistError::Locked {
+fn lock_exclusive(file: &File, path: &Path, wait: Duration) -> Result<(), PersistError> {
+    match rath_lock::lock_exclusive(file, wait) {
+        Ok(()) => Ok(()),
+        Err(rath_lock::LockError::Held { .. }) => Err(PersistError::Locked {
             path: path.to_path_buf(),
-        })
-    } else {
-        Err(PersistError::io("lock", path, err))
+        }),
+        Err(rath_lock::LockError::Io(e)) => Err(PersistError::io("lock", path, e)),
+        Err(e) => Err(PersistError::io("lock", path, std::io::Error::other(e))),
     }
 }
 

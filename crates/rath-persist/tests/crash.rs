@@ -257,8 +257,10 @@ fn a_second_writer_is_refused_with_locked() {
             panic!("lock holder exited early");
         }
     }
+    // A short wait: the holder keeps the lock until told to exit.
+    let brief = || WriterOptions::default().lock_wait(std::time::Duration::from_millis(50));
     let err = store
-        .writer(&session_for(7), WriterOptions::default())
+        .writer(&session_for(7), brief())
         .expect_err("must be locked");
     assert!(matches!(err, PersistError::Locked { .. }), "{err}");
     assert!(err.to_string().contains("locked"));
@@ -274,7 +276,7 @@ fn a_second_writer_is_refused_with_locked() {
     // Same process, two writers: the second is refused too (flock is per open file).
     let s = session_for(8);
     let first = store.writer(&s, WriterOptions::default()).expect("first");
-    let second = store.writer(&s, WriterOptions::default());
+    let second = store.writer(&s, brief());
     assert!(matches!(second, Err(PersistError::Locked { .. })));
     first.close().expect("close");
 }

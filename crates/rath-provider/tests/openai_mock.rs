@@ -1,8 +1,13 @@
 //! The OpenAI-compatible provider against the in-repo mock server.
+//!
+//! Every test runs on tokio's paused clock: the mock server is a task of the test's own
+//! runtime, so time moves only while every task waits on a timer. Backoff, `Retry-After`,
+//! per-attempt timeouts and the retry layer's elapsed limits happen instantly and exactly,
+//! and what the tests measure with [`since`] is that virtual time, never the wall clock.
 
 mod common;
 
-use std::time::Instant;
+use tokio::time::Instant;
 
 use common::*;
 use rath_provider::mock::{MockFault, MockReply};
@@ -12,7 +17,7 @@ use rath_provider::{
 use rath_session::{ChunkKind, Usage};
 use serde_json::json;
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn plain_completion_carries_text_usage_and_request_id() {
     let server = server().await;
     server.push(MockReply::text("four").usage(31, 2));
@@ -47,7 +52,7 @@ async fn plain_completion_carries_text_usage_and_request_id() {
     assert_eq!(next.usage(), Some(Usage::new(31, 2)));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn tool_calls_non_streamed() {
     let server = server().await;
     server.push(
@@ -88,7 +93,7 @@ async fn tool_calls_non_streamed() {
 
 /// The async-openai `byot` pitfall: without `stream: true` in the body a streamed call
 /// silently yields nothing. This test fails unless real SSE chunks arrive one by one.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn streaming_really_yields_chunks() {
     let server = server().await;
     let text = "The quick brown fox jumps over the lazy dog.";
@@ -113,7 +118,7 @@ async fn streaming_really_yields_chunks() {
     assert_eq!(sent["stream_options"]["include_usage"], true);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn streamed_tool_call_fragments_assemble_into_the_non_streamed_chunk() {
     for fragment in [1, 2, 3, 7] {
         let server = server().await;
@@ -165,7 +170,7 @@ impl TextFree for MockReply {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn rate_limit_is_retried_after_retry_after() {
     let server = server().await;
     server.push(MockFault::RateLimited {
@@ -175,7 +180,7 @@ async fn rate_limit_is_retried_after_retry_after() {
     let p = provider(&server);
     let started = Instant::now();
     let resp = p.complete(&request(&session())).await.unwrap();
-    assert!(started.elapsed() >= secs(1000), "{:?}", started.elapsed());
+    assert!(since(started) >= secs(1000), "{:?}", since(started));
     assert_eq!(resp.text(), Some("ok"));
     assert_eq!(server.requests().len(), 2);
 }
@@ -209,7 +214,7 @@ async fn fault_then_success(fault: MockFault, stream: bool) {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn each_fault_is_retried_then_succeeds() {
     for stream in [false, true] {
         fault_then_success(MockFault::ServerError, stream).await;
@@ -251,7 +256,7 @@ async fn fault_exhausts(fault: MockFault, stream: bool) -> ProviderError {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn each_fault_gives_a_typed_error_after_the_retry_budget() {
     for stream in [false, true] {
         let e = fault_exhausts(MockFault::ServerError, stream).await;
@@ -292,7 +297,7 @@ async fn each_fault_gives_a_typed_error_after_the_retry_budget() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn missing_usage_is_none_by_default_and_retried_when_required() {
     let server = server().await;
     server.push(MockReply::text("no usage"));
@@ -321,7 +326,7 @@ async fn missing_usage_is_none_by_default_and_retried_when_required() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn token_budget_stops_before_it_is_exceeded() {
     let server = server().await;
     server.set_fallback(Some(MockReply::text("ok").usage(100, 50)));
@@ -349,7 +354,7 @@ async fn token_budget_stops_before_it_is_exceeded() {
     assert!(p.used_tokens() <= 400);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn config_errors_are_typed() {
     let err = rath_provider::OpenAiProvider::new(rath_provider::OpenAiConfig::new(
         "ftp://example.invalid",
@@ -365,7 +370,7 @@ async fn config_errors_are_typed() {
     assert!(matches!(err, ProviderError::Config(_)));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn unreachable_server_is_a_connection_error_after_retries() {
     // Bind and drop a listener so the port is (almost certainly) closed.
     let port = {
@@ -400,7 +405,7 @@ fn attempts_of(resp: &rath_provider::ProviderResponse) -> Vec<rath_provider::Att
 /// llama-cpp-python with `chatml-function-calling` answers a streamed request offering
 /// tools with `tool_choice: auto` with HTTP 200 and an empty stream. One non-streamed
 /// fallback answers it; nothing is retried; the evidence says so.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn empty_stream_with_tools_is_answered_by_one_fallback() {
     let server = server().await;
     server.refuse_streamed_tools(true);
@@ -415,10 +420,7 @@ async fn empty_stream_with_tools_is_answered_by_one_fallback() {
     let mut events = Vec::new();
     let started = Instant::now();
     let resp = p.stream(&req, &mut |e| events.push(e)).await.unwrap();
-    assert!(
-        started.elapsed() < secs(1000),
-        "no backoff before a fallback"
-    );
+    assert!(since(started) < secs(1000), "no backoff before a fallback");
     assert_eq!(resp.tool_calls().len(), 1);
     assert_eq!(resp.tool_calls()[0].function.name, "word_count");
     let sent = server.requests();
@@ -470,7 +472,7 @@ async fn empty_stream_with_tools_is_answered_by_one_fallback() {
     assert_eq!(resp.detail["stream"], json!(true));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn stream_without_finish_reason_is_answered_by_one_fallback() {
     let server = server().await;
     server.push(MockFault::NoFinishReason);
@@ -510,7 +512,7 @@ async fn stream_without_finish_reason_is_answered_by_one_fallback() {
     assert_eq!(asm.chunk_for(&resp.request_id), resp.chunk);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn client_errors_are_not_retried() {
     for status in [400u16, 401, 403, 404, 422] {
         // Non-streamed: exactly one request, the typed HTTP error itself.
@@ -564,7 +566,7 @@ async fn client_errors_are_not_retried() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn unavailable_then_success_is_retried_honouring_retry_after() {
     let server = server().await;
     server.push(MockFault::Status {
@@ -577,7 +579,7 @@ async fn unavailable_then_success_is_retried_honouring_retry_after() {
     let p = stacked(config(&server), retry().with_max_retries(3));
     let started = Instant::now();
     let resp = p.complete(&request(&session())).await.unwrap();
-    assert!(started.elapsed() >= secs(1000), "{:?}", started.elapsed());
+    assert!(since(started) >= secs(1000), "{:?}", since(started));
     assert_eq!(resp.text(), Some("back"));
     assert_eq!(server.requests().len(), 4);
     let attempts = attempts_of(&resp);
@@ -595,7 +597,7 @@ async fn unavailable_then_success_is_retried_honouring_retry_after() {
     assert!(p.retry_time_spent() >= secs(1000));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn retry_time_is_bounded_per_call_and_per_provider() {
     // Every request is a 500 (empty script); retries would go on for 50 attempts.
     let server = server().await;
@@ -607,7 +609,7 @@ async fn retry_time_is_bounded_per_call_and_per_provider() {
     let p = stacked(config(&server), r);
     let started = Instant::now();
     let err = p.complete(&request(&session())).await.unwrap_err();
-    let took = started.elapsed();
+    let took = since(started);
     assert!(took < secs(1500), "took {took:?}");
     let ProviderError::RetriesExhausted {
         attempts,
@@ -638,7 +640,7 @@ async fn retry_time_is_bounded_per_call_and_per_provider() {
     let p = stacked(config(&server), r);
     let started = Instant::now();
     let err = p.complete(&request(&session())).await.unwrap_err();
-    assert!(started.elapsed() < secs(1500), "{:?}", started.elapsed());
+    assert!(since(started) < secs(1500), "{:?}", since(started));
     assert!(
         matches!(&err, ProviderError::RetriesExhausted { stopped, .. } if stopped == "retry_budget"),
         "{err:?}"
@@ -660,7 +662,7 @@ async fn retry_time_is_bounded_per_call_and_per_provider() {
     assert!(p.retry_time_spent() <= secs(450));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_retry_gets_only_the_time_that_is_left() {
     // A hanging server, 1.5 s per attempt, but 0.8 s for the call once it retries: the
     // first attempt times out, and no retry starts past the limit.
@@ -674,7 +676,7 @@ async fn a_retry_gets_only_the_time_that_is_left() {
     );
     let started = Instant::now();
     let err = p.complete(&request(&session())).await.unwrap_err();
-    let took = started.elapsed();
+    let took = since(started);
     assert!(took < secs(2500), "took {took:?}");
     assert_eq!(server.requests().len(), 1);
     assert!(
@@ -684,7 +686,7 @@ async fn a_retry_gets_only_the_time_that_is_left() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn stream_tools_false_never_streams_with_tools() {
     let server = server().await;
     server.refuse_streamed_tools(true);
@@ -752,7 +754,7 @@ async fn stream_tools_false_never_streams_with_tools() {
 
 /// llama-cpp-python rejects a request its schema does not accept with HTTP 500 and
 /// "N validation errors": the same request can never pass, so it is not retried.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_schema_rejection_is_not_retried_even_as_500() {
     let server = server().await;
     server.push(MockFault::StatusWith {
@@ -777,7 +779,7 @@ async fn a_schema_rejection_is_not_retried_even_as_500() {
 
 /// An assistant turn that only calls tools goes out with `"content": ""`, which every
 /// server takes (llama-cpp-python's schema rejects null).
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn tool_call_turns_are_sent_with_empty_content() {
     let server = server().await;
     server.push(MockReply::text("four").usage(9, 1));

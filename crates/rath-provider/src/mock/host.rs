@@ -130,6 +130,14 @@ where
         let app = routes.with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
+        // No Nagle: every piece the handler writes (a streamed fragment, an SSE event)
+        // reaches the client at once. With Nagle a small write can wait in the kernel for the
+        // client's delayed ACK, which a test on tokio's paused clock cannot see: the runtime
+        // looks idle, the clock jumps to the next timer and a request times out that was
+        // never slow.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });

@@ -60,6 +60,12 @@ pub fn session_json(s: &Session) -> String {
     serde_json::to_string(s).expect("session serialises")
 }
 
+/// Time since `t0` on tokio's clock: virtual time in tests that run with
+/// `start_paused = true` (the only ones that call this), so exact and independent of load.
+pub fn since(t0: tokio::time::Instant) -> Duration {
+    tokio::time::Instant::now() - t0
+}
+
 pub fn secs(ms: u64) -> Duration {
     Duration::from_millis(ms)
 }
