@@ -48,7 +48,6 @@ fn build_outside(dir: &Path) -> PathBuf {
     assert_eq!(deps, ["openrath", "serde", "tokio"]);
 
     let target = target_dir();
-    let started = std::time::Instant::now();
     let out = Command::new(env!("CARGO"))
         .args(["build", "--offline", "--quiet"])
         .current_dir(dir)
@@ -59,10 +58,6 @@ fn build_outside(dir: &Path) -> PathBuf {
         out.status.success(),
         "the outside program did not build:\n{}",
         String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!(
-        "outside program built in {:.1}s",
-        started.elapsed().as_secs_f64()
     );
     let bin = target
         .join("debug")

@@ -124,8 +124,9 @@ fn stop(child: &mut std::process::Child) -> std::process::ExitStatus {
         if let Some(s) = child.try_wait().unwrap() {
             return s;
         }
+        // A guard against a server that never stops, not a measurement.
         assert!(
-            start.elapsed() < Duration::from_secs(20),
+            start.elapsed() < Duration::from_secs(120),
             "rath serve did not stop"
         );
         std::thread::sleep(Duration::from_millis(50));
@@ -162,12 +163,13 @@ fn keys_mint_list_revoke_and_a_served_api_stops_on_sigterm() {
     let (code, _, _) = rath(&["keys", "revoke", "--runs", &runs, &id]);
     assert_eq!(code, 0);
     // Revoked by another process: refused once the server's key check expires
-    // (rath_server::KEY_CACHE_TTL), and from then on.
+    // (rath_server::KEY_CACHE_TTL; the cache's own tests hold it to that time), and from
+    // then on. The wait below is a guard of minutes against a revocation never seen.
     let revoked = Instant::now();
     while get(&addr, "/v1/sessions", Some(&secret)) != 401 {
         assert!(
-            revoked.elapsed() < rath_server::KEY_CACHE_TTL + Duration::from_secs(2),
-            "a key revoked by another process still works after the key cache's time"
+            revoked.elapsed() < rath_server::KEY_CACHE_TTL + Duration::from_secs(120),
+            "a key revoked by another process still works long after the key cache's time"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -292,8 +294,9 @@ fn the_live_viewer_in_headless_chromium() {
         if run["status"] == "waiting" {
             break run;
         }
+        // A guard against a hang, not a measurement.
         assert!(
-            start.elapsed() < Duration::from_secs(20),
+            start.elapsed() < Duration::from_secs(120),
             "the gated run never waited: {run}"
         );
         std::thread::sleep(Duration::from_millis(50));
@@ -398,8 +401,9 @@ fn the_live_viewer_in_headless_chromium() {
     let start = std::time::Instant::now();
     let mut approvals = 0;
     while run_status(&addr) != "succeeded" {
+        // A guard against a hang, not a measurement.
         assert!(
-            start.elapsed() < Duration::from_secs(30),
+            start.elapsed() < Duration::from_secs(120),
             "the gated run never finished"
         );
         let pending = get_json(&addr, &format!("/v1/runs/{gated_id}/interrupts"), &key);

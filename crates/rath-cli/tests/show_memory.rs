@@ -41,9 +41,7 @@ fn show_and_view_of_a_large_session_stay_under_the_memory_bound() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let sessions = tmp.path().join("sessions");
     std::fs::create_dir_all(&sessions).expect("mkdir");
-    let t0 = std::time::Instant::now();
     let (path, id) = common::big::write_big_session(&sessions, mb * 1024 * 1024);
-    eprintln!("wrote the session in {:?}", t0.elapsed());
     let size_mb = std::fs::metadata(&path).expect("stat").len() as f64 / 1048576.0;
     let store = tmp.path().to_str().expect("utf-8 path");
     let page = tmp.path().join("v.html");
@@ -59,9 +57,7 @@ fn show_and_view_of_a_large_session_stay_under_the_memory_bound() {
         vec!["--store", store, "--json", "show", &id, "--limit", "50"],
         vec!["--store", store, "view", "--out", page],
     ] {
-        let t = std::time::Instant::now();
         let (code, stderr) = rath_quiet(&args);
-        eprintln!("{args:?} took {:?}", t.elapsed());
         assert_eq!(code, 0, "{args:?}: {stderr}");
         let peak = children_peak_rss_mb();
         eprintln!("{args:?}: children's peak RSS so far {peak:.1} MB (session {size_mb:.0} MB)");

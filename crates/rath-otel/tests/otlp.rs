@@ -5,7 +5,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{attr_int, attr_str, closed_port, grpc_collector, http_collector, team};
 use opentelemetry_proto::tonic::trace::v1::Span as ProtoSpan;
@@ -291,6 +291,10 @@ async fn live_spans_over_grpc() {
     check_trace(&spans, root.id().as_str());
 }
 
+/// A wait of minutes that only guards the tests below against a hang (a run that waited for
+/// its collector would wait the exporter's whole timeout, ten minutes): never a measurement.
+const HANG_GUARD: Duration = Duration::from_secs(120);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_collector_port_neither_blocks_nor_fails_the_run() {
     let timeout = Duration::from_secs(2);
@@ -300,29 +304,57 @@ async fn a_closed_collector_port_neither_blocks_nor_fails_the_run() {
             Protocol::Grpc => format!("http://127.0.0.1:{}", closed_port()),
         };
         let exporter = OtlpExporter::new(&config(protocol, &endpoint, timeout)).unwrap();
-        let started = Instant::now();
         let (out, _) = run_team(exporter.clone()).await;
-        let ran = started.elapsed();
         assert!(out.final_text().is_some());
         let report = exporter.shutdown();
-        let total = started.elapsed();
         assert!(report.submitted > 10, "{report:?}");
         assert_eq!(report.exported, 0);
         assert_eq!(
             report.dropped, report.submitted,
             "{protocol:?}: every span counted as dropped"
         );
-        assert!(report.failed_exports <= 1, "{report:?}");
         assert!(
-            ran < timeout,
-            "{protocol:?}: the run itself never waits ({ran:?})"
+            report.failed_exports <= 1,
+            "{protocol:?}: at most one failed export, later batches dropped: {report:?}"
         );
-        assert!(
-            total < timeout + Duration::from_secs(1),
-            "{protocol:?}: at most one timeout ({total:?})"
-        );
-        println!("{protocol:?}: {report} (run {ran:?}, with shutdown {total:?})");
+        println!("{protocol:?}: {report}");
     }
+}
+
+/// The collector holds every request unanswered until the run is over; the exporter would
+/// wait ten minutes for an answer. The run finishing at all shows it never waits for its
+/// collector (a run that did would deadlock here until the hang guard fires).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_never_waits_for_its_collector() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        tokio::pin!(released);
+        loop {
+            tokio::select! {
+                Ok((sock, _)) = listener.accept() => held.push(sock),
+                _ = &mut released => break,
+            }
+        }
+        drop(held); // the exports in flight fail at once: the shutdown below is quick
+    });
+    let endpoint = format!("http://{addr}/v1/traces");
+    let exporter = OtlpExporter::new(&config(
+        Protocol::HttpProtobuf,
+        &endpoint,
+        Duration::from_secs(600),
+    ))
+    .unwrap();
+    let (out, _) = tokio::time::timeout(HANG_GUARD, run_team(exporter.clone()))
+        .await
+        .expect("the run finished while its collector held every request");
+    assert!(out.final_text().is_some());
+    release.send(()).unwrap();
+    let report = exporter.shutdown();
+    assert!(report.submitted > 10, "{report:?}");
+    assert_eq!(report.exported, 0, "{report:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -339,9 +371,7 @@ async fn a_collector_that_never_answers_costs_at_most_one_timeout() {
     let timeout = Duration::from_millis(1500);
     let endpoint = format!("http://{addr}/v1/traces");
     let exporter = OtlpExporter::new(&config(Protocol::HttpProtobuf, &endpoint, timeout)).unwrap();
-    let started = Instant::now();
     let (_, _) = run_team(exporter.clone()).await;
-    let ran = started.elapsed();
     // More spans after the first batch went out: dropped without another wait.
     let buffer = SpanBuffer::new();
     let (_, _) = run_team(buffer.clone()).await;
@@ -349,13 +379,11 @@ async fn a_collector_that_never_answers_costs_at_most_one_timeout() {
         exporter.emit(s);
     }
     let report = exporter.shutdown();
-    let total = started.elapsed();
-    assert!(ran < timeout, "the run never waits ({ran:?})");
     assert_eq!(report.exported, 0);
     assert_eq!(report.dropped, report.submitted);
     assert!(
-        total < timeout * 2,
-        "one timeout at most ({total:?}, {report:?})"
+        report.failed_exports <= 1,
+        "one timed-out export at most, the rest dropped without a wait: {report:?}"
     );
 }
 

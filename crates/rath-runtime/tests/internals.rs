@@ -358,14 +358,14 @@ async fn a_running_run_past_its_deadline_times_out_with_its_session_kept() {
             RunOptions::default().deadline(Duration::from_millis(400)),
         )
         .await;
-    let start = Instant::now();
-    let got = env.worker().run_once().await.unwrap().unwrap();
+    // The model hangs for good: only the run's deadline ends this call. The guard of
+    // minutes is against a hang (a deadline not enforced), not a measurement.
+    let got = tokio::time::timeout(Duration::from_secs(120), env.worker().run_once())
+        .await
+        .expect("the deadline ended the run")
+        .unwrap()
+        .unwrap();
     assert_eq!(got, (id.clone(), Outcome::Moved(RunStatus::TimedOut)));
-    assert!(
-        start.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        start.elapsed()
-    );
     let run = env.rt.runs().get(&id).await.unwrap();
     assert_eq!(run.status, RunStatus::TimedOut);
     // The session as far as it got: the first round's call and result are stored.
@@ -382,7 +382,8 @@ async fn a_running_run_past_its_deadline_times_out_with_its_session_kept() {
 async fn the_session_is_written_as_it_goes_and_never_by_a_fenced_worker() {
     let env = env().await;
     let (id, task, session) = held_at_second_call(&env, 8).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // A guard against a hang (the session never written), not a measurement.
+    let deadline = Instant::now() + Duration::from_secs(120);
     let stored = loop {
         let s = env.sessions.load(&session).await.unwrap().session;
         if s.chunks().iter().any(|c| c.kind() == ChunkKind::ToolResult) || Instant::now() > deadline

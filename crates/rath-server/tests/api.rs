@@ -760,19 +760,16 @@ async fn a_shutdown_hands_an_in_flight_run_back_to_the_queue() {
         if r["status"] == "running" {
             break;
         }
+        // A guard against a hang, not a measurement.
         assert!(
-            start.elapsed() < Duration::from_secs(10),
+            start.elapsed() < Duration::from_secs(120),
             "never claimed: {r}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let runtime = first.server.runtime().clone();
-    let stopping = std::time::Instant::now();
+    // A shutdown that waited for the run would find it succeeded, not handed back queued.
     let (keys, stores) = first.stop().await;
-    assert!(
-        stopping.elapsed() < Duration::from_millis(common::SLOW_MS),
-        "the shutdown waited for the run to finish"
-    );
     let handed = runtime
         .runs()
         .get(&rath_runtime::RunId(id.clone()))

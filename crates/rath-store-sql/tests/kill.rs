@@ -15,7 +15,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rath_persist::{PersistError, SessionStore};
 use rath_session::{Chunk, Lineage, Session, SessionId, SessionParts, Stamper};
@@ -292,7 +292,6 @@ fn kill_and_check(
 /// Kills `KILLS` writers of the target, each at a random delay after it opened the store,
 /// `lanes` at a time, and checks every session; returns a one-line summary.
 fn kill_writers(target: &Target<'_>, seed: u64) -> String {
-    let started = Instant::now();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -335,14 +334,13 @@ fn kill_writers(target: &Target<'_>, seed: u64) -> String {
     );
     format!(
         "{KILLS} writers on {} ({} at a time): {} killed mid-session ({} losing the round in \
-         flight), {} killed before their first commit, {} finished; {:?}",
+         flight), {} killed before their first commit, {} finished",
         store.name(),
         target.lanes,
         t.killed,
         t.in_flight_lost,
         t.absent,
         t.completed,
-        started.elapsed()
     )
 }
 
