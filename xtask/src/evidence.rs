@@ -57,6 +57,11 @@ pub struct EvidenceArgs {
     /// List the packets and exit.
     #[arg(long)]
     pub list: bool,
+    /// Build the packets whose prerequisites are met; record the others as skipped
+    /// (`prerequisite missing: ...`), and the claim ledger reports their claims unverified in
+    /// this run. Without it, a missing prerequisite stops the command before anything runs.
+    #[arg(long)]
+    pub available: bool,
 }
 
 /// Outcome of a packet's workload.
@@ -417,6 +422,34 @@ pub fn run(args: &EvidenceArgs) -> Result<()> {
         .iter()
         .filter(|p| args.only.is_empty() || args.only.iter().any(|n| n == p.name))
         .collect();
+    // Before anything runs: what the packets need, met or missing.
+    let names: Vec<&'static str> = selected.iter().map(|p| p.name).collect();
+    let (table, missing) = crate::prereq::survey(&names, &|k| std::env::var(k).ok());
+    if !table.is_empty() {
+        println!("prerequisites:\n{table}");
+    }
+    if !missing.is_empty() && !args.available {
+        for m in &missing {
+            eprintln!("  {}: {}", m.packet, m.reason());
+        }
+        let only: Vec<String> = crate::prereq::parts_for(&missing)
+            .iter()
+            .map(|p| format!("--only {p}"))
+            .collect();
+        bail!(
+            "{} packet(s) lack a prerequisite, so nothing was run. Prepare this machine with \
+             `cargo xtask setup` (or just what is missing: `cargo xtask setup {}`), or build \
+             the packets that can be built with `cargo xtask evidence --available`",
+            missing.len(),
+            only.join(" ")
+        );
+    }
+    let skip_reason = |name: &str| -> Option<String> {
+        missing
+            .iter()
+            .find(|m| m.packet == name)
+            .map(|m| m.reason())
+    };
     let root = crate::workspace_root();
     let ledger = Ledger::load(&root.join("evidence/ledger.toml"))?;
     let committed = root.join("evidence/packets");
@@ -425,22 +458,54 @@ pub fn run(args: &EvidenceArgs) -> Result<()> {
             .prefix("rath-evidence-check")
             .tempdir()?;
         let out = tmp.path().join("packets");
-        return check(&selected, &ledger, &committed, &out);
+        return check(&selected, &ledger, &committed, &out, &skip_reason);
     }
     let out = args.out.clone().unwrap_or(committed);
     let mut failed = Vec::new();
-    for p in selected {
-        let status = build_packet(p, &ledger, &out, false)?;
-        println!("{:<22} {}", p.name, status.as_str());
+    let n = selected.len();
+    for (i, p) in selected.iter().enumerate() {
+        println!("[{}/{n}] {} ...", i + 1, p.name);
+        let started = std::time::Instant::now();
+        let status = match skip_reason(p.name) {
+            Some(reason) => build_skipped(p, &ledger, &out, &reason)?,
+            None => build_packet(p, &ledger, &out, false)?,
+        };
+        println!(
+            "{:<22} {} ({:.1} s)",
+            p.name,
+            status.as_str(),
+            started.elapsed().as_secs_f64()
+        );
         if status == Status::Fail {
             failed.push(p.name);
         }
+    }
+    if !missing.is_empty() {
+        println!(
+            "{} packet(s) skipped for a missing prerequisite; their claims are unverified in \
+             this run (`cargo xtask setup`, then `cargo xtask evidence`, verifies them)",
+            missing.len()
+        );
     }
     if failed.is_empty() {
         Ok(())
     } else {
         bail!("packets failed: {}", failed.join(", "))
     }
+}
+
+/// What a skipped packet's reason starts with when a prerequisite was missing (the ledger
+/// reports its claims as unverified in this run, not failed).
+pub const PREREQUISITE_MISSING: &str = "prerequisite missing: ";
+
+/// Writes packet `p` as skipped for `reason` (a missing prerequisite) without running its
+/// workload; returns its status (skip).
+pub fn build_skipped(p: &Packet, ledger: &Ledger, out_root: &Path, reason: &str) -> Result<Status> {
+    build_with(p, ledger, out_root, false, &|_ctx| {
+        let mut r = Report::default();
+        r.skip(reason.to_owned());
+        Ok(r)
+    })
 }
 
 /// Builds one packet into `out_root/<name>` (replacing what was there); returns its status.
@@ -450,6 +515,17 @@ pub fn build_packet(
     out_root: &Path,
     check_mode: bool,
 ) -> Result<Status> {
+    build_with(p, ledger, out_root, check_mode, &p.build)
+}
+
+/// Builds packet `p` with `workload` in place of its own (the same workload, or a skip).
+fn build_with(
+    p: &Packet,
+    ledger: &Ledger,
+    out_root: &Path,
+    check_mode: bool,
+    workload: &dyn Fn(&mut Ctx) -> Result<Report>,
+) -> Result<Status> {
     // Built in a staging directory outside the packet tree and moved into place at the end,
     // so a workload that reads the packet tree (test_report runs xtask's own tests) never
     // sees a half-written, unredacted packet.
@@ -458,7 +534,7 @@ pub fn build_packet(
     let dir = staging.path().join(p.name);
     std::fs::create_dir_all(&dir)?;
     let mut ctx = Ctx::new(dir.clone(), out_root.to_path_buf(), check_mode)?;
-    let mut report = match (p.build)(&mut ctx) {
+    let mut report = match workload(&mut ctx) {
         Ok(r) => r,
         Err(e) => Report {
             error: Some(ctx.redact(&format!("{e:#}"))),
@@ -607,7 +683,7 @@ fn write_manifests(
     }
     let mut env: Vec<&str> = p.env.to_vec();
     env.sort_unstable();
-    let manifest = json!({
+    let mut manifest = json!({
         "packet": p.name,
         "status": r.status().as_str(),
         "reproducibility": decl.map(|d| d.reproducibility).unwrap_or_default().as_str(),
@@ -617,6 +693,15 @@ fn write_manifests(
         "files": files,
         "volatile_files": volatile_files.keys().collect::<Vec<_>>(),
     });
+    // Only a packet skipped for a missing prerequisite carries it: the ledger then reports
+    // its claims as unverified in this run rather than failed.
+    if let Some(reason) = r
+        .skip
+        .as_deref()
+        .filter(|s| s.starts_with(PREREQUISITE_MISSING))
+    {
+        manifest["skip_reason"] = json!(reason);
+    }
     ctx.write_json("manifest.json", &manifest)?;
     let env_state: BTreeMap<&str, &str> = p
         .env
@@ -743,12 +828,26 @@ pub fn tests_just_ran() -> bool {
         .any(|k| std::env::var(k).is_ok_and(|v| v == "1" || v == "true"))
 }
 
-fn check(selected: &[&Packet], ledger: &Ledger, committed: &Path, out: &Path) -> Result<()> {
+fn check(
+    selected: &[&Packet],
+    ledger: &Ledger,
+    committed: &Path,
+    out: &Path,
+    skip_reason: &dyn Fn(&str) -> Option<String>,
+) -> Result<()> {
     let started = std::time::Instant::now();
     std::fs::create_dir_all(out)?;
     let mut problems: Vec<String> = Vec::new();
-    for p in selected {
+    let n = selected.len();
+    for (i, p) in selected.iter().enumerate() {
         let decl = ledger.packet(p.name).unwrap_or_default();
+        if let Some(reason) = skip_reason(p.name) {
+            // Only with --available: not regenerated, so not compared; unverified here.
+            println!("{:<22} not checked ({reason})", p.name);
+            continue;
+        }
+        println!("[{}/{n}] {} ...", i + 1, p.name);
+        let one = std::time::Instant::now();
         let have = committed.join(p.name);
         if !have.is_dir() {
             problems.push(format!("{}: no committed packet", p.name));
@@ -772,7 +871,12 @@ fn check(selected: &[&Packet], ledger: &Ledger, committed: &Path, out: &Path) ->
         } else {
             format!("{} difference(s)", diffs.len())
         };
-        println!("{:<22} {:<5} {verdict}", p.name, status.as_str());
+        println!(
+            "{:<22} {:<5} {verdict} ({:.1} s)",
+            p.name,
+            status.as_str(),
+            one.elapsed().as_secs_f64()
+        );
         problems.extend(diffs.into_iter().map(|d| format!("{}: {d}", p.name)));
     }
     // A committed packet nobody builds any more is stale.

@@ -5,10 +5,15 @@
 //! - [`ledger`]: `evidence/ledger.toml`, its checks and `evidence/LEDGER.md`.
 //! - [`leaks`]: the scanner that keeps secrets, home directories and machine paths out of
 //!   committed packets.
+//! - [`prereq`]: what each packet needs from the machine, checked before anything runs.
+//! - [`setup`]: `cargo xtask setup`, which runs the `.ci/install.d` parts and saves what
+//!   they export for the other commands.
 
 pub mod evidence;
 pub mod leaks;
 pub mod ledger;
+pub mod prereq;
+pub mod setup;
 
 use std::path::{Path, PathBuf};
 

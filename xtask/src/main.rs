@@ -32,6 +32,9 @@ enum Command {
     Ledger(xtask::ledger::LedgerArgs),
     /// Run our benches and Python OpenRath's in one sitting; write docs/benchmarks.md.
     Bench(bench::BenchArgs),
+    /// Prepare this machine: run the .ci/install.d parts (all by default), start their
+    /// services and save what they export to target/rath-env, which every command reads.
+    Setup(xtask::setup::SetupArgs),
 }
 
 /// Set to a file to append every SQL statement this process (and each bench child it
@@ -40,6 +43,8 @@ enum Command {
 const SQL_TRACE_ENV: &str = "RATH_BENCH_SQL_TRACE";
 
 fn main() -> ExitCode {
+    // First, before any thread: what `cargo xtask setup` saved (a variable already set wins).
+    xtask::prereq::load_env_file();
     alloc::tune();
     if let Some(path) = std::env::var_os(SQL_TRACE_ENV) {
         let file = std::fs::OpenOptions::new()
@@ -79,6 +84,7 @@ fn main() -> ExitCode {
         Command::Evidence(args) => xtask::evidence::run(&args),
         Command::Ledger(args) => xtask::ledger::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Setup(args) => xtask::setup::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -202,12 +202,7 @@ fn four_examples_run_live() {
         let home = tmp.path().join(name);
         let run = run_example(name, &base, &home, LIVE_TIMEOUT);
         timings.push(format!("{name} exit {:?}", run.code));
-        eprintln!(
-            "{name}: exit {:?}\n{}{}",
-            run.code,
-            run.stdout,
-            run.stderr
-        );
+        eprintln!("{name}: exit {:?}\n{}{}", run.code, run.stdout, run.stderr);
         let sessions = stored(&home);
         assert!(!sessions.is_empty(), "{name} stored no session");
         // The one-agent example must complete against a real server.

@@ -304,11 +304,7 @@ async fn uninterrupted(workflow: &str) -> (Env, Session) {
     (env, out)
 }
 
-async fn wait_for(
-    rt: &Runtime,
-    id: &RunId,
-    want: RunStatus,
-) -> rath_runtime::Run {
+async fn wait_for(rt: &Runtime, id: &RunId, want: RunStatus) -> rath_runtime::Run {
     let within = Duration::from_secs(180);
     let start = Instant::now();
     loop {
