@@ -258,15 +258,28 @@ pub fn env_file() -> PathBuf {
     }
 }
 
-/// Parses `KEY=VALUE` lines (blank lines and `#` comments skipped).
+/// Parses `KEY=VALUE` lines (blank lines and `#` comments skipped); a value in single
+/// quotes, as [`env_line`] writes it, is unquoted.
 pub fn parse_env_file(text: &str) -> Vec<(String, String)> {
     text.lines()
         .map(str::trim_end)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .filter_map(|l| l.split_once('='))
         .filter(|(k, _)| !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .map(|(k, v)| (k.to_owned(), unquote(v)))
         .collect()
+}
+
+/// `KEY='value'`: a line of the setup file, quoted so that a shell can also source it.
+pub fn env_line(key: &str, value: &str) -> String {
+    format!("{key}='{}'\n", value.replace('\'', "'\\''"))
+}
+
+fn unquote(v: &str) -> String {
+    match v.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')) {
+        Some(inner) => inner.replace("'\\''", "'"),
+        None => v.to_owned(),
+    }
 }
 
 /// Sets every variable of [`env_file`] this process does not have yet (what is set already
@@ -358,5 +371,20 @@ mod tests {
                 ("B_C".to_owned(), "postgresql://u:p@h/db?x=y".to_owned())
             ]
         );
+        let quoted = env_line("C", "15 it's") + &env_line("D", "");
+        assert_eq!(
+            parse_env_file(&quoted),
+            [
+                ("C".to_owned(), "15 it's".to_owned()),
+                ("D".to_owned(), String::new())
+            ]
+        );
+        // And a shell reads the same value.
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("{quoted}printf %s \"$C\""))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "15 it's");
     }
 }

@@ -134,7 +134,7 @@ pub fn run(args: &SetupArgs) -> Result<()> {
         .unwrap_or_default();
     merged.extend(saved.clone());
     for (k, v) in &merged {
-        text.push_str(&format!("{k}={v}\n"));
+        text.push_str(&crate::prereq::env_line(k, v));
     }
     if let Some(parent) = file.parent() {
         std::fs::create_dir_all(parent)?;

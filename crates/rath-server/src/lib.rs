@@ -56,6 +56,7 @@ mod db;
 mod error;
 mod extract;
 pub mod langgraph;
+mod listen;
 mod metrics;
 mod ops;
 mod runs;
@@ -128,6 +129,14 @@ pub struct ServerConfig {
     pub render_cache_entries: usize,
     /// Bytes of rendered answers kept at most.
     pub render_cache_bytes: usize,
+    /// How long a connection may take to send a request's headers, and how long an idle
+    /// connection (before its first request or between two) is kept: hyper closes it after
+    /// this. Default 10 s. A response being streamed (an event stream) is not cut by it.
+    pub header_timeout: Duration,
+    /// Connections open at once, at most: past it, new connections wait in the kernel's
+    /// accept queue until one closes. Default: the soft file limit less an eighth (at least
+    /// 256 descriptors kept for the stores), so no accept fails for want of a descriptor.
+    pub max_connections: usize,
 }
 
 impl Default for ServerConfig {
@@ -146,6 +155,8 @@ impl Default for ServerConfig {
             key_cache: KEY_CACHE_TTL,
             render_cache_entries: 1024,
             render_cache_bytes: 64 << 20,
+            header_timeout: Duration::from_secs(10),
+            max_connections: listen::default_max_connections(),
         }
     }
 }
@@ -461,9 +472,14 @@ impl Server {
             let stop = stop.clone();
             tokio::spawn(async move { w.run(stop).await })
         });
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(stop.clone().cancelled_owned())
-            .await;
+        listen::serve(
+            listener,
+            router,
+            stop.clone(),
+            cfg.header_timeout,
+            cfg.max_connections,
+        )
+        .await;
         stop.cancel();
         if let Some(w) = workers {
             match w.await {
@@ -471,7 +487,6 @@ impl Server {
                 Err(e) => tracing::error!(error = %e, "the worker task failed"),
             }
         }
-        served?;
         Ok(())
     }
 }

@@ -32,6 +32,7 @@
 //! runtime like the native API, and must not keep state of its own.
 
 mod convert;
+mod history;
 mod runs;
 mod threads;
 

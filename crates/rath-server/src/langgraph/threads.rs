@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use super::convert::{self, settled};
+use super::convert;
+use super::history::History;
 use super::{LgError, LgErrorBody, LgJson, LgPath, LgPrincipal, derived_uuid, not_found, rfc3339};
 use crate::AppState;
 use crate::db::{ThreadRow, ThreadRunRow};
@@ -281,130 +282,6 @@ pub(crate) fn interrupts(s: &Session) -> Vec<Value> {
         .collect()
 }
 
-struct Step {
-    values: Value,
-    source: &'static str,
-    run: usize,
-    session_id: String,
-    len: usize,
-    created_at: String,
-    last_of_run: bool,
-}
-
-/// Every checkpoint of the thread, oldest first: for each run that reached a session, its
-/// input session, then the prefix of the session it reached after each conversation
-/// message the run added (only the whole session when it does not extend its input).
-pub(crate) async fn checkpoints(state: &AppState, t: &Loaded) -> Result<Vec<ThreadState>, LgError> {
-    let tid = &t.row.thread_id;
-    let mut steps: Vec<Step> = Vec::new();
-    for (i, (_, run)) in t.runs.iter().enumerate() {
-        let Some(out) = reached(state, run).await? else {
-            continue;
-        };
-        let input = state
-            .runtime
-            .sessions()
-            .load(&SessionId::new(&run.input_session))
-            .await?
-            .session;
-        let msgs = convert::messages(tid, &out);
-        let extends = input.len() <= out.len()
-            && input
-                .chunks()
-                .iter()
-                .zip(out.chunks().iter())
-                .all(|(a, b)| a == b);
-        // Times from the run, not the session: a worker stamps a run's sessions with a clock
-        // seeded by the run (replay makes them byte-identical), not with the wall clock.
-        let events = state.runtime.runs().events(&run.id, 0).await?;
-        let out_at = rfc3339(events.last().map_or(run.submitted_ms, |e| e.at_ms));
-        let out_id = out.id().as_str().to_owned();
-        if extends {
-            let mut k = input.conversation().count();
-            steps.push(Step {
-                values: json!({"messages": msgs[..k.min(msgs.len())]}),
-                source: "input",
-                run: i,
-                session_id: input.id().as_str().to_owned(),
-                len: input.len(),
-                created_at: rfc3339(run.submitted_ms),
-                last_of_run: false,
-            });
-            for (j, c) in out.chunks().iter().enumerate().skip(input.len()) {
-                if c.is_conversation() {
-                    k += 1;
-                    steps.push(Step {
-                        values: json!({"messages": msgs[..k.min(msgs.len())]}),
-                        source: "loop",
-                        run: i,
-                        session_id: out_id.clone(),
-                        len: j + 1,
-                        created_at: out_at.clone(),
-                        last_of_run: false,
-                    });
-                }
-            }
-        } else {
-            steps.push(Step {
-                values: json!({"messages": msgs}),
-                source: "loop",
-                run: i,
-                session_id: out_id.clone(),
-                len: out.len(),
-                created_at: out_at.clone(),
-                last_of_run: false,
-            });
-        }
-        if let Some(last) = steps.last_mut() {
-            last.last_of_run = true;
-        }
-    }
-    let mut states: Vec<ThreadState> = Vec::with_capacity(steps.len());
-    let mut parent: Option<Checkpoint> = None;
-    for (n, s) in steps.into_iter().enumerate() {
-        let (row, run) = &t.runs[s.run];
-        let graph = run.workflow.clone();
-        let cp = Checkpoint {
-            thread_id: tid.clone(),
-            checkpoint_ns: String::new(),
-            checkpoint_id: Some(derived_uuid(&[
-                "checkpoint",
-                tid,
-                &s.session_id,
-                &s.len.to_string(),
-            ])),
-        };
-        let open = !(s.last_of_run && settled(run.status)) || run.status == RunStatus::Waiting;
-        states.push(ThreadState {
-            values: s.values,
-            next: if open {
-                vec![graph.clone()]
-            } else {
-                Vec::new()
-            },
-            tasks: Vec::new(),
-            metadata: json!({"source": s.source, "step": n as i64 - 1, "run_id": run.id.as_str(),
-                "graph_id": graph, "assistant_id": row.assistant_id, "thread_id": tid,
-                "session_id": s.session_id, "parents": {}}),
-            created_at: Some(s.created_at),
-            checkpoint_id: cp.checkpoint_id.clone(),
-            parent_checkpoint_id: parent.as_ref().and_then(|p| p.checkpoint_id.clone()),
-            parent_checkpoint: parent.clone(),
-            checkpoint: cp.clone(),
-            interrupts: Vec::new(),
-        });
-        parent = Some(cp);
-    }
-    // The calls a waiting run stopped on are the interrupts of the thread's newest state.
-    if let (Some(last), Some((_, run))) = (states.last_mut(), t.runs.last())
-        && run.status == RunStatus::Waiting
-        && let Some(out) = reached(state, run).await?
-    {
-        last.interrupts = interrupts(&out);
-    }
-    Ok(states)
-}
-
 /// The state of a thread with no checkpoint yet.
 fn empty_state(tid: &str) -> ThreadState {
     ThreadState {
@@ -435,8 +312,8 @@ fn thread_status(t: &Loaded) -> &'static str {
 }
 
 async fn thread_view(state: &AppState, t: &Loaded) -> Result<Thread, LgError> {
-    let states = checkpoints(state, t).await?;
-    let latest = states.last();
+    let latest = History::of(state, t).await?.latest();
+    let latest = latest.as_ref();
     let mut interrupts = json!({});
     if let (Some(s), Some((_, run))) = (latest, t.runs.last())
         && !s.interrupts.is_empty()
@@ -543,10 +420,8 @@ pub(crate) async fn get_state(
     LgPath(tid): LgPath<String>,
 ) -> Result<axum::Json<ThreadState>, LgError> {
     let t = load(&state, &who.tenant, &tid).await?;
-    let mut states = checkpoints(&state, &t).await?;
-    Ok(axum::Json(
-        states.pop().unwrap_or_else(|| empty_state(&tid)),
-    ))
+    let latest = History::of(&state, &t).await?.latest();
+    Ok(axum::Json(latest.unwrap_or_else(|| empty_state(&tid))))
 }
 
 /// Which states of the history to answer (other keys are ignored).
@@ -587,20 +462,22 @@ pub(crate) async fn history(
     LgJson(req): LgJson<HistoryRequest>,
 ) -> Result<axum::Json<Vec<ThreadState>>, LgError> {
     let t = load(&state, &who.tenant, &tid).await?;
-    let mut states = checkpoints(&state, &t).await?;
-    if let Some(before) = req.before.as_ref().and_then(checkpoint_id_of) {
-        match states
-            .iter()
-            .position(|s| s.checkpoint_id.as_deref() == Some(before))
-        {
-            Some(i) => states.truncate(i),
-            None => return Err(not_found("checkpoint", before)),
-        }
-    }
-    if let Some(Value::Object(filter)) = &req.metadata {
-        states.retain(|s| filter.iter().all(|(k, v)| s.metadata.get(k) == Some(v)));
-    }
-    states.reverse();
-    states.truncate(req.limit.unwrap_or(10));
-    Ok(axum::Json(states))
+    let history = History::of(&state, &t).await?;
+    // Only the states answered are built: what a call costs follows what it returns, not
+    // how many steps the thread has.
+    let end = match req.before.as_ref().and_then(checkpoint_id_of) {
+        Some(before) => history
+            .position(before)
+            .ok_or_else(|| not_found("checkpoint", before))?,
+        None => history.len(),
+    };
+    let filter = match &req.metadata {
+        Some(Value::Object(f)) => Some(f),
+        _ => None,
+    };
+    Ok(axum::Json(history.newest_first(
+        end,
+        req.limit.unwrap_or(10),
+        filter,
+    )))
 }
