@@ -80,8 +80,8 @@ pub use model::{
 pub use registry::{Constructor, WorkflowDef, WorkflowRegistry, definition_hash};
 pub use serve::{ServeReport, serve_worker};
 pub use store::{
-    JournalEntry, MIGRATIONS, PG_MIGRATIONS, Resolution, RunStore, SCHEMA_VERSION, Transition,
-    now_ms,
+    JournalEntry, MAX_LEASE, MIGRATIONS, PG_MIGRATIONS, Resolution, RunStore, SCHEMA_VERSION,
+    Transition, now_ms,
 };
 pub use worker::{Outcome, Worker, WorkerOptions};
 

@@ -14,8 +14,8 @@ use rath_provider::{
     ScriptedResponse,
 };
 use rath_runtime::{
-    Outcome, RetryPolicy, RunEvent, RunId, RunOptions, RunStatus, RunStore, Runtime, Worker,
-    WorkerOptions, WorkflowRegistry, now_ms,
+    MAX_LEASE, Outcome, RetryPolicy, RunEvent, RunId, RunOptions, RunStatus, RunStore, Runtime,
+    RuntimeError, Worker, WorkerOptions, WorkflowRegistry, now_ms,
 };
 use rath_session::{ChunkKind, Role, Session, SessionId, Stamper};
 use serde_json::json;
@@ -645,4 +645,43 @@ async fn an_output_session_stored_before_the_run_is_appended_to() {
         ChunkKind::Assistant,
         "the answer's chunk was appended to the stored session"
     );
+}
+
+#[tokio::test]
+async fn a_lease_too_long_to_end_is_refused_and_no_lease_is_born_expired() {
+    // Issue 47, item 9: a lease of u64::MAX ms wrapped `now + lease` into the past, so two
+    // workers stole the run from each other. A lease over MAX_LEASE is a typed error, the
+    // run stays queued, and the longest lease allowed ends after now.
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let store = RunStore::connect(&url).await.unwrap();
+    let id = store
+        .submit(
+            RunId("run-long-lease".into()),
+            "flow",
+            "h",
+            "input",
+            &RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    for lease in [Duration::from_millis(u64::MAX), Duration::MAX, MAX_LEASE + Duration::from_millis(1)] {
+        match store.claim("greedy", lease).await {
+            Err(RuntimeError::BadDuration { what: "lease", .. }) => {}
+            other => panic!("lease {lease:?}: {other:?}"),
+        }
+    }
+    assert_eq!(store.get(&id).await.unwrap().status, RunStatus::Queued);
+    let before = now_ms();
+    let (run, lease) = store.claim("w1", MAX_LEASE).await.unwrap().unwrap();
+    assert_eq!(run.id, id);
+    assert!(lease.expires_ms > before, "{lease:?}");
+    // A second worker cannot take it: the lease has not expired.
+    assert!(store.claim("w2", Duration::from_secs(5)).await.unwrap().is_none());
+    // A heartbeat with an unbounded lease is refused too, and the lease is kept.
+    match store.heartbeat(&lease, Duration::MAX).await {
+        Err(RuntimeError::BadDuration { .. }) => {}
+        other => panic!("heartbeat: {other:?}"),
+    }
+    assert_eq!(store.lease(&id).await.unwrap().worker, "w1");
 }
