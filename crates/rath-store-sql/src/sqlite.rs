@@ -171,23 +171,16 @@ impl SqliteStore {
             // existing file never changes it (that would rewrite its header).
             connect = connect.journal_mode(SqliteJournalMode::Wal);
         }
-        // No ping before each acquire: a connection to a file in this process cannot have
-        // gone away behind the pool's back, and the ping is a round trip to the
-        // connection's worker thread per statement batch. The pool waits longer than a
-        // statement's busy timeout, so a locked file reports the lock, not the pool's
-        // timeout.
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .acquire_timeout(options.busy_timeout + Duration::from_secs(5))
-            .test_before_acquire(false)
-            .connect_with(connect)
-            .await
-            .map_err(|e| imp::backend(&name, "open", e))?;
-        if options.read_only {
-            imp::check_schema(&pool, &name).await?;
-        } else {
-            imp::migrate(&pool, &name).await?;
-        }
+        let pool = match connect_pool(connect.clone(), options, &name).await {
+            // A WAL store in a directory this process cannot write (or another owner's
+            // file): SQLite cannot make the shared-memory file a reader needs. With no WAL
+            // content left beside it (a store closed cleanly leaves none), the file is the
+            // whole store and is read as immutable: no lock, no shared memory.
+            Err(e) if options.read_only && is_readonly_error(&e) && !has_wal_content(&path) => {
+                connect_pool(connect.immutable(true), options, &name).await?
+            }
+            other => other?,
+        };
         let known: Arc<KnownSessions> = Arc::default();
         let group = imp::group(pool.clone(), name.clone(), known.clone(), 1);
         let loads = Arc::new(imp::Loads::start(pool.clone(), name.clone()));
@@ -239,6 +232,61 @@ impl SqliteStore {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// The pool over `connect`, checked (a store opened to read: its schema) or migrated (to
+/// write).
+async fn connect_pool(
+    connect: SqliteConnectOptions,
+    options: &SqliteOptions,
+    name: &str,
+) -> Result<sqlx::SqlitePool, PersistError> {
+    // No ping before each acquire: a connection to a file in this process cannot have gone
+    // away behind the pool's back, and the ping is a round trip to the connection's worker
+    // thread per statement batch. The pool waits longer than a statement's busy timeout,
+    // so a locked file reports the lock, not the pool's timeout.
+    let pool = SqlitePoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(options.busy_timeout + Duration::from_secs(5))
+        .test_before_acquire(false)
+        .connect_with(connect)
+        .await
+        .map_err(|e| imp::backend(name, "open", e))?;
+    let ready = if options.read_only {
+        imp::check_schema(&pool, name).await
+    } else {
+        imp::migrate(&pool, name).await.map(|_| ())
+    };
+    if let Err(e) = ready {
+        pool.close().await;
+        return Err(e);
+    }
+    Ok(pool)
+}
+
+/// True for SQLite's "attempt to write a readonly database" (SQLITE_READONLY and its
+/// extended codes) and "unable to open database file" (SQLITE_CANTOPEN).
+fn is_readonly_error(e: &PersistError) -> bool {
+    let PersistError::Backend {
+        source: Some(source),
+        ..
+    } = e
+    else {
+        return false;
+    };
+    source
+        .downcast_ref::<sqlx::Error>()
+        .and_then(|e| e.as_database_error())
+        .and_then(|d| d.code())
+        .and_then(|c| c.parse::<i64>().ok())
+        .is_some_and(|c| matches!(c & 0xff, 8 | 14))
+}
+
+/// True when `path`'s write-ahead log holds anything (a `-wal` file that is not empty).
+fn has_wal_content(path: &Path) -> bool {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    std::fs::metadata(PathBuf::from(wal)).is_ok_and(|m| m.len() > 0)
 }
 
 /// What a file must be before it is opened to read: there (else [`PersistError::NoStore`]),
