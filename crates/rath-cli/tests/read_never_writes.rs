@@ -149,9 +149,17 @@ fn read_commands_leave_foreign_empty_and_delete_mode_files_byte_identical() {
                 assert_eq!(code, 0, "{args:?}: {stderr}\n{stdout}");
             } else {
                 assert_eq!(code, 2, "{args:?}: {stderr}\n{stdout}");
-                assert!(stderr.contains("not an openrath store"), "{args:?}: {stderr}");
+                assert!(
+                    stderr.contains("not an openrath store"),
+                    "{args:?}: {stderr}"
+                );
             }
-            assert_eq!(snapshot(&dbs), before, "{args:?} changed a file of {}", file.display());
+            assert_eq!(
+                snapshot(&dbs),
+                before,
+                "{args:?} changed a file of {}",
+                file.display()
+            );
         }
     }
     assert_eq!(raw(&delete, "PRAGMA journal_mode"), ["delete"]);
@@ -310,14 +318,30 @@ fn numbers_past_their_bounds_are_refused_with_the_range() {
     let out = tmp.path().join("v.html").display().to_string();
     let huge = u64::MAX.to_string();
     for args in [
-        vec!["--store", &home, "view", "--out", &out, "--transcript-chunks", &huge],
+        vec![
+            "--store",
+            &home,
+            "view",
+            "--out",
+            &out,
+            "--transcript-chunks",
+            &huge,
+        ],
         vec!["--store", &home, "show", "a", "--from", &huge],
         vec!["--store", &home, "show", "a", "--limit", &huge],
         vec!["worker", "--lease-ms", &huge],
         vec!["worker", "--lease-ms", "86400001"],
         vec!["worker", "--grace-ms", &huge],
         vec!["worker", "--concurrency", &huge],
-        vec!["runs", "submit", "team", "--input", "x", "--deadline-ms", &huge],
+        vec![
+            "runs",
+            "submit",
+            "team",
+            "--input",
+            "x",
+            "--deadline-ms",
+            &huge,
+        ],
     ] {
         let (code, stdout, stderr) = rath(&args);
         assert_eq!(code, 2, "{args:?}: {stdout}{stderr}");

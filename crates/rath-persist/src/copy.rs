@@ -167,3 +167,38 @@ fn unreadable_session(e: &PersistError) -> bool {
             | PersistError::CorruptStore { .. }
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Store;
+    use rath_session::{Session, Stamper};
+
+    #[test]
+    fn an_unreadable_file_stops_the_copy_unless_it_is_skipped() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let from = Store::at(a.path());
+        let s = Session::user_with("hi", Stamper::counter());
+        from.save(&s).unwrap();
+        from.save(&s.fork()).unwrap();
+        // A file cut short inside its header: listed by nobody, held by the store.
+        std::fs::write(a.path().join("torn.jsonl"), r#"{"record_type": "hea"#).unwrap();
+        let to = Store::at(b.path());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        match rt.block_on(copy_store(&from, &to)) {
+            Err(PersistError::Unreadable { files, .. }) => {
+                assert_eq!(files.len(), 1);
+                assert!(files[0].contains("torn.jsonl"), "{files:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(Store::list(&to).unwrap().len(), 0, "nothing is copied");
+        let options = CopyOptions::default().skip_unreadable(true);
+        let report = rt.block_on(copy_store_with(&from, &to, options)).unwrap();
+        assert_eq!((report.sessions, report.copied), (2, 2));
+        assert_eq!(report.skipped.len(), 1);
+        assert!(report.render().contains("1 unreadable left out"));
+    }
+}

@@ -106,7 +106,9 @@ pub fn check_schema(schema: &str) -> Result<(), String> {
     let plain = !schema.is_empty()
         && schema.len() <= MAX_SCHEMA
         && !schema.starts_with(|c: char| c.is_ascii_digit())
-        && schema.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        && schema
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_');
     if plain {
         Ok(())
     } else {

@@ -573,6 +573,13 @@ impl RunStore {
     /// server offers it, `require` insists, `verify-ca` and `verify-full` also check the
     /// server's certificate (against the web's root authorities and `sslrootcert`).
     pub async fn connect(url: &str) -> Result<RunStore, RuntimeError> {
+        let trimmed = url.trim();
+        let ours = ["sqlite:", "postgres://", "postgresql://"]
+            .iter()
+            .any(|p| trimmed.starts_with(p));
+        if !ours {
+            return Err(RuntimeError::BadUrl(redact(url)));
+        }
         let store = match rath_persist::StoreUrl::parse(url)? {
             rath_persist::StoreUrl::Sqlite { path: Some(path) } => {
                 let opts = SqliteConnectOptions::new()
@@ -584,8 +591,11 @@ impl RunStore {
                 // No ping before each acquire (a file in this process cannot go away behind
                 // the pool's back; the ping is a round trip to the connection's worker
                 // thread).
+                // The pool waits longer than a statement's busy timeout, so a file another
+                // process keeps locked is reported as locked, not as the pool's timeout.
                 let pool = SqlitePoolOptions::new()
                     .max_connections(4)
+                    .acquire_timeout(Duration::from_secs(35))
                     .test_before_acquire(false)
                     .connect_with(opts)
                     .await?;

@@ -665,7 +665,11 @@ async fn a_lease_too_long_to_end_is_refused_and_no_lease_is_born_expired() {
         )
         .await
         .unwrap();
-    for lease in [Duration::from_millis(u64::MAX), Duration::MAX, MAX_LEASE + Duration::from_millis(1)] {
+    for lease in [
+        Duration::from_millis(u64::MAX),
+        Duration::MAX,
+        MAX_LEASE + Duration::from_millis(1),
+    ] {
         match store.claim("greedy", lease).await {
             Err(RuntimeError::BadDuration { what: "lease", .. }) => {}
             other => panic!("lease {lease:?}: {other:?}"),
@@ -677,7 +681,13 @@ async fn a_lease_too_long_to_end_is_refused_and_no_lease_is_born_expired() {
     assert_eq!(run.id, id);
     assert!(lease.expires_ms > before, "{lease:?}");
     // A second worker cannot take it: the lease has not expired.
-    assert!(store.claim("w2", Duration::from_secs(5)).await.unwrap().is_none());
+    assert!(
+        store
+            .claim("w2", Duration::from_secs(5))
+            .await
+            .unwrap()
+            .is_none()
+    );
     // A heartbeat with an unbounded lease is refused too, and the lease is kept.
     match store.heartbeat(&lease, Duration::MAX).await {
         Err(RuntimeError::BadDuration { .. }) => {}
@@ -726,7 +736,11 @@ async fn the_run_store_reads_its_url_as_the_session_store_does() {
     let in_schema = RunStore::connect(&format!("{url}?schema=team_a"))
         .await
         .unwrap();
-    assert!(in_schema.name().ends_with("?schema=team_a"), "{}", in_schema.name());
+    assert!(
+        in_schema.name().ends_with("?schema=team_a"),
+        "{}",
+        in_schema.name()
+    );
     let id = in_schema
         .submit(
             RunId("run-in-team-a".into()),
@@ -749,6 +763,9 @@ async fn the_run_store_reads_its_url_as_the_session_store_does() {
     assert_eq!(tables, ["team_a"]);
     // The database's default schema is another store: it has no such run.
     let plain = RunStore::connect(&url).await.unwrap();
-    assert!(matches!(plain.get(&id).await, Err(RuntimeError::NoSuchRun(_))));
+    assert!(matches!(
+        plain.get(&id).await,
+        Err(RuntimeError::NoSuchRun(_))
+    ));
     assert_eq!(in_schema.get(&id).await.unwrap().status, RunStatus::Queued);
 }

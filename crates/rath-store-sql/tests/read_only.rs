@@ -176,13 +176,18 @@ async fn a_lock_held_past_the_busy_timeout_is_reported_as_a_lock() {
         let err = SqliteStore::open_with(&file, &options.clone().busy_timeout(short))
             .await
             .unwrap_err();
-        assert!(matches!(err, PersistError::Busy { .. }), "{options:?}: {err}");
+        assert!(
+            matches!(err, PersistError::Busy { .. }),
+            "{options:?}: {err}"
+        );
         let text = err.to_string();
         assert!(text.contains("locked by another connection"), "{text}");
         assert!(!text.contains("pool timed out"), "{text}");
     }
     sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
-    SqliteStore::open_read(&file).await.expect("readable once released");
+    SqliteStore::open_read(&file)
+        .await
+        .expect("readable once released");
 }
 
 #[tokio::test]
@@ -236,12 +241,13 @@ async fn postgres_opened_to_read_creates_nothing_and_refuses_what_is_not_a_store
     let url = common::with_params(&base, &format!("schema={foreign}"));
     let err = open_store_read(&url).await.unwrap_err();
     assert!(matches!(err, PersistError::NotAStore { .. }), "{err}");
-    let tables: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM information_schema.tables WHERE table_schema = $1")
-            .bind(&foreign)
-            .fetch_one(&mut c)
-            .await
-            .unwrap();
+    let tables: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = $1",
+    )
+    .bind(&foreign)
+    .fetch_one(&mut c)
+    .await
+    .unwrap();
     assert_eq!(tables, 1, "reading created tables");
     // A store: read, and every write refused by the server.
     let (schema, store) = common::postgres("ro_store").await.unwrap();
