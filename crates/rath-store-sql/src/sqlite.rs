@@ -117,8 +117,8 @@ impl SqliteOptions {
 impl SqliteStore {
     /// Opens (creating it if needed) the store in the file `path` and applies the migrations
     /// it lacks; a new store is put in WAL journal mode (an existing file keeps its journal
-    /// mode). A file that is not an SQLite database, or is damaged, is
-    /// [`PersistError::Backend`] naming it; a store of a newer schema is
+    /// mode). A file that is not an SQLite database is [`PersistError::NotAStore`], a
+    /// damaged one [`PersistError::Backend`], both naming it; a store of a newer schema is
     /// [`PersistError::NewerSchema`]; a lock another connection keeps past the busy timeout
     /// is [`PersistError::Busy`].
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, PersistError> {
