@@ -48,11 +48,11 @@ enum Command {
         /// Session id as its file's header names it (or a unique prefix or suffix of one, or
         /// the file's name).
         id: String,
-        /// First chunk to show (its index, as printed in `[K]`).
-        #[arg(long, value_name = "K", default_value_t = 0)]
+        /// First chunk to show (its index, as printed in `[K]`; at most 2^32).
+        #[arg(long, value_name = "K", default_value_t = 0, value_parser = count(MAX_INDEX))]
         from: usize,
-        /// Show at most N chunks.
-        #[arg(long, value_name = "N")]
+        /// Show at most N chunks (at most 2^32).
+        #[arg(long, value_name = "N", value_parser = count(MAX_INDEX))]
         limit: Option<usize>,
     },
     /// Print the lineage of every session in the store.
@@ -89,8 +89,14 @@ enum Command {
         /// Where to write the page.
         #[arg(long, value_name = "FILE", default_value = "rath-view.html")]
         out: PathBuf,
-        /// Chunks shown from the start, and again from the end, of each transcript.
-        #[arg(long, value_name = "N", default_value_t = rath_inspect::view::TRANSCRIPT_CHUNKS)]
+        /// Chunks shown from the start, and again from the end, of each transcript (at most
+        /// 100000).
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = rath_inspect::view::TRANSCRIPT_CHUNKS,
+            value_parser = count(MAX_TRANSCRIPT_CHUNKS)
+        )]
         transcript_chunks: usize,
     },
     /// Manage a store: copy it, collect garbage, migrate its schema, count what it holds.
@@ -119,19 +125,26 @@ enum Command {
 enum StoreCommand {
     /// Copy every session of one store into another, losslessly (timestamps, closed or
     /// not, every field): a JSONL store copied through any store and back gives the same
-    /// bytes. Sessions already in TO unchanged are skipped.
+    /// bytes. Sessions already in TO unchanged are skipped. A session file of FROM that
+    /// cannot be read (torn, unreadable) fails the copy, naming each, before anything is
+    /// written, unless --skip-unreadable.
     Copy {
-        /// The store to read (a URL as for --store).
+        /// The store to read (a URL as for --store; it must exist, and is only read).
         from: String,
         /// The store to write (created when absent).
         to: String,
+        /// Leave out sessions of FROM that cannot be read, naming each in a `rath:
+        /// warning:` line (exit code 0), instead of failing.
+        #[arg(long)]
+        skip_unreadable: bool,
     },
     /// Reclaim what no stored session reaches any more, and report what was freed.
     Gc,
     /// Bring the store's schema to this build's version (opening a store does too) and
     /// report the version.
     Migrate,
-    /// Rows and bytes per table, sessions, and distinct chunks.
+    /// Rows and bytes per table, sessions, and distinct chunks (reads the store, never
+    /// creates or changes it).
     Stats,
 }
 
@@ -169,6 +182,25 @@ impl From<LineageFormat> for rath_inspect::LineageFormat {
             LineageFormat::Mermaid => Self::Mermaid,
         }
     }
+}
+
+/// The largest chunk index or count `rath show` accepts (a bound, so no option's value is
+/// ever used unchecked).
+const MAX_INDEX: u64 = 1 << 32;
+
+/// The largest `rath view --transcript-chunks`: the viewer keeps up to twice this many chunks
+/// of each session in memory.
+const MAX_TRANSCRIPT_CHUNKS: u64 = 100_000;
+
+/// A parser of counts from 0 to `max` (a larger value is refused by clap with the range, exit
+/// code 2, before anything runs).
+fn count(max: u64) -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(0..=max)
+}
+
+/// A parser of milliseconds (or seconds) from `min` to `max`.
+fn duration(min: u64, max: u64) -> clap::builder::RangedU64ValueParser<u64> {
+    clap::builder::RangedU64ValueParser::<u64>::new().range(min..=max)
 }
 
 /// Bad input: one line on stderr, exit code 2.
@@ -491,9 +523,20 @@ fn store_command(cli: &Cli, cmd: &StoreCommand) -> Result<Output, Failure> {
 async fn store_command_async(cli: &Cli, cmd: &StoreCommand) -> Result<Output, Failure> {
     use rath_store_sql::admin;
     let text = match cmd {
-        StoreCommand::Copy { from, to } => {
-            let r = admin::copy(from, to).await?;
-            if cli.json { json(&r)? } else { r.render() }
+        StoreCommand::Copy {
+            from,
+            to,
+            skip_unreadable,
+        } => {
+            let options = rath_persist::CopyOptions::default().skip_unreadable(*skip_unreadable);
+            let r = admin::copy_with(from, to, options).await?;
+            let mut out = Output::ok(if cli.json { json(&r)? } else { r.render() });
+            out.stderr.extend(
+                r.skipped
+                    .iter()
+                    .map(|s| format!("warning: left out (unreadable): {s}")),
+            );
+            return Ok(out);
         }
         StoreCommand::Gc => {
             let r = admin::gc(&store_url(cli)).await?;

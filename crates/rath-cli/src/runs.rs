@@ -27,6 +27,21 @@ impl From<RuntimeError> for Failure {
     }
 }
 
+/// An hour in milliseconds: the bound of `--poll-ms` and `--think-ms`.
+const HOUR_MS: u64 = 60 * 60 * 1000;
+
+/// A day in milliseconds: the bound of `--grace-ms`.
+const DAY_MS: u64 = 24 * HOUR_MS;
+
+/// A year in milliseconds: the bound of `--deadline-ms`.
+const YEAR_MS: u64 = 365 * DAY_MS;
+
+/// The longest `--lease-ms`: the runtime's [`rath_runtime::MAX_LEASE`].
+const MAX_LEASE_MS: u64 = rath_runtime::MAX_LEASE.as_millis() as u64;
+
+/// The most runs a worker takes at once.
+const MAX_CONCURRENCY: u64 = 1024;
+
 /// `rath worker`'s options.
 #[derive(Debug, Args)]
 pub(crate) struct WorkerArgs {
@@ -37,24 +52,25 @@ pub(crate) struct WorkerArgs {
     /// Its name in leases, events and logs (unique per worker; default `rath-worker-<pid>`).
     #[arg(long)]
     name: Option<String>,
-    /// Runs at once.
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    /// Runs at once (1 to 1024).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_CONCURRENCY))]
     concurrency: usize,
-    /// Lease length in milliseconds (a heartbeat renews it every third of it).
-    #[arg(long, value_name = "MS", default_value_t = 5000)]
+    /// Lease length in milliseconds, 30 to 86400000 (a day); a heartbeat renews it every
+    /// third of it.
+    #[arg(long, value_name = "MS", default_value_t = 5000, value_parser = crate::duration(30, MAX_LEASE_MS))]
     lease_ms: u64,
     /// On SIGTERM/ctrl-c, how long runs in flight may go on before they are handed back (a
-    /// second signal hands them back at once).
-    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    /// second signal hands them back at once); at most a day.
+    #[arg(long, value_name = "MS", default_value_t = 10_000, value_parser = crate::duration(0, DAY_MS))]
     grace_ms: u64,
-    /// Sleep between claims that found nothing.
-    #[arg(long, value_name = "MS", default_value_t = 100)]
+    /// Sleep between claims that found nothing (1 ms to an hour).
+    #[arg(long, value_name = "MS", default_value_t = 100, value_parser = crate::duration(1, HOUR_MS))]
     poll_ms: u64,
     /// The file the bundled `record` tool appends each call's idempotency key to.
     #[arg(long, value_name = "FILE")]
     effects: Option<PathBuf>,
-    /// The bundled model's latency per reply.
-    #[arg(long, value_name = "MS", default_value_t = 0)]
+    /// The bundled model's latency per reply (at most an hour).
+    #[arg(long, value_name = "MS", default_value_t = 0, value_parser = crate::duration(0, HOUR_MS))]
     think_ms: u64,
     /// Run a workflow whose definition changed since the run was submitted.
     #[arg(long)]
@@ -86,11 +102,12 @@ pub(crate) enum RunsCommand {
         /// A tag (repeatable).
         #[arg(long = "tag", value_name = "TAG")]
         tags: Vec<String>,
-        /// The run times out when a worker finds it unfinished this long after submission.
-        #[arg(long, value_name = "MS")]
+        /// The run times out when a worker finds it unfinished this long after submission
+        /// (at most a year).
+        #[arg(long, value_name = "MS", value_parser = crate::duration(0, YEAR_MS))]
         deadline_ms: Option<u64>,
-        /// Attempts in all when the workflow fails (1: no retry).
-        #[arg(long, value_name = "N", default_value_t = 1)]
+        /// Attempts in all when the workflow fails (1: no retry; at most 1000).
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
         attempts: u32,
     },
     /// List runs: id, workflow, status, attempts, tags.
@@ -193,12 +210,6 @@ pub(crate) fn worker(store: &str, a: &WorkerArgs, as_json: bool) -> Result<Outpu
         .name
         .clone()
         .unwrap_or_else(|| format!("rath-worker-{}", std::process::id()));
-    if a.lease_ms < 30 {
-        return Err(Failure(format!(
-            "--lease-ms {} is too short (at least 30)",
-            a.lease_ms
-        )));
-    }
     let opts = WorkerOptions::named(&name)
         .concurrency(a.concurrency)
         .lease(Duration::from_millis(a.lease_ms))

@@ -24,11 +24,12 @@ pub(crate) struct ServeArgs {
     /// The address to listen on.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     bind: String,
-    /// Worker loops in the server process (0: runs wait for `rath worker` elsewhere).
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    /// Worker loops in the server process (0: runs wait for `rath worker` elsewhere; at most
+    /// 256).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = crate::count(256))]
     workers: usize,
-    /// Largest request body accepted, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
+    /// Largest request body accepted, in bytes (at most 1 GiB).
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20, value_parser = crate::count(1 << 30))]
     body_limit: usize,
     /// Requests per second each key may make on average (default: unlimited).
     #[arg(long, value_name = "PER_SECOND")]
@@ -39,8 +40,9 @@ pub(crate) struct ServeArgs {
     /// An origin CORS allows (repeatable; none: no CORS headers).
     #[arg(long = "cors-origin", value_name = "ORIGIN")]
     cors_origins: Vec<String>,
-    /// On shutdown, seconds in-flight runs may go on before they are handed back.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    /// On shutdown, seconds in-flight runs may go on before they are handed back (at most a
+    /// day).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = crate::duration(0, 86_400))]
     grace: u64,
 }
 
@@ -99,8 +101,11 @@ pub(crate) fn serve(store: &str, args: &ServeArgs) -> Result<Output, Failure> {
         grace: Duration::from_secs(args.grace),
         ..ServerConfig::default()
     };
-    if args.rate_limit.is_some_and(|r| r.is_nan() || r <= 0.0) {
-        return Err(Failure("--rate-limit must be above 0".into()));
+    if args.rate_limit.is_some_and(|r| !r.is_finite() || r <= 0.0) {
+        return Err(Failure("--rate-limit must be a number above 0".into()));
+    }
+    if !args.burst.is_finite() {
+        return Err(Failure("--burst must be a finite number".into()));
     }
     runtime()?.block_on(async {
         let telemetry = crate::telemetry::init()?;

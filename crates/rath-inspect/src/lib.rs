@@ -408,7 +408,8 @@ impl StoreView {
     /// Opens the store `url` names (see [`rath_store_sql::open_store`]): a JSONL directory
     /// (an OpenRath home or its `sessions/`; read file by file, as [`StoreView::open`]),
     /// `sqlite://FILE` or `postgres://...` (read through the `SessionStore` trait). A JSONL
-    /// directory must exist and a SQLite file too: viewing never creates a store.
+    /// directory must exist and a SQLite file too: viewing never creates a store, and never
+    /// writes one (see [`rath_store_sql::open_store_read`]).
     pub fn open_url(url: &str) -> Result<Self, InspectError> {
         let url = url.trim();
         if !is_database_url(url) {
@@ -420,7 +421,9 @@ impl StoreView {
             return Err(InspectError::NoStore { dir: file });
         }
         let rt = db::runtime()?;
-        let store = db::block_on(&rt, rath_store_sql::open_store(url))?;
+        // Opened to read: a store is never created, migrated or changed by viewing it, and a
+        // file that is not a store is refused.
+        let store = db::block_on(&rt, rath_store_sql::open_store_read(url))?;
         Ok(Self::with_runtime(std::sync::Arc::from(store), rt))
     }
 

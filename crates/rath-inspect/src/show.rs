@@ -530,7 +530,9 @@ impl TranscriptStream {
     /// are at most `2n`); the viewer's bounded transcript.
     pub fn collect_ends(mut self, n: usize) -> Result<Transcript, InspectError> {
         let mut first = Vec::new();
-        let mut last = std::collections::VecDeque::with_capacity(n);
+        // Grown as chunks come, never reserved for `n` up front: `n` is the caller's number
+        // (a command-line option), the session may hold far fewer.
+        let mut last = std::collections::VecDeque::new();
         while let Some(e) = self.next_entry()? {
             if first.len() < n {
                 first.push(e);

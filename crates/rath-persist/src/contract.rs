@@ -236,6 +236,15 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     /// Summaries of every stored session, oldest `created_at` first (ties by id).
     async fn list(&self) -> Result<Vec<SessionSummary>, PersistError>;
 
+    /// [`SessionStore::list`], and the stored sessions it leaves out because they cannot be
+    /// read (each as the error naming it): what a lossless copy checks before it writes.
+    /// The default, for a store whose listing reads every session it holds, leaves out none.
+    async fn list_with_unreadable(
+        &self,
+    ) -> Result<(Vec<SessionSummary>, Vec<PersistError>), PersistError> {
+        Ok((self.list().await?, Vec::new()))
+    }
+
     /// Deletes a session; true when it was stored. Sessions that share its chunks keep them.
     async fn delete(&self, id: &SessionId) -> Result<bool, PersistError>;
 
@@ -386,6 +395,15 @@ impl SessionStore for Store {
     async fn list(&self) -> Result<Vec<SessionSummary>, PersistError> {
         let span = spans::store_op(StoreKind::Jsonl, "list");
         let result = span.in_scope(|| Store::list(self));
+        spans::record_outcome(&span, &result);
+        result
+    }
+
+    async fn list_with_unreadable(
+        &self,
+    ) -> Result<(Vec<SessionSummary>, Vec<PersistError>), PersistError> {
+        let span = spans::store_op(StoreKind::Jsonl, "list");
+        let result = span.in_scope(|| Store::scan(self));
         spans::record_outcome(&span, &result);
         result
     }

@@ -165,6 +165,69 @@ pub enum PersistError {
         /// What is wrong.
         message: String,
     },
+    /// The store to read does not exist (no such file or directory, no such schema). Reading
+    /// never creates a store: check the URL or path.
+    #[error("{store}: no such store (reading never creates one)")]
+    NoStore {
+        /// The store (its URL or path, never a password).
+        store: String,
+    },
+    /// What the URL names exists but is not an openrath store (a foreign or empty SQLite
+    /// file, a database without the store's tables). Nothing was written to it.
+    #[error("{store}: not an openrath store: {reason}")]
+    NotAStore {
+        /// The store.
+        store: String,
+        /// What was found instead.
+        reason: String,
+    },
+    /// The store's schema is older than this build's, and it was opened to read: reading
+    /// never migrates. Run `rath store migrate` (or open it to write) first.
+    #[error(
+        "{store}: schema version {found} is older than this build's {supported}; run `rath store migrate` to upgrade it (reading never migrates)"
+    )]
+    OlderSchema {
+        /// The store.
+        store: String,
+        /// The version the store holds.
+        found: i64,
+        /// The version this build reads and writes.
+        supported: i64,
+    },
+    /// Another connection holds the store's lock and kept it past the busy timeout (a
+    /// SQLite file another process is writing, or holds in an open transaction). Retry when
+    /// it is done.
+    #[error(
+        "{store}: {op}: the database is locked by another connection (another process writing it, or holding a transaction open), still after the busy timeout"
+    )]
+    Busy {
+        /// The store.
+        store: String,
+        /// What was being done (`open`, `load`, ...).
+        op: &'static str,
+    },
+    /// The database server could not be reached (connection refused, no such host, a
+    /// network error): nothing listens at that address, or it is down. Check the URL's
+    /// host and port, or start the server.
+    #[error("{store}: cannot connect to {address}: {message}")]
+    Unreachable {
+        /// The store (never a password).
+        store: String,
+        /// `host:port` (or the socket) that was tried.
+        address: String,
+        /// The operating system's or driver's message.
+        message: String,
+    },
+    /// Sessions of the source store could not be read, so a copy would not be lossless: they
+    /// are named here, and nothing was copied. Repair or remove them (`rath verify` says
+    /// what is wrong), or copy with `--skip-unreadable` to leave them out.
+    #[error("{store}: {} session file(s) cannot be read, nothing copied: {}", files.len(), files.join("; "))]
+    Unreadable {
+        /// The source store.
+        store: String,
+        /// Each file left out, with why.
+        files: Vec<String>,
+    },
     /// A store URL that names no known store (see `rath_store_sql::open_store`).
     #[error("store URL {url:?}: {message}")]
     BadStoreUrl {
@@ -221,6 +284,12 @@ impl PersistError {
             PersistError::NewerSchema { .. } => "newer_schema",
             PersistError::Backend { .. } => "backend",
             PersistError::CorruptStore { .. } => "corrupt_store",
+            PersistError::NoStore { .. } => "no_store",
+            PersistError::NotAStore { .. } => "not_a_store",
+            PersistError::OlderSchema { .. } => "older_schema",
+            PersistError::Busy { .. } => "busy",
+            PersistError::Unreachable { .. } => "unreachable",
+            PersistError::Unreadable { .. } => "unreadable",
             PersistError::BadStoreUrl { .. } => "bad_store_url",
             PersistError::Unsupported { .. } => "unsupported",
             PersistError::Serialize { .. } => "serialize",
@@ -247,6 +316,12 @@ impl PersistError {
             | PersistError::Backend { .. }
             | PersistError::CorruptStore { .. }
             | PersistError::BadStoreUrl { .. }
+            | PersistError::NoStore { .. }
+            | PersistError::NotAStore { .. }
+            | PersistError::OlderSchema { .. }
+            | PersistError::Busy { .. }
+            | PersistError::Unreachable { .. }
+            | PersistError::Unreadable { .. }
             | PersistError::Unsupported { .. } => None,
         }
     }
@@ -259,6 +334,12 @@ impl PersistError {
             | PersistError::NewerSchema { store, .. }
             | PersistError::Backend { store, .. }
             | PersistError::CorruptStore { store, .. }
+            | PersistError::NoStore { store }
+            | PersistError::NotAStore { store, .. }
+            | PersistError::OlderSchema { store, .. }
+            | PersistError::Busy { store, .. }
+            | PersistError::Unreachable { store, .. }
+            | PersistError::Unreadable { store, .. }
             | PersistError::Unsupported { store, .. } => Some(store),
             _ => None,
         }

@@ -48,10 +48,11 @@ pub mod recorder;
 pub mod spans;
 pub mod store;
 pub mod stream;
+pub mod url;
 pub mod writer;
 
 pub use contract::{Capabilities, Fence, GcReport, SessionStore, Write, WriteBatch, WriteReport};
-pub use copy::{CopyReport, copy_store};
+pub use copy::{CopyOptions, CopyReport, copy_store, copy_store_with};
 pub use error::PersistError;
 pub use journal::{
     LineageJournal, LineageRow, export_jsonl_string, export_sessions, export_sessions_to_file,
@@ -65,4 +66,5 @@ pub use recorder::SessionRecorder;
 pub use store::{
     PARTIAL_SUFFIX, SESSION_SUFFIX, SessionSummary, Store, openrath_home, summarize_file,
 };
+pub use url::StoreUrl;
 pub use writer::{Durability, SessionWriter, WriterOptions};

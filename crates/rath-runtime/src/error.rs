@@ -26,6 +26,17 @@ pub enum RuntimeError {
         /// Highest version this build knows.
         supported: i64,
     },
+    /// A duration over its bound (a lease longer than [`crate::MAX_LEASE`]): refused,
+    /// so the time it ends at cannot overflow. Pass a shorter one.
+    #[error("{what} of {ms} ms is too long (at most {max_ms} ms)")]
+    BadDuration {
+        /// What the duration is for (`lease`).
+        what: &'static str,
+        /// The duration asked for, in milliseconds.
+        ms: u128,
+        /// The longest one accepted, in milliseconds.
+        max_ms: u64,
+    },
     /// No run with this id.
     #[error("no run {0}")]
     NoSuchRun(String),

@@ -201,7 +201,7 @@ impl EventSubscription {
         &mut self,
         timeout: Duration,
     ) -> Result<Option<RunEvent>, RuntimeError> {
-        let until = tokio::time::Instant::now() + timeout;
+        let until = crate::later(timeout);
         loop {
             if let Some(ev) = self.poll().await? {
                 return Ok(Some(ev));

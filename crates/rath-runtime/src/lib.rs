@@ -80,8 +80,8 @@ pub use model::{
 pub use registry::{Constructor, WorkflowDef, WorkflowRegistry, definition_hash};
 pub use serve::{ServeReport, serve_worker};
 pub use store::{
-    JournalEntry, MIGRATIONS, PG_MIGRATIONS, Resolution, RunStore, SCHEMA_VERSION, Transition,
-    now_ms,
+    JournalEntry, MAX_LEASE, MIGRATIONS, PG_MIGRATIONS, Resolution, RunStore, SCHEMA_VERSION,
+    Transition, now_ms,
 };
 pub use worker::{Outcome, Worker, WorkerOptions};
 
@@ -236,7 +236,7 @@ impl Runtime {
         let mut read: Vec<RunId> = pending.iter().map(|id| (*id).clone()).collect();
         // The next read of every pending run (what other processes changed), kept apart
         // from the event-driven reads so a steady flow of local events cannot postpone it.
-        let mut read_all_at = tokio::time::Instant::now() + poll;
+        let mut read_all_at = later(poll);
         loop {
             let found = self.runs.get_many(&read).await?;
             let mut seen = std::collections::HashSet::with_capacity(found.len());
@@ -260,8 +260,7 @@ impl Runtime {
             }
             read.clear();
             let left = timeout.saturating_sub(start.elapsed());
-            let next =
-                tokio::time::sleep_until(read_all_at.min(tokio::time::Instant::now() + left));
+            let next = tokio::time::sleep_until(read_all_at.min(later(left)));
             tokio::pin!(next);
             let mut all = false;
             tokio::select! {
@@ -298,7 +297,7 @@ impl Runtime {
             }
             if all || start.elapsed() >= timeout {
                 read = pending.iter().map(|id| (*id).clone()).collect();
-                read_all_at = tokio::time::Instant::now() + poll;
+                read_all_at = later(poll);
             }
         }
     }
@@ -360,4 +359,13 @@ impl Runtime {
         }
         self.runs.requeue_decided(id, out).await
     }
+}
+
+/// `wait` from now, checked: a wait past what an `Instant` holds (a caller's `Duration::MAX`)
+/// is a year, never an overflow panic.
+pub(crate) fn later(wait: std::time::Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(wait)
+        .or_else(|| now.checked_add(std::time::Duration::from_secs(365 * 24 * 60 * 60)))
+        .unwrap_or(now)
 }

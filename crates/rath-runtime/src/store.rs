@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sqlx::Row;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -358,6 +358,25 @@ fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// The longest lease a claim or heartbeat takes: a day. A longer one is
+/// [`RuntimeError::BadDuration`] (so `now + lease` always fits, and a lease is never born
+/// expired by an overflow).
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// When a lease of `lease` taken at `now` ends: checked, so a lease over [`MAX_LEASE`] or a
+/// clock past the representable range is an error, never a wrapped (expired) lease.
+fn lease_end(now: i64, lease: Duration) -> Result<i64, RuntimeError> {
+    let bad = || RuntimeError::BadDuration {
+        what: "lease",
+        ms: lease.as_millis(),
+        max_ms: MAX_LEASE.as_millis() as u64,
+    };
+    if lease > MAX_LEASE {
+        return Err(bad());
+    }
+    now.checked_add(ms(lease)).ok_or_else(bad)
+}
+
 // Runs `$body` inside the transaction `$begin` opens (`$pg`: the dialect, for the body),
 // committing it after; a `?` inside rolls back (the transaction drops).
 macro_rules! run_tx {
@@ -545,34 +564,80 @@ pub enum Resolution {
 
 impl RunStore {
     /// Opens (creating when missing) the run store at `url`: `sqlite:<file>` or
-    /// `postgres://user:password@host/db`, and applies its migrations. A PostgreSQL URL's
-    /// `sslmode` is honoured as libpq does: `prefer` (the default) speaks TLS when the
+    /// `postgres://user:password@host/db` (`?schema=NAME` keeps the tables in that schema,
+    /// created when missing), and applies its migrations. The URL is read by
+    /// [`rath_persist::StoreUrl::parse`], as the session stores read it: the same forms, the
+    /// same refusals (a bad schema name is [`RuntimeError::Persist`] with
+    /// [`PersistError::BadStoreUrl`](rath_persist::PersistError::BadStoreUrl)). A PostgreSQL
+    /// URL's `sslmode` is honoured as libpq does: `prefer` (the default) speaks TLS when the
     /// server offers it, `require` insists, `verify-ca` and `verify-full` also check the
     /// server's certificate (against the web's root authorities and `sslrootcert`).
     pub async fn connect(url: &str) -> Result<RunStore, RuntimeError> {
-        let store = if let Some(rest) = url.strip_prefix("sqlite:") {
-            let path = rest.trim_start_matches("//");
-            let opts = SqliteConnectOptions::from_str(&format!("sqlite://{path}"))?
-                .create_if_missing(true)
-                .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Full)
-                .busy_timeout(Duration::from_secs(30));
-            // No ping before each acquire (a file in this process cannot go away behind the
-            // pool's back; the ping is a round trip to the connection's worker thread).
-            let pool = SqlitePoolOptions::new()
-                .max_connections(4)
-                .test_before_acquire(false)
-                .connect_with(opts)
-                .await?;
-            RunStore::over(Db::Sqlite(pool), format!("sqlite:{path}"))
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let pool = PgPoolOptions::new()
-                .max_connections(8 + PG_LANES as u32)
-                .connect(url)
-                .await?;
-            RunStore::over(Db::Pg(pool), redact(url))
-        } else {
+        let trimmed = url.trim();
+        let ours = ["sqlite:", "postgres://", "postgresql://"]
+            .iter()
+            .any(|p| trimmed.starts_with(p));
+        if !ours {
             return Err(RuntimeError::BadUrl(redact(url)));
+        }
+        let store = match rath_persist::StoreUrl::parse(url)? {
+            rath_persist::StoreUrl::Sqlite { path: Some(path) } => {
+                let opts = SqliteConnectOptions::new()
+                    .filename(&path)
+                    .create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .synchronous(SqliteSynchronous::Full)
+                    .busy_timeout(Duration::from_secs(30));
+                // No ping before each acquire (a file in this process cannot go away behind
+                // the pool's back; the ping is a round trip to the connection's worker
+                // thread).
+                // The pool waits longer than a statement's busy timeout, so a file another
+                // process keeps locked is reported as locked, not as the pool's timeout.
+                let pool = SqlitePoolOptions::new()
+                    .max_connections(4)
+                    .acquire_timeout(Duration::from_secs(35))
+                    .test_before_acquire(false)
+                    .connect_with(opts)
+                    .await?;
+                RunStore::over(Db::Sqlite(pool), format!("sqlite:{}", path.display()))
+            }
+            rath_persist::StoreUrl::Postgres { url: base, schema } => {
+                let mut opts = PgConnectOptions::from_str(&base)?;
+                let mut name = redact(&base);
+                // One connection first, outside the pool: a refused or unreachable server is
+                // reported at once, naming the address (the pool retries a refused
+                // connection until its timeout, then says only that it timed out).
+                let mut c = sqlx::ConnectOptions::connect(&opts).await.map_err(|e| {
+                    let message = match &e {
+                        sqlx::Error::Io(io) => format!(
+                            "cannot connect to {}:{}: {io}",
+                            opts.get_host(),
+                            opts.get_port()
+                        ),
+                        _ => e.to_string(),
+                    };
+                    RuntimeError::Db {
+                        store: name.clone(),
+                        message,
+                    }
+                })?;
+                if let Some(schema) = &schema {
+                    // The schema (a name `StoreUrl` checked: plain letters, digits and `_`),
+                    // then every connection of the pool uses it.
+                    sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                        .execute(&mut c)
+                        .await?;
+                    opts = opts.options([("search_path", schema.as_str())]);
+                    name = format!("{name}?schema={schema}");
+                }
+                let _ = sqlx::Connection::close(c).await;
+                let pool = PgPoolOptions::new()
+                    .max_connections(8 + PG_LANES as u32)
+                    .connect_with(opts)
+                    .await?;
+                RunStore::over(Db::Pg(pool), name)
+            }
+            _ => return Err(RuntimeError::BadUrl(redact(url))),
         };
         store.migrate().await?;
         store.warm().await;
@@ -847,6 +912,7 @@ impl RunStore {
         lease: Duration,
     ) -> Result<Option<(Run, Lease)>, RuntimeError> {
         let now = now_ms();
+        let expires_ms = lease_end(now, lease)?;
         let op = Op::Claim {
             worker: worker.to_owned(),
             lease_ms: ms(lease),
@@ -866,7 +932,7 @@ impl RunStore {
                 run: id,
                 worker: worker.to_owned(),
                 token,
-                expires_ms: now + ms(lease),
+                expires_ms,
             },
         )))
     }
@@ -874,7 +940,7 @@ impl RunStore {
     /// Extends the lease by `lease` from now (fenced).
     #[tracing::instrument(level = "debug", name = "heartbeat rt_leases", skip_all, fields(otel.kind = "client", db.system.name = self.system(), db.operation.name = "heartbeat", db.collection.name = "rt_leases", rath.run.id = %held.run, rath.lease.token = held.token))]
     pub async fn heartbeat(&self, held: &Lease, lease: Duration) -> Result<Lease, RuntimeError> {
-        let expires = now_ms() + ms(lease);
+        let expires = lease_end(now_ms(), lease)?;
         let op = Op::Heartbeat {
             expires_ms: expires,
         };
@@ -1437,14 +1503,7 @@ fn json_str(s: &str) -> String {
 }
 
 fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(a), Some(b)) if b > a => {
-            let creds = &url[a + 3..b];
-            let user = creds.split(':').next().unwrap_or("");
-            format!("{}{}@{}", &url[..a + 3], user, &url[b + 1..])
-        }
-        _ => url.to_owned(),
-    }
+    rath_persist::url::redact(url)
 }
 
 /// One write of a worker, for the group committer.
@@ -1997,7 +2056,9 @@ impl Committer {
                 if let Op::Claim { worker, lease_ms } = &j.op {
                     g.c_worker.push(worker);
                     g.c_worker_json.push(json_str(worker));
-                    g.c_expires.push(now + lease_ms);
+                    // Checked by `claim` (at most a day); saturating, so a clock far in
+                    // the future cannot wrap a lease into the past either.
+                    g.c_expires.push(now.saturating_add(*lease_ms));
                 }
                 continue;
             };
@@ -2330,7 +2391,7 @@ impl Committer {
                     let leases: Vec<serde_json::Value> = takes
                         .iter()
                         .map(|&(_, worker, lease_ms, id)| {
-                            serde_json::json!({"id": id, "worker": worker, "expires": now + lease_ms})
+                            serde_json::json!({"id": id, "worker": worker, "expires": now.saturating_add(lease_ms)})
                         })
                         .collect();
                     let sql = if pg {

@@ -157,6 +157,8 @@ fn is_outage(e: &RuntimeError) -> bool {
                 PersistError::Io { .. }
                     | PersistError::Locked { .. }
                     | PersistError::Backend { .. }
+                    | PersistError::Busy { .. }
+                    | PersistError::Unreachable { .. }
             )
     )
 }

@@ -8,14 +8,14 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use rath_flow::{Agent, SharedWorkflow, ToolContext, ToolError, typed_tool};
-use rath_persist::SessionStore;
+use rath_persist::{PersistError, SessionStore};
 use rath_provider::{
     Provider, ProviderError, ProviderManifest, ProviderRequest, ProviderResponse, ScriptedProvider,
     ScriptedResponse,
 };
 use rath_runtime::{
-    Outcome, RetryPolicy, RunEvent, RunId, RunOptions, RunStatus, RunStore, Runtime, Worker,
-    WorkerOptions, WorkflowRegistry, now_ms,
+    MAX_LEASE, Outcome, RetryPolicy, RunEvent, RunId, RunOptions, RunStatus, RunStore, Runtime,
+    RuntimeError, Worker, WorkerOptions, WorkflowRegistry, now_ms,
 };
 use rath_session::{ChunkKind, Role, Session, SessionId, Stamper};
 use serde_json::json;
@@ -646,4 +646,127 @@ async fn an_output_session_stored_before_the_run_is_appended_to() {
         ChunkKind::Assistant,
         "the answer's chunk was appended to the stored session"
     );
+}
+
+#[tokio::test]
+async fn a_lease_too_long_to_end_is_refused_and_no_lease_is_born_expired() {
+    // Issue 47, item 9: a lease of u64::MAX ms wrapped `now + lease` into the past, so two
+    // workers stole the run from each other. A lease over MAX_LEASE is a typed error, the
+    // run stays queued, and the longest lease allowed ends after now.
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let store = RunStore::connect(&url).await.unwrap();
+    let id = store
+        .submit(
+            RunId("run-long-lease".into()),
+            "flow",
+            "h",
+            "input",
+            &RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    for lease in [
+        Duration::from_millis(u64::MAX),
+        Duration::MAX,
+        MAX_LEASE + Duration::from_millis(1),
+    ] {
+        match store.claim("greedy", lease).await {
+            Err(RuntimeError::BadDuration { what: "lease", .. }) => {}
+            other => panic!("lease {lease:?}: {other:?}"),
+        }
+    }
+    assert_eq!(store.get(&id).await.unwrap().status, RunStatus::Queued);
+    let before = now_ms();
+    let (run, lease) = store.claim("w1", MAX_LEASE).await.unwrap().unwrap();
+    assert_eq!(run.id, id);
+    assert!(lease.expires_ms > before, "{lease:?}");
+    // A second worker cannot take it: the lease has not expired.
+    assert!(
+        store
+            .claim("w2", Duration::from_secs(5))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // A heartbeat with an unbounded lease is refused too, and the lease is kept.
+    match store.heartbeat(&lease, Duration::MAX).await {
+        Err(RuntimeError::BadDuration { .. }) => {}
+        other => panic!("heartbeat: {other:?}"),
+    }
+    assert_eq!(store.lease(&id).await.unwrap().worker, "w1");
+}
+
+#[tokio::test]
+async fn the_run_store_reads_its_url_as_the_session_store_does() {
+    // Issue 47, item 8: one parser for both stores. What the session store refuses, the run
+    // store refuses the same way (before connecting).
+    for bad in [
+        "postgres://u@127.0.0.1:1/db?schema=a;drop",
+        "postgres://u@127.0.0.1:1/db?schema=",
+        "postgres://u@127.0.0.1:1/db?schema=a&schema=b",
+        "sqlite:/tmp/runs.db?mode=rwc",
+    ] {
+        match RunStore::connect(bad).await {
+            Err(RuntimeError::Persist(PersistError::BadStoreUrl { .. })) => {}
+            Err(e) => panic!("{bad}: {e}"),
+            Ok(_) => panic!("{bad}: accepted"),
+        }
+        assert!(
+            matches!(
+                rath_store_sql::open_store(bad).await,
+                Err(PersistError::BadStoreUrl { .. })
+            ),
+            "{bad}"
+        );
+    }
+    // Item 10: a refused port is reported at once, naming the address.
+    match RunStore::connect("postgres://u@127.0.0.1:1/db").await {
+        Err(e) => {
+            let text = e.to_string();
+            assert!(text.contains("cannot connect to 127.0.0.1:1"), "{text}");
+            assert!(!text.contains("pool timed out"), "{text}");
+        }
+        Ok(_) => panic!("connected to port 1"),
+    }
+    let Some(url) = rath_testkit::fresh_postgres_database("h47_rt_schema_", "h47_rt_schema").await
+    else {
+        return;
+    };
+    // `?schema=` puts the run store's tables in that schema (created when missing).
+    let in_schema = RunStore::connect(&format!("{url}?schema=team_a"))
+        .await
+        .unwrap();
+    assert!(
+        in_schema.name().ends_with("?schema=team_a"),
+        "{}",
+        in_schema.name()
+    );
+    let id = in_schema
+        .submit(
+            RunId("run-in-team-a".into()),
+            "flow",
+            "h",
+            "input",
+            &RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    let mut c = <sqlx::PgConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_schema::text FROM information_schema.tables WHERE table_name = 'rt_runs' ORDER BY 1",
+    )
+    .fetch_all(&mut c)
+    .await
+    .unwrap();
+    assert_eq!(tables, ["team_a"]);
+    // The database's default schema is another store: it has no such run.
+    let plain = RunStore::connect(&url).await.unwrap();
+    assert!(matches!(
+        plain.get(&id).await,
+        Err(RuntimeError::NoSuchRun(_))
+    ));
+    assert_eq!(in_schema.get(&id).await.unwrap().status, RunStatus::Queued);
 }

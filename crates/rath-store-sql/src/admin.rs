@@ -26,10 +26,12 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use rath_persist::{CopyReport, GcReport, PersistError, SessionStore, copy_store};
+use rath_persist::{
+    CopyOptions, CopyReport, GcReport, PersistError, SessionStore, StoreUrl, copy_store_with,
+};
 use serde::Serialize;
 
-use crate::open_store;
+use crate::{open_store, open_store_read};
 
 /// Rows and bytes of one table.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -128,10 +130,24 @@ impl GcOutcome {
 }
 
 /// Copies every session of `from` into `to` losslessly ([`copy_store`]); `to` is created
-/// when absent.
+/// when absent, `from` is opened to read ([`open_store_read`]: it must exist, and is never
+/// created or changed). A session file of `from` that cannot be read stops the copy
+/// before anything is written ([`PersistError::Unreadable`] naming each one); see
+/// [`copy_with`] to leave them out instead.
 pub async fn copy(from: &str, to: &str) -> Result<CopyReport, PersistError> {
-    let (a, b) = (open_store(from).await?, open_store(to).await?);
-    copy_store(a.as_ref(), b.as_ref()).await
+    copy_with(from, to, CopyOptions::default()).await
+}
+
+/// [`copy`], as `options` say ([`CopyOptions::skip_unreadable`]: sessions that cannot be
+/// read are left out and listed in [`CopyReport::skipped`]).
+pub async fn copy_with(
+    from: &str,
+    to: &str,
+    options: CopyOptions,
+) -> Result<CopyReport, PersistError> {
+    let a = open_store_read(from).await?;
+    let b = open_store(to).await?;
+    copy_store_with(a.as_ref(), b.as_ref(), options).await
 }
 
 /// Reclaims what no stored session reaches ([`SessionStore::gc`]).
@@ -172,32 +188,27 @@ pub fn requested_store_from(
 /// store's tables as [`crate::SqliteStore::table_stats`] and [`crate::PgStore::table_stats`]
 /// count them; a JSONL directory's files).
 pub async fn stats(url: &str) -> Result<StoreStats, PersistError> {
-    let url = url.trim();
-    let sqlite = url
-        .strip_prefix("sqlite://")
-        .or_else(|| url.strip_prefix("sqlite:"));
+    // Counting reads: the store is opened to read, never created or changed.
     let (store, tables): (Box<dyn SessionStore>, Vec<crate::TableStats>) =
-        if let Some(path) = sqlite {
-            let s = if path.is_empty() {
-                crate::SqliteStore::open_default().await?
-            } else {
-                crate::SqliteStore::open(path).await?
-            };
-            let t = s.table_stats().await?;
-            (Box::new(s), t)
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let (base, schema) =
-                crate::split_schema(url).map_err(|message| PersistError::BadStoreUrl {
-                    url: crate::postgres::redact(url),
-                    message,
-                })?;
-            let s = crate::PgStore::connect_in(&base, schema.as_deref()).await?;
-            let t = s.table_stats().await?;
-            (Box::new(s), t)
-        } else {
-            let store = open_store(url).await?;
-            let summaries = store.list().await?;
-            return jsonl_stats(store.as_ref(), store.name(), &summaries).await;
+        match StoreUrl::parse(url)? {
+            StoreUrl::Sqlite { path } => {
+                let s = match path {
+                    None => crate::SqliteStore::open_default_read().await?,
+                    Some(path) => crate::SqliteStore::open_read(path).await?,
+                };
+                let t = s.table_stats().await?;
+                (Box::new(s), t)
+            }
+            StoreUrl::Postgres { url, schema } => {
+                let s = crate::PgStore::connect_read(&url, schema.as_deref()).await?;
+                let t = s.table_stats().await?;
+                (Box::new(s), t)
+            }
+            _ => {
+                let store = open_store_read(url).await?;
+                let summaries = store.list().await?;
+                return jsonl_stats(store.as_ref(), store.name(), &summaries).await;
+            }
         };
     let summaries = store.list().await?;
     let chunks: u64 = summaries

@@ -52,7 +52,24 @@ macro_rules! sql_store {
             $hash_in.replace("{}", p)
         }
 
+        /// The store's error for a driver error: a lock kept past the busy timeout is
+        /// [`PersistError::Busy`], a file that is not a database [`PersistError::NotAStore`],
+        /// anything else [`PersistError::Backend`] with the driver's message.
         pub(crate) fn backend(store: &str, op: &'static str, e: sqlx::Error) -> PersistError {
+            if let Some(d) = e.as_database_error() {
+                // SQLite's result codes (primary code, the low byte of an extended one):
+                // 5 SQLITE_BUSY, 6 SQLITE_LOCKED, 26 SQLITE_NOTADB.
+                let code = d.code().and_then(|c| c.parse::<i64>().ok()).map(|c| c & 0xff);
+                if !$pg && matches!(code, Some(5 | 6)) {
+                    return PersistError::Busy { store: store.to_owned(), op };
+                }
+                if !$pg && code == Some(26) {
+                    return PersistError::NotAStore {
+                        store: store.to_owned(),
+                        reason: "the file is not an SQLite database".into(),
+                    };
+                }
+            }
             PersistError::Backend {
                 store: store.to_owned(),
                 op,
@@ -227,6 +244,50 @@ macro_rules! sql_store {
             .map_err(|e| backend(name, "migrate", e))?;
             tx.commit().await.map_err(|e| backend(name, "migrate", e))?;
             Ok(SCHEMA_VERSION)
+        }
+
+        /// Checks, writing nothing, that the database holds a store of this build's schema
+        /// (what opening a store to read does instead of migrating it): no `rath_meta` table
+        /// or no version in it is [`PersistError::NotAStore`], an older version
+        /// [`PersistError::OlderSchema`], a newer one [`PersistError::NewerSchema`].
+        pub(crate) async fn check_schema(pool: &Pool, name: &str) -> Result<(), PersistError> {
+            let not_a_store = |reason: &str| PersistError::NotAStore {
+                store: name.to_owned(),
+                reason: reason.to_owned(),
+            };
+            let found: Option<i64> = match sqlx::query_scalar(
+                "SELECT value FROM rath_meta WHERE key = 'schema_version'",
+            )
+            .fetch_optional(pool)
+            .await
+            {
+                Ok(v) => v,
+                Err(e) => {
+                    let missing = e.as_database_error().is_some_and(|d| {
+                        d.code().as_deref() == Some("42P01") || d.message().contains("no such table")
+                    });
+                    if missing {
+                        return Err(not_a_store(
+                            "it has no rath_meta table (a database of something else)",
+                        ));
+                    }
+                    return Err(backend(name, "open", e));
+                }
+            };
+            match found {
+                None => Err(not_a_store("its rath_meta table holds no schema_version")),
+                Some(found) if found > SCHEMA_VERSION => Err(PersistError::NewerSchema {
+                    store: name.to_owned(),
+                    found,
+                    supported: SCHEMA_VERSION,
+                }),
+                Some(found) if found < SCHEMA_VERSION => Err(PersistError::OlderSchema {
+                    store: name.to_owned(),
+                    found,
+                    supported: SCHEMA_VERSION,
+                }),
+                Some(_) => Ok(()),
+            }
         }
 
         /// What a write needs to know of a stored session.

@@ -42,12 +42,12 @@ mod rows;
 pub mod schema;
 pub mod sqlite;
 
-use rath_persist::{Capabilities, PersistError, SessionStore, Store};
+use rath_persist::{Capabilities, PersistError, SessionStore, Store, StoreUrl};
 
 pub use admin::requested_store;
 pub use postgres::PgStore;
 pub use schema::SCHEMA_VERSION;
-pub use sqlite::{DEFAULT_SQLITE_FILE, SqliteStore};
+pub use sqlite::{DEFAULT_SQLITE_FILE, SqliteOptions, SqliteStore};
 
 /// What both SQL stores promise: atomic batches, fencing, shared structure.
 pub(crate) const SQL_CAPABILITIES: Capabilities = Capabilities::new(true, true, true);
@@ -70,53 +70,78 @@ pub struct TableStats {
 /// The environment variable that names the store when no URL is given.
 pub const STORE_ENV: &str = "OPENRATH_STORE";
 
-/// Opens the store `url` names:
+/// Opens the store `url` names, to write (creating it when missing, applying the migrations
+/// it lacks):
 /// - `sqlite://PATH` (or `sqlite:PATH`): the SQLite file `PATH`; `sqlite://` alone is
 ///   `$OPENRATH_HOME/store.sqlite`;
 /// - `postgres://...` or `postgresql://...`: PostgreSQL (`?schema=NAME` keeps the tables in
 ///   one schema);
 /// - `jsonl://DIR`, or any other string without `://` (`./dir`, `/abs/dir`): the JSONL
-///   directory `DIR` (the Python OpenRath interchange format).
+///   directory `DIR` (the Python OpenRath interchange format); an OpenRath home (a
+///   directory holding `sessions/`) is its `sessions/` directory.
 ///
-/// Anything else is [`PersistError::BadStoreUrl`].
+/// The URL is read by [`rath_persist::StoreUrl::parse`] (the run store reads it the same
+/// way); anything it refuses is [`PersistError::BadStoreUrl`]. To read a store without ever
+/// creating or changing it, use [`open_store_read`].
 pub async fn open_store(url: &str) -> Result<Box<dyn SessionStore>, PersistError> {
-    let bad = |message: &str| PersistError::BadStoreUrl {
-        url: postgres::redact(url),
-        message: message.to_owned(),
-    };
-    let url = url.trim();
-    if url.is_empty() {
-        return Err(bad("empty"));
-    }
-    if let Some(path) = url
-        .strip_prefix("sqlite://")
-        .or_else(|| url.strip_prefix("sqlite:"))
-    {
-        let store = if path.is_empty() {
-            SqliteStore::open_default().await?
-        } else {
-            SqliteStore::open(path).await?
-        };
-        return Ok(Box::new(store));
-    }
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let (base, schema) = split_schema(url).map_err(|m| bad(&m))?;
-        return Ok(Box::new(
-            PgStore::connect_in(&base, schema.as_deref()).await?,
-        ));
-    }
-    if let Some(dir) = url.strip_prefix("jsonl://") {
-        if dir.is_empty() {
-            return Ok(Box::new(Store::default_location()));
+    Ok(match StoreUrl::parse(url)? {
+        StoreUrl::Sqlite { path: None } => Box::new(SqliteStore::open_default().await?),
+        StoreUrl::Sqlite { path: Some(path) } => Box::new(SqliteStore::open(path).await?),
+        StoreUrl::Postgres { url, schema } => {
+            Box::new(PgStore::connect_in(&url, schema.as_deref()).await?)
         }
-        return Ok(Box::new(Store::at(dir)));
+        StoreUrl::Jsonl { dir: None } => Box::new(Store::default_location()),
+        StoreUrl::Jsonl { dir: Some(dir) } => Box::new(Store::at(sessions_dir(&dir))),
+        _ => return Err(unknown(url)),
+    })
+}
+
+/// Opens the store `url` names ([`open_store`]'s forms) to read: it must exist and be a
+/// store, and nothing is ever created, migrated or written (a SQLite file is opened
+/// read-only, a PostgreSQL connection's transactions are read-only). A missing file,
+/// directory, database or schema is [`PersistError::NoStore`]; a file or database that is
+/// not an openrath store (a foreign or empty SQLite file) [`PersistError::NotAStore`]; a
+/// store of an older schema [`PersistError::OlderSchema`].
+pub async fn open_store_read(url: &str) -> Result<Box<dyn SessionStore>, PersistError> {
+    Ok(match StoreUrl::parse(url)? {
+        StoreUrl::Sqlite { path: None } => Box::new(SqliteStore::open_default_read().await?),
+        StoreUrl::Sqlite { path: Some(path) } => Box::new(SqliteStore::open_read(path).await?),
+        StoreUrl::Postgres { url, schema } => {
+            Box::new(PgStore::connect_read(&url, schema.as_deref()).await?)
+        }
+        StoreUrl::Jsonl { dir } => {
+            let store = match dir {
+                Some(dir) => Store::at(sessions_dir(&dir)),
+                None => Store::default_location(),
+            };
+            if !store.dir().is_dir() {
+                return Err(PersistError::NoStore {
+                    store: store.dir().display().to_string(),
+                });
+            }
+            Box::new(store)
+        }
+        _ => return Err(unknown(url)),
+    })
+}
+
+/// The sessions directory of the JSONL store `dir` names: `dir/sessions` when `dir` is an
+/// OpenRath home (a directory holding `sessions/`), else `dir` itself. Every command takes
+/// a home and its `sessions/` directory as the same store.
+pub fn sessions_dir(dir: &std::path::Path) -> std::path::PathBuf {
+    let sessions = dir.join("sessions");
+    if sessions.is_dir() {
+        sessions
+    } else {
+        dir.to_path_buf()
     }
-    if url.contains("://") {
-        return Err(bad(
-            "unknown scheme (use sqlite://, postgres://, jsonl:// or a directory)",
-        ));
+}
+
+fn unknown(url: &str) -> PersistError {
+    PersistError::BadStoreUrl {
+        url: rath_persist::url::redact(url),
+        message: "a kind of store this build cannot open".into(),
     }
-    Ok(Box::new(Store::at(url)))
 }
 
 /// Opens the store `$OPENRATH_STORE` names ([`open_store`]), else the JSONL directory at its
@@ -126,28 +151,4 @@ pub async fn open_store_from_env() -> Result<Box<dyn SessionStore>, PersistError
         Ok(url) if !url.trim().is_empty() => open_store(&url).await,
         _ => Ok(Box::new(Store::default_location())),
     }
-}
-
-/// Splits a `schema=NAME` query parameter off a PostgreSQL URL (the driver does not know it).
-fn split_schema(url: &str) -> Result<(String, Option<String>), String> {
-    let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_owned(), None));
-    };
-    let mut schema = None;
-    let mut rest = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("schema", v)) => schema = Some(v.to_owned()),
-            _ => rest.push(pair),
-        }
-    }
-    if schema.as_deref() == Some("") {
-        return Err("schema= needs a name".to_owned());
-    }
-    let base = if rest.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", rest.join("&"))
-    };
-    Ok((base, schema))
 }

@@ -72,6 +72,19 @@ impl PgStore {
     /// [`PgStore::connect`], with the store's tables in `schema` (created if missing): one
     /// database can hold several stores (tests, benchmarks).
     pub async fn connect_in(url: &str, schema: Option<&str>) -> Result<Self, PersistError> {
+        Self::open(url, schema, false).await
+    }
+
+    /// Connects to the store at `url` (in `schema`) to read: nothing is created or
+    /// migrated, and every transaction of the store's connections is read-only. A database
+    /// or schema that does not exist is [`PersistError::NoStore`]; one without the store's
+    /// tables [`PersistError::NotAStore`]; a store of an older schema
+    /// [`PersistError::OlderSchema`] (migrate it first).
+    pub async fn connect_read(url: &str, schema: Option<&str>) -> Result<Self, PersistError> {
+        Self::open(url, schema, true).await
+    }
+
+    async fn open(url: &str, schema: Option<&str>, read: bool) -> Result<Self, PersistError> {
         let options = PgConnectOptions::from_str(url).map_err(|e| PersistError::BadStoreUrl {
             url: redact(url),
             message: e.to_string(),
@@ -83,31 +96,47 @@ impl PgStore {
             options.get_port(),
             options.get_database().unwrap_or("")
         );
+        if let Some(schema) = schema {
+            rath_persist::url::check_schema(schema).map_err(|message| {
+                PersistError::BadStoreUrl {
+                    url: redact(url),
+                    message,
+                }
+            })?;
+            name.push_str(&format!("?schema={schema}"));
+        }
+        // One connection first, outside any pool: a refused or unreachable server is
+        // reported at once and as what it is (the pool would retry a refused connection
+        // until its acquire timeout and then say only that it timed out).
+        let mut probe = probe(&options, &name, read).await?;
         let options = match schema {
             Some(schema) => {
-                if !schema
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_')
-                    || schema.is_empty()
-                {
-                    return Err(PersistError::BadStoreUrl {
-                        url: redact(url),
-                        message: format!("schema {schema:?} must be letters, digits and _"),
-                    });
+                if read {
+                    let there: Option<i32> =
+                        sqlx::query_scalar("SELECT 1 FROM pg_namespace WHERE nspname = $1")
+                            .bind(schema)
+                            .fetch_optional(&mut probe)
+                            .await
+                            .map_err(|e| imp::backend(&name, "connect", e))?;
+                    if there.is_none() {
+                        return Err(PersistError::NoStore { store: name });
+                    }
+                } else {
+                    sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                        .execute(&mut probe)
+                        .await
+                        .map_err(|e| imp::backend(&name, "connect", e))?;
                 }
-                name.push_str(&format!("?schema={schema}"));
-                let pool = pool_options(1)
-                    .connect_with(options.clone())
-                    .await
-                    .map_err(|e| imp::backend(&name, "connect", e))?;
-                sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
-                    .execute(&pool)
-                    .await
-                    .map_err(|e| imp::backend(&name, "connect", e))?;
-                pool.close().await;
                 options.options([("search_path", schema)])
             }
             None => options,
+        };
+        let _ = sqlx::Connection::close(probe).await;
+        let options = if read {
+            // Reading never writes: the server refuses any write on these connections.
+            options.options([("default_transaction_read_only", "on")])
+        } else {
+            options
         };
         let pool = pool_options(8)
             .after_connect(|conn, _| {
@@ -119,7 +148,11 @@ impl PgStore {
             .connect_with(options)
             .await
             .map_err(|e| imp::backend(&name, "connect", e))?;
-        imp::migrate(&pool, &name).await?;
+        if read {
+            imp::check_schema(&pool, &name).await?;
+        } else {
+            imp::migrate(&pool, &name).await?;
+        }
         // A server process reads the catalog entries of a table and its indexes the first
         // time a statement on it is planned (measured: ~2.7 ms for the first statement on
         // `rath_sessions`, 0.2 ms after). Opening the connections a busy store uses at once
@@ -211,16 +244,47 @@ fn pool_options(max: u32) -> PgPoolOptions {
         .test_before_acquire(true)
 }
 
+/// How long the first connection may take before the server is reported unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The first connection to the server (see [`PgStore::connect`]): a refused, unreachable or
+/// silent address is [`PersistError::Unreachable`] naming `host:port`; a database that does
+/// not exist, when reading, [`PersistError::NoStore`].
+async fn probe(
+    options: &PgConnectOptions,
+    name: &str,
+    read: bool,
+) -> Result<sqlx::PgConnection, PersistError> {
+    let address = format!("{}:{}", options.get_host(), options.get_port());
+    let unreachable = |message: String| PersistError::Unreachable {
+        store: name.to_owned(),
+        address: address.clone(),
+        message,
+    };
+    let connect = sqlx::ConnectOptions::connect(options);
+    match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+        Err(_) => Err(unreachable(format!(
+            "no answer in {} s",
+            CONNECT_TIMEOUT.as_secs()
+        ))),
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(sqlx::Error::Io(e))) => Err(unreachable(e.to_string())),
+        Ok(Err(e))
+            if read
+                && e.as_database_error()
+                    .is_some_and(|d| d.code().as_deref() == Some("3D000")) =>
+        {
+            Err(PersistError::NoStore {
+                store: name.to_owned(),
+            })
+        }
+        Ok(Err(e)) => Err(imp::backend(name, "connect", e)),
+    }
+}
+
 /// `url` without its password.
 pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let userinfo = &url[s + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{user}{}", &url[..s + 3], &url[at..])
-        }
-        _ => url.to_owned(),
-    }
+    rath_persist::url::redact(url)
 }
 
 #[async_trait]

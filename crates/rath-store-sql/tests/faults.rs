@@ -20,7 +20,7 @@ async fn a_file_that_is_not_a_database_is_a_typed_error_naming_it() {
     )
     .expect("write");
     match SqliteStore::open(&path).await {
-        Err(e @ PersistError::Backend { .. }) => {
+        Err(e @ PersistError::NotAStore { .. }) => {
             let text = e.to_string();
             assert!(text.contains(&path.display().to_string()), "{text}");
             assert_eq!(
@@ -202,12 +202,13 @@ async fn a_refused_postgres_connection_is_a_typed_error_naming_the_store() {
     // Nothing listens on port 1.
     let url = "postgres://root:secret@127.0.0.1:1/test";
     match PgStore::connect(url).await {
-        Err(e @ PersistError::Backend { .. }) => {
+        Err(e @ PersistError::Unreachable { .. }) => {
             let text = e.to_string();
             assert!(text.contains("postgres://root@127.0.0.1:1/test"), "{text}");
+            assert!(text.contains("cannot connect to 127.0.0.1:1"), "{text}");
             assert!(!text.contains("secret"), "the password leaked: {text}");
         }
-        other => panic!("a refused connection must be a backend error: {other:?}"),
+        other => panic!("a refused connection must be Unreachable: {other:?}"),
     }
 }
 
