@@ -52,6 +52,7 @@
 
 pub mod bundled;
 mod canon;
+mod clock;
 mod error;
 pub mod events;
 pub mod journal;
@@ -69,6 +70,7 @@ use rath_persist::{PersistError, SessionStore};
 use rath_session::{Session, SessionId, Stamper};
 use sha2::{Digest, Sha256};
 
+pub use clock::RunClock;
 pub use error::RuntimeError;
 pub use events::EventSubscription;
 pub use journal::{

@@ -13,7 +13,9 @@
 
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use crate::clock::RunClock;
 
 use sqlx::Row;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -327,6 +329,8 @@ pub struct RunStore {
     group: Arc<[mpsc::UnboundedSender<Job>]>,
     /// The next lane a claim goes to (claims carry no run yet).
     next_claim: Arc<std::sync::atomic::AtomicUsize>,
+    /// The time the store writes and compares (its committers hold clones).
+    clock: RunClock,
 }
 
 /// Group committers per store on PostgreSQL: their groups run side by side (each waits on
@@ -346,12 +350,10 @@ impl From<sqlx::Error> for RuntimeError {
     }
 }
 
-/// Milliseconds since the Unix epoch (leases run on wall-clock time; sessions never see it).
+/// Milliseconds since the Unix epoch on the system clock (a store reads its own [`RunClock`],
+/// the system clock unless it was built with another; sessions never see it).
 pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    crate::clock::system_ms()
 }
 
 fn ms(d: Duration) -> i64 {
@@ -461,12 +463,12 @@ macro_rules! on_pool {
 // Appends an event row (its `seq` the run's next) inside a transaction, through the same
 // statement the committer's batches use (and notifies PostgreSQL listeners at commit).
 macro_rules! push_event {
-    ($tx:ident, $pg:ident, $run:expr, $kind:expr, $detail:expr, $by:expr, $token:expr) => {{
+    ($tx:ident, $pg:ident, $now:expr, $run:expr, $kind:expr, $detail:expr, $by:expr, $token:expr) => {{
         let mut one = Events::default();
         one.push($run, $kind, &$detail, $by, $token);
         sqlx::query(Events::sql($pg))
             .bind(one.take_json())
-            .bind(now_ms())
+            .bind($now)
             .execute(&mut *$tx)
             .await?;
         if $pg {
@@ -573,6 +575,12 @@ impl RunStore {
     /// server offers it, `require` insists, `verify-ca` and `verify-full` also check the
     /// server's certificate (against the web's root authorities and `sslrootcert`).
     pub async fn connect(url: &str) -> Result<RunStore, RuntimeError> {
+        Self::connect_with_clock(url, RunClock::system()).await
+    }
+
+    /// [`RunStore::connect`] with the times the store writes and compares taken from
+    /// `clock` (a manual one in tests of backoffs, leases and deadlines: see [`RunClock`]).
+    pub async fn connect_with_clock(url: &str, clock: RunClock) -> Result<RunStore, RuntimeError> {
         let trimmed = url.trim();
         let ours = ["sqlite:", "postgres://", "postgresql://"]
             .iter()
@@ -599,7 +607,11 @@ impl RunStore {
                     .test_before_acquire(false)
                     .connect_with(opts)
                     .await?;
-                RunStore::over(Db::Sqlite(pool), format!("sqlite:{}", path.display()))
+                RunStore::over(
+                    Db::Sqlite(pool),
+                    format!("sqlite:{}", path.display()),
+                    clock,
+                )
             }
             rath_persist::StoreUrl::Postgres { url: base, schema } => {
                 let mut opts = PgConnectOptions::from_str(&base)?;
@@ -635,7 +647,7 @@ impl RunStore {
                     .max_connections(8 + PG_LANES as u32)
                     .connect_with(opts)
                     .await?;
-                RunStore::over(Db::Pg(pool), name)
+                RunStore::over(Db::Pg(pool), name, clock)
             }
             _ => return Err(RuntimeError::BadUrl(redact(url))),
         };
@@ -652,6 +664,11 @@ impl RunStore {
     /// wait for. (With two more instead of four, a bench drain of 200 runs still opened
     /// one or two connections in its last milliseconds.) Best effort: a failure here shows
     /// again on the first real write.
+    /// The store's clock.
+    pub fn clock(&self) -> &RunClock {
+        &self.clock
+    }
+
     async fn warm(&self) {
         let Db::Pg(pool) = &self.db else {
             return;
@@ -669,18 +686,21 @@ impl RunStore {
             // of the function is planned here (the claim's too, since schema version 7: it
             // planned the first real claim on each connection, 5-7 ms at the start of every
             // drain of the durable bench, which every run claimed then waited behind).
-            let _ = sqlx::query(&warm).bind(now_ms()).execute(&mut **c).await;
+            let _ = sqlx::query(&warm)
+                .bind(self.clock.now_ms())
+                .execute(&mut **c)
+                .await;
         }
     }
 
     /// A store over `db` with its group committer running (on the current tokio runtime).
-    fn over(db: Db, name: String) -> RunStore {
+    fn over(db: Db, name: String, clock: RunClock) -> RunStore {
         let hub: Arc<crate::events::Hub> = Arc::default();
         let lanes = if matches!(db, Db::Pg(_)) { PG_LANES } else { 1 };
         let group: Vec<mpsc::UnboundedSender<Job>> = (0..lanes)
             .map(|_| {
                 let (tx, rx) = mpsc::unbounded_channel();
-                let committer = Committer::new(db.clone());
+                let committer = Committer::new(db.clone(), clock.clone());
                 tokio::spawn(committer.run(rx, hub.clone()));
                 tx
             })
@@ -691,6 +711,7 @@ impl RunStore {
             hub,
             group: group.into(),
             next_claim: Arc::default(),
+            clock,
         }
     }
 
@@ -782,7 +803,7 @@ impl RunStore {
                 )
                 .bind(version)
                 .bind(what)
-                .bind(now_ms())
+                .bind(self.clock.now_ms())
                 .execute(&mut *tx)
                 .await?;
             }
@@ -802,7 +823,7 @@ impl RunStore {
         options: &RunOptions,
     ) -> Result<RunId, RuntimeError> {
         let opts = serde_json::to_string(options).map_err(|e| corrupt("run options", e))?;
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let deadline = options.deadline.map(|d| now.saturating_add(ms(d)));
         in_tx!(self, tx, pg, {
             sqlx::query("INSERT INTO rt_runs (id, workflow, definition_hash, input_session, options, status, attempts, failures, resume_session, segment, output_session, detail, submitted_ms, updated_ms, not_before_ms, deadline_ms) VALUES ($1, $2, $3, $4, $5, 'queued', 0, 0, NULL, 0, NULL, NULL, $6, $6, 0, $7)")
@@ -824,6 +845,7 @@ impl RunStore {
             push_event!(
                 tx,
                 pg,
+                self.clock.now_ms(),
                 id.as_str(),
                 "status",
                 "{\"status\": \"queued\"}",
@@ -911,7 +933,7 @@ impl RunStore {
         worker: &str,
         lease: Duration,
     ) -> Result<Option<(Run, Lease)>, RuntimeError> {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let expires_ms = lease_end(now, lease)?;
         let op = Op::Claim {
             worker: worker.to_owned(),
@@ -940,7 +962,7 @@ impl RunStore {
     /// Extends the lease by `lease` from now (fenced).
     #[tracing::instrument(level = "debug", name = "heartbeat rt_leases", skip_all, fields(otel.kind = "client", db.system.name = self.system(), db.operation.name = "heartbeat", db.collection.name = "rt_leases", rath.run.id = %held.run, rath.lease.token = held.token))]
     pub async fn heartbeat(&self, held: &Lease, lease: Duration) -> Result<Lease, RuntimeError> {
-        let expires = lease_end(now_ms(), lease)?;
+        let expires = lease_end(self.clock.now_ms(), lease)?;
         let op = Op::Heartbeat {
             expires_ms: expires,
         };
@@ -1071,7 +1093,7 @@ impl RunStore {
                 message: "the group committer stopped before answering".into(),
             });
         };
-        let mut c = Committer::new(self.db.clone());
+        let mut c = Committer::new(self.db.clone(), self.clock.clone());
         let result = c.apply(std::slice::from_ref(&job)).await?.remove(0);
         job.tell(&result, &self.hub);
         result
@@ -1147,7 +1169,7 @@ impl RunStore {
                 .bind(change.resume)
                 .bind(i64::from(change.bump_segment))
                 .bind(change.detail)
-                .bind(now_ms())
+                .bind(self.clock.now_ms())
                 .execute(&mut *tx)
                 .await?;
             let token: i64 = sqlx::query("UPDATE rt_leases SET worker = NULL, token = token + 1, expires_ms = 0 WHERE run_id = $1 RETURNING token")
@@ -1160,7 +1182,16 @@ impl RunStore {
                 change.to,
                 json_str(what)
             );
-            push_event!(tx, pg, id.as_str(), "status", ev, "operator", token);
+            push_event!(
+                tx,
+                pg,
+                self.clock.now_ms(),
+                id.as_str(),
+                "status",
+                ev,
+                "operator",
+                token
+            );
         });
         self.hub.notify_moved(id.as_str());
         Ok(())
@@ -1171,7 +1202,7 @@ impl RunStore {
     /// worker that wakes up later is fenced. A run in review stays there (a person looks at
     /// its ambiguous call first). Returns the runs moved, oldest first.
     pub async fn expire_overdue(&self) -> Result<Vec<RunId>, RuntimeError> {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let moved: Vec<String> = in_tx!(self, tx, pg, {
             let sql = format!(
                 "SELECT r.id AS id FROM rt_runs r JOIN rt_leases l ON l.run_id = r.id \
@@ -1202,6 +1233,7 @@ impl RunStore {
                 push_event!(
                     tx,
                     pg,
+                    self.clock.now_ms(),
                     id.as_str(),
                     "status",
                     "{\"status\": \"timed_out\", \"by\": \"deadline\"}",
@@ -1958,6 +1990,7 @@ const RT_GROUP_CALL: &str = "SELECT rt_group($1, $2, $3, $4, $5, $6, $7, $8, $9,
 /// not take, goes the general path.
 struct Committer {
     db: Db,
+    clock: RunClock,
     /// The connection the committer's `rt_group` calls go through, kept between groups:
     /// one pool checkout for a burst of them, not one each (sqlx tests a pooled connection
     /// with a round trip when it hands it out and again when it takes it back). Given back
@@ -1970,9 +2003,10 @@ struct Committer {
 }
 
 impl Committer {
-    fn new(db: Db) -> Self {
+    fn new(db: Db, clock: RunClock) -> Self {
         Committer {
             db,
+            clock,
             conn: None,
             sqlite: None,
         }
@@ -2041,7 +2075,7 @@ impl Committer {
         let Db::Pg(pool) = &self.db else {
             return Ok(None);
         };
-        let now = now_ms();
+        let now = self.clock.now_ms();
         // The details of the finishes' status events, made as the rows are taken and put in
         // the event column once every row is in (the column borrows them).
         let mut details: Vec<(usize, String)> = Vec::new();
@@ -2340,7 +2374,7 @@ impl Committer {
                     let ids: Vec<&str> = batch.iter().map(|(id, _)| *id).collect();
                     sqlx::query(&sql)
                         .bind(serde_json::to_string(&rows).map_err(|e| corrupt("run finishes", e))?)
-                        .bind(now_ms())
+                        .bind(self.clock.now_ms())
                         .execute(&mut *tx)
                         .await?;
                     sqlx::query(&release)
@@ -2356,7 +2390,7 @@ impl Committer {
                 .collect();
             let mut claimed: Vec<String> = Vec::new();
             if !claims.is_empty() {
-                let now = now_ms();
+                let now = self.clock.now_ms();
                 let sql = format!(
                     "SELECT r.id AS id FROM rt_runs r JOIN rt_leases l ON l.run_id = r.id \
                      WHERE (r.status = 'queued' AND r.not_before_ms <= $1) OR (r.status = 'running' AND l.expires_ms < $1) \
@@ -2443,7 +2477,7 @@ impl Committer {
             if !events.rows.is_empty() {
                 sqlx::query(Events::sql(pg))
                     .bind(events.take_json())
-                    .bind(now_ms())
+                    .bind(self.clock.now_ms())
                     .execute(&mut *tx)
                     .await?;
             }

@@ -14,7 +14,7 @@ use tracing::instrument::WithSubscriber as _;
 
 use crate::journal::RunScope;
 use crate::model::{Lease, Run, RunId, RunStatus};
-use crate::store::{Transition, now_ms};
+use crate::store::Transition;
 use crate::{Runtime, RuntimeError};
 
 /// How a worker behaves.
@@ -338,7 +338,7 @@ impl Worker {
         shutdown: &CancellationToken,
     ) -> Result<Outcome, RuntimeError> {
         let runs = &self.rt.runs;
-        if run.overdue(now_ms()) {
+        if run.overdue(self.rt.runs.clock().now_ms()) {
             self.release(lease, Transition::to(RunStatus::TimedOut))
                 .await?;
             return Ok(Outcome::Moved(RunStatus::TimedOut));
@@ -395,7 +395,8 @@ impl Worker {
         let handed_back = Arc::new(AtomicBool::new(false));
         let grace = self.grace_watch(shutdown.clone(), cancel.clone(), handed_back.clone());
         let timed_out = Arc::new(AtomicBool::new(false));
-        let timer = deadline_watch(&run, cancel.clone(), timed_out.clone());
+        let now = self.rt.runs.clock().now_ms();
+        let timer = deadline_watch(&run, now, cancel.clone(), timed_out.clone());
         // Sessions are written as they grow on transactional stores (SQL); a directory of
         // files rewrites a session per write and a killed writer leaves a partial file, so
         // there the session is written when the attempt ends.
@@ -546,7 +547,7 @@ impl Worker {
             let wait = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
             let to = Transition {
                 detail: Some(&text),
-                not_before_ms: Some(now_ms().saturating_add(wait)),
+                not_before_ms: Some(self.rt.runs.clock().now_ms().saturating_add(wait)),
                 ..Transition::to(RunStatus::Queued)
             };
             self.release(lease, to).await?;
@@ -575,7 +576,7 @@ impl Worker {
         let to = Transition {
             detail: Some(text),
             failed: true,
-            not_before_ms: retry.then(|| now_ms().saturating_add(wait)),
+            not_before_ms: retry.then(|| self.rt.runs.clock().now_ms().saturating_add(wait)),
             ..Transition::to(status)
         };
         self.release(lease, to).await?;
@@ -752,15 +753,17 @@ impl Worker {
     }
 }
 
-/// Stops the run (through `cancel`) when its deadline passes while it runs.
+/// Stops the run (through `cancel`) when its deadline passes while it runs (`now`: the run
+/// store's clock, in ms since the Unix epoch).
 fn deadline_watch(
     run: &Run,
+    now: i64,
     cancel: CancellationToken,
     timed_out: Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<()> {
     let left = run
         .deadline_ms
-        .map(|d| Duration::from_millis(u64::try_from(d - now_ms()).unwrap_or(0)));
+        .map(|d| Duration::from_millis(u64::try_from(d.saturating_sub(now)).unwrap_or(0)));
     tokio::spawn(async move {
         let Some(left) = left else {
             return;

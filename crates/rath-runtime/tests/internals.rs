@@ -14,8 +14,8 @@ use rath_provider::{
     ScriptedResponse,
 };
 use rath_runtime::{
-    MAX_LEASE, Outcome, RetryPolicy, RunEvent, RunId, RunOptions, RunStatus, RunStore, Runtime,
-    RuntimeError, Worker, WorkerOptions, WorkflowRegistry, now_ms,
+    MAX_LEASE, Outcome, RetryPolicy, RunClock, RunEvent, RunId, RunOptions, RunStatus, RunStore,
+    Runtime, RuntimeError, Worker, WorkerOptions, WorkflowRegistry, now_ms,
 };
 use rath_session::{ChunkKind, Role, Session, SessionId, Stamper};
 use serde_json::json;
@@ -111,6 +111,20 @@ struct Env {
     rt: Runtime,
     ctl: Arc<Control>,
     sessions: Arc<dyn SessionStore>,
+    /// The run store's clock: the system clock, or (from [`env_manual`]) a manual one the
+    /// test moves, so backoffs and deadlines pass when the test says, not with the machine.
+    clock: RunClock,
+}
+
+/// An environment whose run store reads a manual clock, started at the system time.
+async fn env_manual() -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let sessions: Arc<dyn SessionStore> = Arc::new(
+        rath_store_sql::SqliteStore::open(dir.path().join("sessions.db"))
+            .await
+            .unwrap(),
+    );
+    env_with(dir, sessions, RunClock::manual(now_ms())).await
 }
 
 async fn env() -> Env {
@@ -126,16 +140,22 @@ async fn env() -> Env {
 
 /// An environment whose sessions go to `sessions` (its runs to a SQLite file in `dir`).
 async fn env_on(dir: tempfile::TempDir, sessions: Arc<dyn SessionStore>) -> Env {
+    env_with(dir, sessions, RunClock::system()).await
+}
+
+async fn env_with(dir: tempfile::TempDir, sessions: Arc<dyn SessionStore>, clock: RunClock) -> Env {
     let ctl = Arc::new(Control::default());
     let url = format!("sqlite:{}", dir.path().join("runs.db").display());
-    let rt = Runtime::connect(&url, sessions.clone(), registry(ctl.clone()))
+    let runs = RunStore::connect_with_clock(&url, clock.clone())
         .await
         .unwrap();
+    let rt = Runtime::new(runs, sessions.clone(), registry(ctl.clone()));
     Env {
         _dir: dir,
         rt,
         ctl,
         sessions,
+        clock,
     }
 }
 
@@ -171,7 +191,7 @@ fn last_kind(s: &Session) -> ChunkKind {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_run_is_retried_after_its_backoff() {
-    let env = env().await;
+    let env = env_manual().await;
     *env.ctl.fail.lock().unwrap() = vec![1, 2];
     let policy =
         RetryPolicy::attempts(3).backoff(Duration::from_millis(150), 2, Duration::from_secs(10));
@@ -180,7 +200,9 @@ async fn a_failed_run_is_retried_after_its_backoff() {
         .await;
     let w = env.worker();
 
-    let before = now_ms();
+    // The run store's clock moves only when this test moves it: "not yet" and "now" are
+    // exact, whatever the machine's load.
+    let before = env.clock.now_ms();
     assert_eq!(
         w.run_once().await.unwrap().unwrap().1,
         Outcome::Moved(RunStatus::Queued)
@@ -188,25 +210,27 @@ async fn a_failed_run_is_retried_after_its_backoff() {
     let run = env.rt.runs().get(&id).await.unwrap();
     assert_eq!((run.failures, run.attempts), (1, 1));
     assert!(run.detail.unwrap().contains("call 1 refused"));
-    assert!(run.not_before_ms >= before + 150, "first backoff is 150 ms");
-    // Not claimable before its backoff passed.
+    assert_eq!(run.not_before_ms, before + 150, "first backoff is 150 ms");
+    // Not claimable before its backoff passed, even a millisecond before.
+    env.clock.advance(Duration::from_millis(149));
     assert!(w.run_once().await.unwrap().is_none());
-    tokio::time::sleep(Duration::from_millis(170)).await;
+    env.clock.advance(Duration::from_millis(1));
 
-    let second = now_ms();
+    let second = env.clock.now_ms();
     assert_eq!(
         w.run_once().await.unwrap().unwrap().1,
         Outcome::Moved(RunStatus::Queued)
     );
     let run = env.rt.runs().get(&id).await.unwrap();
     assert_eq!((run.failures, run.attempts), (2, 2));
-    assert!(
-        run.not_before_ms >= second + 300,
+    assert_eq!(
+        run.not_before_ms,
+        second + 300,
         "the second backoff doubles"
     );
-    assert!(run.not_before_ms <= now_ms() + 300);
+    env.clock.advance(Duration::from_millis(299));
     assert!(w.run_once().await.unwrap().is_none());
-    tokio::time::sleep(Duration::from_millis(320)).await;
+    env.clock.advance(Duration::from_millis(1));
 
     assert_eq!(
         w.run_once().await.unwrap().unwrap().1,
@@ -254,7 +278,7 @@ async fn a_run_whose_retries_are_spent_fails() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_session_store_failure_ends_the_attempt_instead_of_holding_the_lease() {
-    let env = env().await;
+    let env = env_manual().await;
     let id = env.submit(3, RunOptions::default().retry(2)).await;
     let input = env.rt.runs().get(&id).await.unwrap().input_session;
     // The run's input is gone before a worker claims it: loading it fails for good.
@@ -268,10 +292,7 @@ async fn a_session_store_failure_ends_the_attempt_instead_of_holding_the_lease()
     );
     let run = env.rt.runs().get(&id).await.unwrap();
     assert_eq!((run.status, run.failures), (RunStatus::Queued, 1));
-    tokio::time::sleep(Duration::from_millis(
-        u64::try_from(run.not_before_ms - now_ms()).unwrap_or(0) + 20,
-    ))
-    .await;
+    env.clock.set(run.not_before_ms);
     assert_eq!(
         w.run_once().await.unwrap().unwrap().1,
         Outcome::Moved(RunStatus::Failed)
@@ -294,7 +315,7 @@ async fn a_session_store_failure_ends_the_attempt_instead_of_holding_the_lease()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_queued_run_past_its_deadline_times_out() {
-    let env = env().await;
+    let env = env_manual().await;
     let swept = env
         .submit(3, RunOptions::default().deadline(Duration::from_millis(80)))
         .await;
@@ -309,15 +330,16 @@ async fn a_queued_run_past_its_deadline_times_out() {
         events.next().await.unwrap().status(),
         Some(RunStatus::Queued)
     );
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    env.clock.advance(Duration::from_millis(81));
     let token = env.rt.runs().lease(&swept).await.unwrap().token;
     // An idle worker's sweep times out the overdue runs nobody is on, oldest first.
     assert_eq!(
         env.rt.runs().expire_overdue().await.unwrap(),
         vec![swept.clone(), claimed.clone()]
     );
+    // The event is already written; the wait of minutes only guards against a hang.
     let ev = events
-        .next_within(Duration::from_secs(5))
+        .next_within(Duration::from_secs(120))
         .await
         .unwrap()
         .unwrap();
@@ -331,7 +353,7 @@ async fn a_queued_run_past_its_deadline_times_out() {
     let late = env
         .submit(6, RunOptions::default().deadline(Duration::from_millis(1)))
         .await;
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    env.clock.advance(Duration::from_millis(2));
     let w = env.worker();
     assert_eq!(
         w.run_once().await.unwrap().unwrap(),
