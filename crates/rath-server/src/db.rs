@@ -25,7 +25,7 @@ use crate::ServerError;
 use crate::cache::{KEYS, OWNERS};
 
 /// The schema version these migrations reach.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Forward-only migrations: (version, what, statements). Written once for both databases.
 pub const MIGRATIONS: &[(i64, &str, &[&str])] = &[
@@ -47,6 +47,20 @@ pub const MIGRATIONS: &[(i64, &str, &[&str])] = &[
             "CREATE TABLE IF NOT EXISTS sv_threads (thread_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, metadata TEXT NOT NULL, created_ms BIGINT NOT NULL, updated_ms BIGINT NOT NULL)",
             "CREATE INDEX IF NOT EXISTS sv_threads_tenant ON sv_threads (tenant)",
             "CREATE TABLE IF NOT EXISTS sv_thread_runs (run_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL, seq BIGINT NOT NULL, assistant_id TEXT NOT NULL, metadata TEXT NOT NULL, kwargs TEXT NOT NULL, created_ms BIGINT NOT NULL, UNIQUE (thread_id, seq))",
+        ],
+    ),
+    (
+        3,
+        "thread ids per tenant: another tenant's thread id is free to take (no existence oracle)",
+        &[
+            "CREATE TABLE sv_threads_v3 (tenant TEXT NOT NULL, thread_id TEXT NOT NULL, metadata TEXT NOT NULL, created_ms BIGINT NOT NULL, updated_ms BIGINT NOT NULL, PRIMARY KEY (tenant, thread_id))",
+            "INSERT INTO sv_threads_v3 (tenant, thread_id, metadata, created_ms, updated_ms) SELECT tenant, thread_id, metadata, created_ms, updated_ms FROM sv_threads",
+            "CREATE TABLE sv_thread_runs_v3 (run_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, thread_id TEXT NOT NULL, seq BIGINT NOT NULL, assistant_id TEXT NOT NULL, metadata TEXT NOT NULL, kwargs TEXT NOT NULL, created_ms BIGINT NOT NULL, UNIQUE (tenant, thread_id, seq))",
+            "INSERT INTO sv_thread_runs_v3 (run_id, tenant, thread_id, seq, assistant_id, metadata, kwargs, created_ms) SELECT r.run_id, t.tenant, r.thread_id, r.seq, r.assistant_id, r.metadata, r.kwargs, r.created_ms FROM sv_thread_runs r JOIN sv_threads t ON t.thread_id = r.thread_id",
+            "DROP TABLE sv_thread_runs",
+            "DROP TABLE sv_threads",
+            "ALTER TABLE sv_threads_v3 RENAME TO sv_threads",
+            "ALTER TABLE sv_thread_runs_v3 RENAME TO sv_thread_runs",
         ],
     ),
 ];

@@ -77,8 +77,8 @@ const RUN_COLS: &str = "run_id, thread_id, seq, assistant_id, metadata, kwargs, 
 
 impl ServerDb {
     /// Creates thread `id` for `tenant` with `metadata` (JSON text); returns the stored row
-    /// and whether this call created it. An id another tenant holds is a 409 (the id is
-    /// taken), as for sessions and runs.
+    /// and whether this call created it. Thread ids are per tenant: another tenant's thread
+    /// of the same id is a different thread, so the answer says nothing of it.
     pub(crate) async fn create_thread(
         &self,
         tenant: &str,
@@ -87,7 +87,7 @@ impl ServerDb {
     ) -> Result<(ThreadRow, bool), ServerError> {
         let now = now_ms();
         let insert = "INSERT INTO sv_threads (thread_id, tenant, metadata, created_ms, updated_ms) \
-                      VALUES ($1, $2, $3, $4, $4) ON CONFLICT (thread_id) DO NOTHING";
+                      VALUES ($1, $2, $3, $4, $4) ON CONFLICT (tenant, thread_id) DO NOTHING";
         let n = on_pool!(self, p, {
             sqlx::query(insert)
                 .bind(id)
@@ -100,7 +100,10 @@ impl ServerDb {
         });
         match self.thread(tenant, id).await? {
             Some(row) => Ok((row, n > 0)),
-            None => Err(ServerError::Conflict(format!("thread id {id} is taken"))),
+            // Inserted or already this tenant's: found, unless deleted in between.
+            None => Err(ServerError::Conflict(format!(
+                "thread {id} changed while it was created; try again"
+            ))),
         }
     }
 
@@ -122,12 +125,17 @@ impl ServerDb {
         })
     }
 
-    /// The runs of thread `id`, oldest first.
-    pub(crate) async fn thread_runs(&self, id: &str) -> Result<Vec<ThreadRunRow>, ServerError> {
-        let sql =
-            format!("SELECT {RUN_COLS} FROM sv_thread_runs WHERE thread_id = $1 ORDER BY seq");
+    /// The runs of `tenant`'s thread `id`, oldest first.
+    pub(crate) async fn thread_runs(
+        &self,
+        tenant: &str,
+        id: &str,
+    ) -> Result<Vec<ThreadRunRow>, ServerError> {
+        let sql = format!(
+            "SELECT {RUN_COLS} FROM sv_thread_runs WHERE tenant = $1 AND thread_id = $2 ORDER BY seq"
+        );
         on_pool!(self, p, {
-            let rows = sqlx::query(&sql).bind(id).fetch_all(p).await?;
+            let rows = sqlx::query(&sql).bind(tenant).bind(id).fetch_all(p).await?;
             rows.iter().map(run_from).collect()
         })
     }
@@ -135,11 +143,17 @@ impl ServerDb {
     /// Records `run` as the thread's run number `run.seq`. Two runs racing for one place
     /// both read the same newest run; the second insert is refused (409), so a thread never
     /// forks into two runs continuing one state.
-    pub(crate) async fn add_thread_run(&self, run: &ThreadRunRow) -> Result<(), ServerError> {
-        let sql =
-            format!("INSERT INTO sv_thread_runs ({RUN_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7)");
+    pub(crate) async fn add_thread_run(
+        &self,
+        tenant: &str,
+        run: &ThreadRunRow,
+    ) -> Result<(), ServerError> {
+        let sql = format!(
+            "INSERT INTO sv_thread_runs (tenant, {RUN_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+        );
         let done = on_pool!(self, p, {
             sqlx::query(&sql)
+                .bind(tenant)
                 .bind(&run.run_id)
                 .bind(&run.thread_id)
                 .bind(run.seq)
@@ -161,10 +175,11 @@ impl ServerDb {
             }
             Err(e) => return Err(e.into()),
         }
-        let touch = "UPDATE sv_threads SET updated_ms = $1 WHERE thread_id = $2";
+        let touch = "UPDATE sv_threads SET updated_ms = $1 WHERE tenant = $2 AND thread_id = $3";
         on_pool!(self, p, {
             sqlx::query(touch)
                 .bind(run.created_ms)
+                .bind(tenant)
                 .bind(&run.thread_id)
                 .execute(p)
                 .await?;

@@ -210,7 +210,7 @@ async fn submit(
         kwargs: json!({"input": req.input, "stream_mode": mode_names}).to_string(),
         created_ms: rath_runtime::now_ms(),
     };
-    state.db.add_thread_run(&row).await?;
+    state.db.add_thread_run(&who.tenant, &row).await?;
     state
         .runtime
         .runs()

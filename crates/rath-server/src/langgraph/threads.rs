@@ -186,7 +186,7 @@ pub(crate) async fn load(state: &AppState, tenant: &str, id: &str) -> Result<Loa
         .await?
         .ok_or_else(|| not_found("thread", id))?;
     let mut runs = Vec::new();
-    for r in state.db.thread_runs(id).await? {
+    for r in state.db.thread_runs(tenant, id).await? {
         // A row whose submission failed after it was recorded has no run: it never ran.
         match state.runtime.runs().get(&RunId(r.run_id.clone())).await {
             Ok(run) => runs.push((r, run)),
