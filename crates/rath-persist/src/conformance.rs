@@ -50,6 +50,7 @@ where
     batches(&fresh().await).await;
     fencing(&fresh().await).await;
     missing_sessions(&fresh().await).await;
+    windows(&fresh().await).await;
 }
 
 /// A clock that always says `at`, with counter ids: sessions built with it are saved with
@@ -526,6 +527,68 @@ pub async fn delete_keeps_sharers(store: &dyn SessionStore) {
         &name,
         &store.load(root.id()).await.expect("load").session,
         &root,
+    );
+}
+
+/// `read_chunks` answers every window of every stored session as `load` does, on sessions
+/// that share structure (forks, appends, a fork of a cut prefix, a merge) and across saves
+/// of several segments; a window past the end is cut; a session not stored is `NotFound`.
+pub async fn windows(store: &dyn SessionStore) {
+    let name = store.name();
+    // System ids: the sample sessions below use the pinned clock's.
+    let mut root = Session::user_with("first", Stamper::system());
+    for i in 0..40 {
+        root = root.push(Chunk::assistant_text(format!("reply {i}")));
+    }
+    store.save(&root).await.expect("save");
+    // Appended in two more saves: three segments.
+    let grown = root.push(Chunk::user("more"));
+    store.append(&grown, root.len()).await.expect("append");
+    let grown2 = grown.push(Chunk::assistant_text("and more"));
+    store.append(&grown2, grown.len()).await.expect("append");
+    let fork = grown2.fork().push(Chunk::user("the fork's own turn"));
+    let cut = grown2
+        .fork()
+        .with_chunks(grown2.slice(0..20).expect("slice"))
+        .push(Chunk::user("after a cut"));
+    let other = Session::user_with("other", Stamper::system()).push(Chunk::assistant_text("o"));
+    store.save(&other).await.expect("save");
+    let merged = fork
+        .merge(&other)
+        .unwrap_or_else(|e| panic!("{name}: merge: {e}"));
+    let mut all = vec![grown2.clone(), fork, cut, merged];
+    all.extend(sample_sessions());
+    for s in all.iter().skip(1) {
+        store.save(s).await.expect("save");
+    }
+    for s in &all {
+        let loaded = store.load(s.id()).await.expect("load").session;
+        let n = loaded.len();
+        let cuts = [0, 1, 2, 19, 20, 21, n / 2, n.saturating_sub(1), n, n + 5];
+        for &a in &cuts {
+            for &b in &cuts {
+                let got = store
+                    .read_chunks(s.id(), a..b)
+                    .await
+                    .unwrap_or_else(|e| panic!("{name}: read_chunks {a}..{b}: {e}"));
+                let end = b.min(n);
+                let want: Vec<Chunk> = if a < end {
+                    loaded.chunks().range(a..end).iter().cloned().collect()
+                } else {
+                    Vec::new()
+                };
+                assert_eq!(got, want, "{name}: chunks {a}..{b} of {} ({n})", s.id());
+            }
+        }
+    }
+    assert!(
+        matches!(
+            store
+                .read_chunks(&SessionId::new("never-stored"), 0..10)
+                .await,
+            Err(PersistError::NotFound { .. })
+        ),
+        "{name}: a window of a session not stored"
     );
 }
 

@@ -37,7 +37,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rath_session::{Session, SessionId, StampSource, Stamper, Timestamp};
+use rath_session::{Chunk, Session, SessionId, StampSource, Stamper, Timestamp};
 
 use crate::PersistError;
 use crate::journal::LineageRow;
@@ -219,6 +219,23 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     /// How many chunks are stored for `id` (`None`: not stored): what an appender passes as
     /// `expected_len`.
     async fn stored_len(&self, id: &SessionId) -> Result<Option<usize>, PersistError>;
+
+    /// Chunks `range` of stored session `id`, the range cut to its stored length
+    /// ([`PersistError::NotFound`] when it is not stored): what a reader that answers a long
+    /// session page by page reads, so that it holds one page at a time. The default loads
+    /// the whole session and keeps the window; a store that can read part of a session
+    /// overrides it (the SQL stores read only the segments the window covers).
+    async fn read_chunks(
+        &self,
+        id: &SessionId,
+        range: std::ops::Range<usize>,
+    ) -> Result<Vec<Chunk>, PersistError> {
+        let loaded = self.load(id).await?;
+        let chunks = loaded.session.chunks();
+        let end = range.end.min(chunks.len());
+        let start = range.start.min(end);
+        Ok(chunks.range(start..end).iter().cloned().collect())
+    }
 
     /// A token that changes whenever what [`SessionStore::load`] returns for `id` changes
     /// (an append, a close, a delete and a new save under the same id), with one cheap read:

@@ -61,7 +61,7 @@ impl StoreKind {
     }
 }
 
-/// The span of one store operation `op` (`write`, `load`, `stored_len`, `list`, `delete`,
+/// The span of one store operation `op` (`write`, `load`, `read_chunks`, `stored_len`, `list`, `delete`,
 /// `gc`): kind CLIENT on a database, INTERNAL on the directory store. Fields recorded later:
 /// `rath.session.id`, `rath.store.writes`, `db.operation.batch.size` (batches of two or
 /// more), `rath.store.fence_token`, `rath.store.chunks_written`, `rath.store.chunks`,

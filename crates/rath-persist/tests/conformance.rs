@@ -34,6 +34,7 @@ conformance_tests!(
     batches,
     fencing,
     missing_sessions,
+    windows,
 );
 
 #[tokio::test]

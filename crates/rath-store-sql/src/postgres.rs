@@ -309,6 +309,14 @@ impl SessionStore for PgStore {
         imp::stored_len(&self.pool, &self.name, id).await
     }
 
+    async fn read_chunks(
+        &self,
+        id: &SessionId,
+        range: std::ops::Range<usize>,
+    ) -> Result<Vec<rath_session::Chunk>, PersistError> {
+        imp::read_chunks(&self.pool, &self.name, id, range).await
+    }
+
     async fn revision(&self, id: &SessionId) -> Result<Option<Vec<u8>>, PersistError> {
         imp::revision(&self.pool, &self.name, id).await
     }

@@ -47,6 +47,7 @@ both!(
     batches,
     fencing,
     missing_sessions,
+    windows,
 );
 
 #[tokio::test]

@@ -35,18 +35,48 @@ pub(crate) fn settled(s: RunStatus) -> bool {
 /// same chunk shows the same id in every state of the thread, and no two messages of one
 /// state share an id.
 pub fn messages(thread_id: &str, session: &Session) -> Vec<Value> {
-    let mut seen: HashMap<String, usize> = HashMap::new();
-    let mut out = Vec::new();
-    for c in session.conversation() {
-        let digest = c.sha256();
-        let n = seen.entry(digest.clone()).or_insert(0);
-        let id = derived_uuid(&["message", thread_id, &digest, &n.to_string()]);
-        *n += 1;
-        if let Some(m) = message(c, &id) {
-            out.push(m);
+    let mut namer = Namer::new(thread_id);
+    session
+        .chunks()
+        .iter()
+        .filter_map(|c| namer.message(c))
+        .collect()
+}
+
+/// [`messages`] one chunk at a time, for an answer written a window of chunks at a time:
+/// it remembers, per chunk digest, how many equal chunks it has seen (what a message's id
+/// counts), and nothing else.
+pub(crate) struct Namer {
+    thread_id: String,
+    /// Seen chunks by the first 128 bits of their digest.
+    seen: HashMap<u128, u32>,
+}
+
+impl Namer {
+    /// A namer for the conversation of one session of thread `thread_id`, from its start.
+    pub(crate) fn new(thread_id: &str) -> Self {
+        Namer {
+            thread_id: thread_id.to_owned(),
+            seen: HashMap::new(),
         }
     }
-    out
+
+    /// The message of the session's next chunk `c`, `None` when it is not part of the
+    /// conversation.
+    pub(crate) fn message(&mut self, c: &Chunk) -> Option<Value> {
+        if !c.is_conversation() {
+            return None;
+        }
+        let digest = c.sha256();
+        let key = digest
+            .get(..32)
+            .and_then(|h| u128::from_str_radix(h, 16).ok())
+            .unwrap_or_default();
+        let n = self.seen.entry(key).or_insert(0);
+        let id = derived_uuid(&["message", &self.thread_id, &digest, &n.to_string()]);
+        *n += 1;
+        message(c, &id)
+    }
 }
 
 /// The state values of a session: `{"messages": [...]}`.

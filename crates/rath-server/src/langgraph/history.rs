@@ -1,50 +1,156 @@
-//! A thread's checkpoints, built only as far as an answer needs them.
+//! A thread's checkpoints, read only as far as an answer needs them.
 //!
 //! Every conversation message a run adds is a checkpoint whose values are the thread's
 //! messages up to it. Building every checkpoint's values up front copies the conversation
 //! once per message: quadratic in a thread's length, so a run of 250,000 messages made one
-//! `history` call with `limit: 1` take gigabytes. [`History`] instead holds one small step
-//! per checkpoint (which run, how many of its messages, which session prefix) and each run's
-//! session once; a state's values are made only for the states an answer returns, from the
-//! run's messages converted once and shared by its steps.
+//! `history` call with `limit: 1` take gigabytes. Even one state's values, built whole, cost
+//! several times the answer: the run's sessions loaded, each message converted and held.
+//!
+//! [`History`] instead holds, per run, the ids and lengths of its input and output sessions
+//! and where the output's added messages are (found by reading both sessions a window of
+//! chunks at a time, [`WINDOW`]); a state is a [`Planned`] answer whose messages are read,
+//! converted and written a window at a time while the answer is sent
+//! ([`super::body::Answer`]). A call costs memory in proportion to a window, not to the
+//! thread.
 
 use serde_json::{Map, Value, json};
 
-use rath_session::{Session, SessionId};
+use rath_persist::PersistError;
+use rath_session::{Chunk, SessionId};
 
 use super::LgError;
-use super::convert::{self, settled};
+use super::convert::settled;
 use super::derived_uuid;
 use super::rfc3339;
-use super::threads::{Checkpoint, Loaded, ThreadState, interrupts, reached};
+use super::threads::{Checkpoint, Loaded, ThreadState, interrupts, reached_id};
 use crate::AppState;
 use rath_runtime::RunStatus;
 
-/// One checkpoint, without its values.
-struct Step {
-    /// Index of its run in the thread's runs.
+/// How many chunks a history read holds at once.
+pub(crate) const WINDOW: usize = 16_384;
+
+/// A run's input session, when the session the run reached extends it.
+struct Input {
+    id: SessionId,
+    len: usize,
+    /// How many of its chunks are conversation.
+    conversation: usize,
+}
+
+/// One run's checkpoints, without their values.
+struct RunSteps {
+    /// Index of the run in the thread's runs.
     run: usize,
-    /// How many of the run's converted messages it holds (`None`: all of them).
-    upto: Option<usize>,
+    /// The input the output extends (`None`: it does not, and the run has one state).
+    input: Option<Input>,
+    out: SessionId,
+    out_len: usize,
+    /// Positions in the output, past the input, of the conversation chunks the run added.
+    added: Vec<usize>,
+    /// When the run reached the output: its newest event.
+    out_ms: i64,
+}
+
+impl RunSteps {
+    fn count(&self) -> usize {
+        if self.input.is_some() {
+            1 + self.added.len()
+        } else {
+            1
+        }
+    }
+}
+
+/// One checkpoint, without its values.
+struct Step<'h> {
+    /// Index of its run in [`History::runs`].
+    entry: usize,
     source: &'static str,
     /// The session this state is, or is a prefix of, and how many chunks of it.
-    session: SessionId,
+    session: &'h SessionId,
     len: usize,
+    /// How many of those chunks' messages the state shows (`None`: all of them).
+    upto: Option<usize>,
     created_ms: i64,
     last_of_run: bool,
 }
 
-/// Each run's session as reached, and its messages once converted.
-struct RunOut {
-    out: Session,
-    messages: std::sync::OnceLock<Vec<Value>>,
+/// A state to answer: everything but its messages, and where to read those.
+pub(crate) struct Planned {
+    /// The state, its `values` left `null`.
+    pub(crate) state: ThreadState,
+    /// The session whose first `len` chunks hold its messages, and how many of them
+    /// (`None`: all).
+    pub(crate) messages: Option<(SessionId, usize, Option<usize>)>,
 }
 
 /// A thread's checkpoints, oldest first, whose states are built on demand.
 pub(crate) struct History<'a> {
     t: &'a Loaded,
-    steps: Vec<Step>,
-    outs: Vec<Option<RunOut>>,
+    runs: Vec<RunSteps>,
+    /// The index of each entry's first checkpoint.
+    starts: Vec<usize>,
+    total: usize,
+    /// The interrupts of the newest state when its run waits for a decision.
+    waiting: Vec<Value>,
+}
+
+/// Chunks `range` of `id`, read through the runtime's store.
+async fn window(
+    state: &AppState,
+    id: &SessionId,
+    range: std::ops::Range<usize>,
+) -> Result<Vec<Chunk>, LgError> {
+    Ok(state.runtime.sessions().read_chunks(id, range).await?)
+}
+
+/// How many conversation chunks the first `len` chunks of `input` hold, when `out` starts
+/// with them; `None` when it does not. Reads both a window at a time.
+async fn extends(
+    state: &AppState,
+    input: &SessionId,
+    out: &SessionId,
+    len: usize,
+) -> Result<Option<usize>, LgError> {
+    let mut conversation = 0;
+    let mut at = 0;
+    while at < len {
+        let end = (at + WINDOW).min(len);
+        let a = window(state, input, at..end).await?;
+        let b = window(state, out, at..end).await?;
+        if a.len() != end - at || a != b {
+            return Ok(None);
+        }
+        conversation += a.iter().filter(|c| c.is_conversation()).count();
+        at = end;
+    }
+    Ok(Some(conversation))
+}
+
+/// The positions of the conversation chunks of `out` in `from..to`.
+async fn conversation_at(
+    state: &AppState,
+    out: &SessionId,
+    from: usize,
+    to: usize,
+) -> Result<Vec<usize>, LgError> {
+    let mut found = Vec::new();
+    let mut at = from;
+    while at < to {
+        let chunks = window(state, out, at..(at + WINDOW).min(to)).await?;
+        if chunks.is_empty() {
+            break;
+        }
+        found.extend(
+            chunks
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.is_conversation())
+                .map(|(i, _)| at + i),
+        );
+        at += chunks.len();
+    }
+    Ok(found)
 }
 
 impl<'a> History<'a> {
@@ -52,102 +158,105 @@ impl<'a> History<'a> {
     /// then the prefix of the session it reached after each conversation message the run
     /// added (only the whole session when it does not extend its input).
     pub(crate) async fn of(state: &AppState, t: &'a Loaded) -> Result<History<'a>, LgError> {
-        let mut steps = Vec::new();
-        let mut outs = Vec::with_capacity(t.runs.len());
+        let store = state.runtime.sessions();
+        let mut runs = Vec::new();
         for (i, (_, run)) in t.runs.iter().enumerate() {
-            let Some(out) = reached(state, run).await? else {
-                outs.push(None);
+            let Some(out) = reached_id(state, run).await? else {
                 continue;
             };
-            let input = state
-                .runtime
-                .sessions()
-                .load(&SessionId::new(&run.input_session))
-                .await?
-                .session;
-            let extends = input.len() <= out.len()
-                && input
-                    .chunks()
-                    .iter()
-                    .zip(out.chunks().iter())
-                    .all(|(a, b)| a == b);
+            let Some(out_len) = store.stored_len(&out).await? else {
+                continue;
+            };
+            let input_id = SessionId::new(&run.input_session);
+            let Some(input_len) = store.stored_len(&input_id).await? else {
+                return Err(PersistError::NotFound {
+                    id: input_id.to_string(),
+                    dir: store.name().into(),
+                }
+                .into());
+            };
             // Times from the run, not the session: a worker stamps a run's sessions with a
             // clock seeded by the run (replay makes them byte-identical), not the wall clock.
             let events = state.runtime.runs().events(&run.id, 0).await?;
             let out_ms = events.last().map_or(run.submitted_ms, |e| e.at_ms);
-            if extends {
-                let mut k = input.conversation().count();
-                steps.push(Step {
-                    run: i,
-                    upto: Some(k),
-                    source: "input",
-                    session: input.id().clone(),
-                    len: input.len(),
-                    created_ms: run.submitted_ms,
-                    last_of_run: false,
-                });
-                for (j, c) in out.chunks().iter().enumerate().skip(input.len()) {
-                    if c.is_conversation() {
-                        k += 1;
-                        steps.push(Step {
-                            run: i,
-                            upto: Some(k),
-                            source: "loop",
-                            session: out.id().clone(),
-                            len: j + 1,
-                            created_ms: out_ms,
-                            last_of_run: false,
-                        });
-                    }
-                }
+            let input = if input_len <= out_len {
+                extends(state, &input_id, &out, input_len)
+                    .await?
+                    .map(|conversation| Input {
+                        id: input_id,
+                        len: input_len,
+                        conversation,
+                    })
             } else {
-                steps.push(Step {
-                    run: i,
-                    upto: None,
-                    source: "loop",
-                    session: out.id().clone(),
-                    len: out.len(),
-                    created_ms: out_ms,
-                    last_of_run: false,
-                });
-            }
-            if let Some(last) = steps.last_mut() {
-                last.last_of_run = true;
-            }
-            outs.push(Some(RunOut {
+                None
+            };
+            let added = match &input {
+                Some(input) => conversation_at(state, &out, input.len, out_len).await?,
+                None => Vec::new(),
+            };
+            runs.push(RunSteps {
+                run: i,
+                input,
                 out,
-                messages: std::sync::OnceLock::new(),
-            }));
+                out_len,
+                added,
+                out_ms,
+            });
         }
-        Ok(History { t, steps, outs })
+        let mut starts = Vec::with_capacity(runs.len());
+        let mut total = 0;
+        for r in &runs {
+            starts.push(total);
+            total += r.count();
+        }
+        // The calls a waiting run stopped on are the interrupts of the thread's newest state
+        // (read from its whole session: a run waits on a short one).
+        let mut waiting = Vec::new();
+        if let Some(last) = runs.last()
+            && last.run + 1 == t.runs.len()
+            && t.runs[last.run].1.status == RunStatus::Waiting
+        {
+            match store.load(&last.out).await {
+                Ok(l) => waiting = interrupts(&l.session),
+                Err(PersistError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(History {
+            t,
+            runs,
+            starts,
+            total,
+            waiting,
+        })
     }
 
     /// How many checkpoints the thread has.
     pub(crate) fn len(&self) -> usize {
-        self.steps.len()
+        self.total
     }
 
     /// The index of the checkpoint with id `id`.
     pub(crate) fn position(&self, id: &str) -> Option<usize> {
-        (0..self.steps.len()).find(|&n| self.checkpoint(n).checkpoint_id.as_deref() == Some(id))
+        (0..self.total).find(|&n| self.checkpoint(n).checkpoint_id.as_deref() == Some(id))
     }
 
     /// The newest state, with the interrupts of a waiting run.
-    pub(crate) fn latest(&self) -> Option<ThreadState> {
-        let n = self.steps.len().checked_sub(1)?;
+    pub(crate) fn latest(&self) -> Option<Planned> {
+        let n = self.total.checked_sub(1)?;
         Some(self.state(n, self.metadata(n)))
     }
 
     /// At most `limit` states older than checkpoint `end`, newest first, whose metadata has
-    /// every key of `filter` with its value. Only those states are built.
+    /// every key of `filter` with its value. Only those states are planned.
     pub(crate) fn newest_first(
         &self,
         end: usize,
         limit: usize,
         filter: Option<&Map<String, Value>>,
-    ) -> Vec<ThreadState> {
+    ) -> Vec<Planned> {
         let mut out = Vec::new();
-        for n in (0..end.min(self.steps.len())).rev() {
+        for n in (0..end.min(self.total)).rev() {
             if out.len() >= limit {
                 break;
             }
@@ -160,8 +269,41 @@ impl<'a> History<'a> {
         out
     }
 
+    fn step(&self, n: usize) -> Step<'_> {
+        let entry = self.starts.partition_point(|&s| s <= n) - 1;
+        let r = &self.runs[entry];
+        let k = n - self.starts[entry];
+        let last_of_run = k + 1 == r.count();
+        let (source, session, len, upto, created_ms) = match &r.input {
+            Some(input) if k == 0 => (
+                "input",
+                &input.id,
+                input.len,
+                Some(input.conversation),
+                self.t.runs[r.run].1.submitted_ms,
+            ),
+            Some(input) => (
+                "loop",
+                &r.out,
+                r.added[k - 1] + 1,
+                Some(input.conversation + k),
+                r.out_ms,
+            ),
+            None => ("loop", &r.out, r.out_len, None, r.out_ms),
+        };
+        Step {
+            entry,
+            source,
+            session,
+            len,
+            upto,
+            created_ms,
+            last_of_run,
+        }
+    }
+
     fn checkpoint(&self, n: usize) -> Checkpoint {
-        let s = &self.steps[n];
+        let s = self.step(n);
         let tid = &self.t.row.thread_id;
         Checkpoint {
             thread_id: tid.clone(),
@@ -176,55 +318,43 @@ impl<'a> History<'a> {
     }
 
     fn metadata(&self, n: usize) -> Value {
-        let s = &self.steps[n];
-        let (row, run) = &self.t.runs[s.run];
+        let s = self.step(n);
+        let (row, run) = &self.t.runs[self.runs[s.entry].run];
         json!({"source": s.source, "step": n as i64 - 1, "run_id": run.id.as_str(),
             "graph_id": run.workflow, "assistant_id": row.assistant_id,
             "thread_id": self.t.row.thread_id, "session_id": s.session.as_str(), "parents": {}})
     }
 
-    /// The messages of step `n`'s run, converted once.
-    fn messages(&self, n: usize) -> &[Value] {
-        let s = &self.steps[n];
-        match &self.outs[s.run] {
-            Some(o) => o
-                .messages
-                .get_or_init(|| convert::messages(&self.t.row.thread_id, &o.out)),
-            None => &[],
-        }
-    }
-
-    fn state(&self, n: usize, metadata: Value) -> ThreadState {
-        let s = &self.steps[n];
-        let (_, run) = &self.t.runs[s.run];
-        let msgs = self.messages(n);
-        let upto = s.upto.unwrap_or(msgs.len()).min(msgs.len());
+    fn state(&self, n: usize, metadata: Value) -> Planned {
+        let s = self.step(n);
+        let run_at = self.runs[s.entry].run;
+        let (_, run) = &self.t.runs[run_at];
         let open = !(s.last_of_run && settled(run.status)) || run.status == RunStatus::Waiting;
         let cp = self.checkpoint(n);
         let parent = n.checked_sub(1).map(|p| self.checkpoint(p));
-        // The calls a waiting run stopped on are the interrupts of the thread's newest state.
-        let newest_waiting = n + 1 == self.steps.len()
-            && s.run + 1 == self.t.runs.len()
-            && run.status == RunStatus::Waiting;
-        let interrupts = match (&self.outs[s.run], newest_waiting) {
-            (Some(o), true) => interrupts(&o.out),
-            _ => Vec::new(),
-        };
-        ThreadState {
-            values: json!({"messages": &msgs[..upto]}),
-            next: if open {
-                vec![run.workflow.clone()]
-            } else {
-                Vec::new()
+        let newest = n + 1 == self.total;
+        Planned {
+            messages: Some((s.session.clone(), s.len, s.upto)),
+            state: ThreadState {
+                values: Value::Null,
+                next: if open {
+                    vec![run.workflow.clone()]
+                } else {
+                    Vec::new()
+                },
+                tasks: Vec::new(),
+                metadata,
+                created_at: Some(rfc3339(s.created_ms)),
+                checkpoint_id: cp.checkpoint_id.clone(),
+                parent_checkpoint_id: parent.as_ref().and_then(|p| p.checkpoint_id.clone()),
+                parent_checkpoint: parent,
+                checkpoint: cp,
+                interrupts: if newest {
+                    self.waiting.clone()
+                } else {
+                    Vec::new()
+                },
             },
-            tasks: Vec::new(),
-            metadata,
-            created_at: Some(rfc3339(s.created_ms)),
-            checkpoint_id: cp.checkpoint_id.clone(),
-            parent_checkpoint_id: parent.as_ref().and_then(|p| p.checkpoint_id.clone()),
-            parent_checkpoint: parent,
-            checkpoint: cp,
-            interrupts,
         }
     }
 }

@@ -31,6 +31,7 @@
 //! This module owns only the translation: it stores through [`crate::ServerDb`] and the
 //! runtime like the native API, and must not keep state of its own.
 
+mod body;
 mod convert;
 mod history;
 mod runs;

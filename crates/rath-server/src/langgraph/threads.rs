@@ -3,14 +3,16 @@
 use std::sync::Arc;
 
 use axum::extract::State;
+use axum::response::Response;
 use rath_runtime::{Run, RunId, RunStatus, WorkflowDef};
 use rath_session::{Session, SessionId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
+use super::body::Answer;
 use super::convert;
-use super::history::History;
+use super::history::{History, Planned};
 use super::{LgError, LgErrorBody, LgJson, LgPath, LgPrincipal, derived_uuid, not_found, rfc3339};
 use crate::AppState;
 use crate::db::{ThreadRow, ThreadRunRow};
@@ -201,31 +203,33 @@ pub(crate) async fn load(state: &AppState, tenant: &str, id: &str) -> Result<Loa
 /// wrote (the worker stores a run's sessions as they grow): while it runs, and for a run
 /// that failed or was cancelled on the way. `None` for a run that never started.
 pub(crate) async fn reached(state: &AppState, run: &Run) -> Result<Option<Session>, LgError> {
-    let id = match &run.output_session {
-        Some(s) => Some(s.clone()),
-        None => {
-            let events = state.runtime.runs().events(&run.id, 0).await?;
-            events
-                .iter()
-                .rev()
-                .filter(|e| e.kind == "session")
-                .find_map(|e| {
-                    serde_json::from_str::<Value>(&e.detail)
-                        .ok()?
-                        .get("session")?
-                        .as_str()
-                        .map(str::to_owned)
-                })
-        }
-    };
-    match id {
+    match reached_id(state, run).await? {
         None => Ok(None),
-        Some(id) => match state.runtime.sessions().load(&SessionId::new(&id)).await {
+        Some(id) => match state.runtime.sessions().load(&id).await {
             Ok(l) => Ok(Some(l.session)),
             Err(rath_persist::PersistError::NotFound { .. }) => Ok(None),
             Err(e) => Err(e.into()),
         },
     }
+}
+
+/// The id of the session [`reached`] loads, without loading it (it may not be stored).
+pub(crate) async fn reached_id(state: &AppState, run: &Run) -> Result<Option<SessionId>, LgError> {
+    if let Some(s) = &run.output_session {
+        return Ok(Some(SessionId::new(s)));
+    }
+    let events = state.runtime.runs().events(&run.id, 0).await?;
+    Ok(events
+        .iter()
+        .rev()
+        .filter(|e| e.kind == "session")
+        .find_map(|e| {
+            serde_json::from_str::<Value>(&e.detail)
+                .ok()?
+                .get("session")?
+                .as_str()
+                .map(SessionId::new)
+        }))
 }
 
 /// A checkpoint's address.
@@ -311,14 +315,13 @@ fn thread_status(t: &Loaded) -> &'static str {
     }
 }
 
-async fn thread_view(state: &AppState, t: &Loaded) -> Result<Thread, LgError> {
+async fn thread_view(state: &Arc<AppState>, t: &Loaded) -> Result<Response, LgError> {
     let latest = History::of(state, t).await?.latest();
-    let latest = latest.as_ref();
     let mut interrupts = json!({});
-    if let (Some(s), Some((_, run))) = (latest, t.runs.last())
-        && !s.interrupts.is_empty()
+    if let (Some(s), Some((_, run))) = (latest.as_ref(), t.runs.last())
+        && !s.state.interrupts.is_empty()
     {
-        interrupts[run.id.as_str()] = Value::Array(s.interrupts.clone());
+        interrupts[run.id.as_str()] = Value::Array(s.state.interrupts.clone());
     }
     let error = match t.runs.last() {
         Some((_, r))
@@ -332,7 +335,7 @@ async fn thread_view(state: &AppState, t: &Loaded) -> Result<Thread, LgError> {
         _ => Value::Null,
     };
     let updated = rfc3339(t.row.updated_ms);
-    Ok(Thread {
+    let thread = Thread {
         thread_id: t.row.thread_id.clone(),
         created_at: rfc3339(t.row.created_ms),
         updated_at: updated.clone(),
@@ -340,10 +343,11 @@ async fn thread_view(state: &AppState, t: &Loaded) -> Result<Thread, LgError> {
         metadata: serde_json::from_str(&t.row.metadata).unwrap_or_else(|_| json!({})),
         status: thread_status(t).to_owned(),
         config: json!({}),
-        values: latest.map_or(Value::Null, |s| s.values.clone()),
+        values: Value::Null,
         interrupts,
         error,
-    })
+    };
+    Ok(Answer::thread(thread, latest)?.into_response(state.clone(), &t.row.thread_id))
 }
 
 /// Creates a thread of the key's tenant.
@@ -356,7 +360,7 @@ pub(crate) async fn create_thread(
     State(state): State<Arc<AppState>>,
     LgPrincipal(who): LgPrincipal,
     LgJson(req): LgJson<ThreadCreate>,
-) -> Result<axum::Json<Thread>, LgError> {
+) -> Result<Response, LgError> {
     let metadata = match req.metadata {
         None | Some(Value::Null) => json!({}),
         Some(m @ Value::Object(_)) => m,
@@ -390,7 +394,7 @@ pub(crate) async fn create_thread(
         ))));
     }
     let t = load(&state, &who.tenant, &row.thread_id).await?;
-    Ok(axum::Json(thread_view(&state, &t).await?))
+    thread_view(&state, &t).await
 }
 
 /// A thread of the key's tenant (404 for an unknown id and for another tenant's).
@@ -403,9 +407,9 @@ pub(crate) async fn get_thread(
     State(state): State<Arc<AppState>>,
     LgPrincipal(who): LgPrincipal,
     LgPath(tid): LgPath<String>,
-) -> Result<axum::Json<Thread>, LgError> {
+) -> Result<Response, LgError> {
     let t = load(&state, &who.tenant, &tid).await?;
-    Ok(axum::Json(thread_view(&state, &t).await?))
+    thread_view(&state, &t).await
 }
 
 /// The thread's newest state.
@@ -418,10 +422,14 @@ pub(crate) async fn get_state(
     State(state): State<Arc<AppState>>,
     LgPrincipal(who): LgPrincipal,
     LgPath(tid): LgPath<String>,
-) -> Result<axum::Json<ThreadState>, LgError> {
+) -> Result<Response, LgError> {
     let t = load(&state, &who.tenant, &tid).await?;
     let latest = History::of(&state, &t).await?.latest();
-    Ok(axum::Json(latest.unwrap_or_else(|| empty_state(&tid))))
+    let latest = latest.unwrap_or_else(|| Planned {
+        state: empty_state(&tid),
+        messages: None,
+    });
+    Ok(Answer::one_state(latest)?.into_response(state.clone(), &tid))
 }
 
 /// Which states of the history to answer (other keys are ignored).
@@ -460,7 +468,7 @@ pub(crate) async fn history(
     LgPrincipal(who): LgPrincipal,
     LgPath(tid): LgPath<String>,
     LgJson(req): LgJson<HistoryRequest>,
-) -> Result<axum::Json<Vec<ThreadState>>, LgError> {
+) -> Result<Response, LgError> {
     let t = load(&state, &who.tenant, &tid).await?;
     let history = History::of(&state, &t).await?;
     // Only the states answered are built: what a call costs follows what it returns, not
@@ -475,9 +483,6 @@ pub(crate) async fn history(
         Some(Value::Object(f)) => Some(f),
         _ => None,
     };
-    Ok(axum::Json(history.newest_first(
-        end,
-        req.limit.unwrap_or(10),
-        filter,
-    )))
+    let planned = history.newest_first(end, req.limit.unwrap_or(10), filter);
+    Ok(Answer::states(planned)?.into_response(state.clone(), &tid))
 }

@@ -1,0 +1,257 @@
+//! Answers written while they are sent: ready JSON, and a session's messages read,
+//! converted and written a window of chunks at a time, so a state of a long thread never
+//! exists whole in the server (see [`super::history`]).
+//!
+//! A state's or a thread's JSON is its struct serialised with `values` null, and the
+//! `"values":null` member replaced by the streamed one: the bytes are those the struct with
+//! its values would serialise to.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use rath_session::SessionId;
+use serde_json::Value;
+
+use super::LgError;
+use super::convert::Namer;
+use super::history::{Planned, WINDOW};
+use super::threads::Thread;
+use crate::{AppState, ServerError};
+
+/// One piece of an answer.
+enum Part {
+    /// Bytes of JSON as they are.
+    Json(Vec<u8>),
+    /// The messages of the first `len` chunks of `session` (at most `upto` of them), as a
+    /// comma-separated list.
+    Messages {
+        session: SessionId,
+        len: usize,
+        upto: Option<usize>,
+    },
+}
+
+/// A JSON answer of ready pieces and streamed message lists.
+pub(crate) struct Answer {
+    parts: Vec<Part>,
+}
+
+const NULL_VALUES: &[u8] = b"\"values\":null";
+
+fn internal(what: &str) -> LgError {
+    LgError(ServerError::Io(std::io::Error::other(format!(
+        "writing an answer: {what}"
+    ))))
+}
+
+impl Answer {
+    fn new() -> Self {
+        Answer { parts: Vec::new() }
+    }
+
+    fn json(&mut self, bytes: &[u8]) {
+        match self.parts.last_mut() {
+            Some(Part::Json(b)) => b.extend_from_slice(bytes),
+            _ => self.parts.push(Part::Json(bytes.to_vec())),
+        }
+    }
+
+    /// `{"messages":[...]}` of `messages`, or `values` when there are none to read.
+    fn values(
+        &mut self,
+        messages: Option<(SessionId, usize, Option<usize>)>,
+        values: &Value,
+    ) -> Result<(), LgError> {
+        match messages {
+            Some((session, len, upto)) => {
+                self.json(b"{\"messages\":[");
+                self.parts.push(Part::Messages { session, len, upto });
+                self.json(b"]}");
+            }
+            None => {
+                let v = serde_json::to_vec(values).map_err(|e| internal(&e.to_string()))?;
+                self.json(&v);
+            }
+        }
+        Ok(())
+    }
+
+    /// `value` serialised, its `"values":null` member (at byte `at`) replaced by the
+    /// planned values.
+    fn around(
+        &mut self,
+        bytes: &[u8],
+        at: usize,
+        messages: Option<(SessionId, usize, Option<usize>)>,
+        values: &Value,
+    ) -> Result<(), LgError> {
+        if bytes.get(at..at + NULL_VALUES.len()) != Some(NULL_VALUES) {
+            return Err(internal("no values member where it belongs"));
+        }
+        self.json(&bytes[..at + NULL_VALUES.len() - 4]);
+        self.values(messages, values)?;
+        self.json(&bytes[at + NULL_VALUES.len()..]);
+        Ok(())
+    }
+
+    fn state(&mut self, planned: Planned) -> Result<(), LgError> {
+        let Planned {
+            mut state,
+            messages,
+        } = planned;
+        let values = std::mem::take(&mut state.values);
+        let bytes = serde_json::to_vec(&state).map_err(|e| internal(&e.to_string()))?;
+        // `values` is the struct's first member.
+        self.around(&bytes, 1, messages, &values)
+    }
+
+    /// One state.
+    pub(crate) fn one_state(planned: Planned) -> Result<Self, LgError> {
+        let mut a = Answer::new();
+        a.state(planned)?;
+        Ok(a)
+    }
+
+    /// A list of states.
+    pub(crate) fn states(planned: Vec<Planned>) -> Result<Self, LgError> {
+        let mut a = Answer::new();
+        a.json(b"[");
+        for (i, p) in planned.into_iter().enumerate() {
+            if i > 0 {
+                a.json(b",");
+            }
+            a.state(p)?;
+        }
+        a.json(b"]");
+        Ok(a)
+    }
+
+    /// A thread whose values are `latest`'s (null without a state).
+    pub(crate) fn thread(mut thread: Thread, latest: Option<Planned>) -> Result<Self, LgError> {
+        thread.values = Value::Null;
+        let bytes = serde_json::to_vec(&thread).map_err(|e| internal(&e.to_string()))?;
+        // `values` comes right before the last two members, whose bytes are known.
+        let tail = format!(
+            ",\"interrupts\":{},\"error\":{}}}",
+            serde_json::to_string(&thread.interrupts).map_err(|e| internal(&e.to_string()))?,
+            serde_json::to_string(&thread.error).map_err(|e| internal(&e.to_string()))?,
+        );
+        let at = bytes
+            .len()
+            .checked_sub(tail.len() + NULL_VALUES.len())
+            .filter(|&at| bytes.ends_with(tail.as_bytes()) && at > 0 && bytes[at - 1] == b',')
+            .ok_or_else(|| internal("no values member where it belongs"))?;
+        let mut a = Answer::new();
+        match latest {
+            Some(Planned { state, messages }) => a.around(&bytes, at, messages, &state.values)?,
+            None => a.json(&bytes),
+        }
+        Ok(a)
+    }
+
+    /// The answer as a response: the JSON pieces, and each message list read a window of
+    /// chunks at a time as the client takes the body. A read that fails on the way ends the
+    /// body short (the status was sent): the client sees a cut answer, never a wrong one.
+    pub(crate) fn into_response(self, state: Arc<AppState>, thread_id: &str) -> Response {
+        let writer = Writer {
+            state,
+            thread_id: thread_id.to_owned(),
+            parts: self.parts.into(),
+            cursor: None,
+        };
+        let body = Body::from_stream(futures::stream::unfold(writer, Writer::next));
+        ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+    }
+}
+
+/// Where a message list being written is.
+struct Cursor {
+    session: SessionId,
+    /// The next chunk to read, and the end.
+    next: usize,
+    len: usize,
+    /// Messages still to write (`None`: all).
+    left: Option<usize>,
+    namer: Namer,
+    first: bool,
+}
+
+struct Writer {
+    state: Arc<AppState>,
+    thread_id: String,
+    parts: VecDeque<Part>,
+    cursor: Option<Cursor>,
+}
+
+impl Writer {
+    async fn next(mut self) -> Option<(Result<Bytes, std::io::Error>, Writer)> {
+        loop {
+            if let Some(c) = &mut self.cursor {
+                if c.next >= c.len || c.left == Some(0) {
+                    self.cursor = None;
+                    continue;
+                }
+                let end = (c.next + WINDOW).min(c.len);
+                let read = self
+                    .state
+                    .runtime
+                    .sessions()
+                    .read_chunks(&c.session, c.next..end)
+                    .await;
+                let chunks = match read {
+                    Ok(chunks) if !chunks.is_empty() => chunks,
+                    Ok(_) => {
+                        let why = format!("session {} ended at chunk {}", c.session, c.next);
+                        return self.fail(why);
+                    }
+                    Err(e) => return self.fail(e.to_string()),
+                };
+                c.next += chunks.len();
+                let mut buf = Vec::with_capacity(chunks.len() * 64);
+                for chunk in &chunks {
+                    if c.left == Some(0) {
+                        break;
+                    }
+                    let Some(m) = c.namer.message(chunk) else {
+                        continue;
+                    };
+                    if !c.first {
+                        buf.push(b',');
+                    }
+                    c.first = false;
+                    if let Err(e) = serde_json::to_writer(&mut buf, &m) {
+                        return self.fail(e.to_string());
+                    }
+                    if let Some(left) = &mut c.left {
+                        *left -= 1;
+                    }
+                }
+                return Some((Ok(Bytes::from(buf)), self));
+            }
+            match self.parts.pop_front()? {
+                Part::Json(bytes) => return Some((Ok(Bytes::from(bytes)), self)),
+                Part::Messages { session, len, upto } => {
+                    self.cursor = Some(Cursor {
+                        session,
+                        next: 0,
+                        len,
+                        left: upto,
+                        namer: Namer::new(&self.thread_id),
+                        first: true,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Ends the body with an error (the connection is cut) and logs why.
+    fn fail(mut self, why: String) -> Option<(Result<Bytes, std::io::Error>, Writer)> {
+        tracing::error!(error = %why, "an answer was cut short");
+        self.parts.clear();
+        self.cursor = None;
+        Some((Err(std::io::Error::other(why)), self))
+    }
+}
