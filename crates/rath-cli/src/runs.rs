@@ -192,6 +192,7 @@ fn runs_url(flag: Option<&str>) -> String {
 fn block_on<T>(f: impl std::future::Future<Output = Result<T, Failure>>) -> Result<T, Failure> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_park(crate::alloc::on_park)
         .build()
         .map_err(|e| Failure(format!("cannot start the async runtime: {e}")))?
         .block_on(f)

@@ -83,6 +83,7 @@ pub(crate) enum KeysCommand {
 fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_park(crate::alloc::on_park)
         .build()
         .map_err(|e| Failure(format!("cannot start the async runtime: {e}")))
 }

@@ -18,6 +18,9 @@
 //! let late = store.append(&s.push(Chunk::user("again")), 1).await;
 //! assert!(matches!(late, Err(rath_persist::PersistError::Conflict { found: Some(2), .. })));
 //! assert_eq!(store.load(s.id()).await?.session.len(), 2);
+//! // A window of a long session, without holding the rest (cut to what is stored).
+//! let tail = store.read_chunks(s.id(), 1..10).await?;
+//! assert_eq!(tail[0].text(), Some("hello"));
 //! // Several writes at once (atomic where the store has transactions).
 //! let f = s.fork();
 //! store.write(WriteBatch::new().with(Write::Save(&f))).await?;

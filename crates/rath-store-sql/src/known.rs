@@ -15,6 +15,12 @@ use rath_session::{ChunkList, Session};
 /// with live sessions, but an evicted session's chunks are freed with it).
 const CAPACITY: usize = 32;
 
+/// Most chunks remembered per store, counted per session (shared ones as often as they are
+/// shared), about 36 MiB of small chunks: the sessions a process has finished with must not
+/// keep their memory. A session longer than this is not remembered; saving a fork of it
+/// hashes its prefix, as for a session loaded by another process.
+const MAX_CHUNKS: usize = 1 << 17;
+
 /// One remembered session.
 #[derive(Clone)]
 pub(crate) struct Known {
@@ -64,8 +70,16 @@ impl KnownSessions {
             return;
         };
         e.retain(|(k, _)| k != id);
-        if e.len() == CAPACITY {
-            e.pop_front();
+        let n = known.chunks.len();
+        if n > MAX_CHUNKS {
+            return;
+        }
+        let mut held: usize = e.iter().map(|(_, k)| k.chunks.len()).sum();
+        while e.len() >= CAPACITY || held + n > MAX_CHUNKS {
+            match e.pop_front() {
+                Some((_, old)) => held -= old.chunks.len(),
+                None => break,
+            }
         }
         e.push_back((id.to_owned(), known));
     }
@@ -101,5 +115,50 @@ impl KnownSessions {
             }
         }
         best.map(|(id, k)| (id.clone(), k.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rath_session::Chunk;
+
+    fn known(n: usize) -> Known {
+        Known {
+            key: 1,
+            digest: Vec::new(),
+            chunks: (0..n).map(|i| Chunk::user(i.to_string())).collect(),
+        }
+    }
+
+    fn held(k: &KnownSessions) -> (Vec<String>, usize) {
+        let e = k.entries.lock().unwrap();
+        (
+            e.iter().map(|(id, _)| id.clone()).collect(),
+            e.iter().map(|(_, k)| k.chunks.len()).sum(),
+        )
+    }
+
+    /// Finished sessions do not keep their memory: the chunks remembered stay under the
+    /// bound, the oldest going first, and a session longer than it is not remembered.
+    #[test]
+    fn what_is_remembered_stays_bounded_in_chunks() {
+        let k = KnownSessions::default();
+        k.remember("a", known(MAX_CHUNKS / 2));
+        k.remember("b", known(MAX_CHUNKS / 4));
+        assert_eq!(held(&k).0, ["a", "b"]);
+        k.remember("c", known(MAX_CHUNKS / 2));
+        let (ids, n) = held(&k);
+        assert_eq!(ids, ["b", "c"], "the oldest went to make room");
+        assert!(n <= MAX_CHUNKS);
+        k.remember("huge", known(MAX_CHUNKS + 1));
+        assert_eq!(held(&k).0, ["b", "c"], "too long to remember");
+        // Remembering an id again with a list too long forgets what it had.
+        k.remember("b", known(MAX_CHUNKS + 1));
+        assert_eq!(held(&k).0, ["c"]);
+        for i in 0..2 * CAPACITY {
+            k.remember(&i.to_string(), known(1));
+        }
+        assert_eq!(held(&k).0.len(), CAPACITY);
     }
 }

@@ -152,18 +152,47 @@ impl Answer {
         Ok(a)
     }
 
-    /// The answer as a response: the JSON pieces, and each message list read a window of
-    /// chunks at a time as the client takes the body. A read that fails on the way ends the
-    /// body short (the status was sent): the client sees a cut answer, never a wrong one.
+    /// The JSON `value` as an answer.
+    pub(crate) fn value(value: &Value) -> Self {
+        Answer {
+            parts: vec![Part::Json(value.to_string().into_bytes())],
+        }
+    }
+
+    /// `{"messages": [...]}` of the whole of `session`, `len` chunks long.
+    pub(crate) fn values_of(session: SessionId, len: usize) -> Self {
+        let mut a = Answer::new();
+        a.json(b"{\"messages\":[");
+        a.parts.push(Part::Messages {
+            session,
+            len,
+            upto: None,
+        });
+        a.json(b"]}");
+        a
+    }
+
+    /// The answer as a response (see [`Answer::into_stream`]).
     pub(crate) fn into_response(self, state: Arc<AppState>, thread_id: &str) -> Response {
+        let body = Body::from_stream(self.into_stream(state, thread_id));
+        ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+    }
+
+    /// The answer's bytes: the JSON pieces, and each message list read a window of chunks
+    /// at a time as the client takes the body. A read that fails on the way ends the body
+    /// short (the status was sent): the client sees a cut answer, never a wrong one.
+    pub(crate) fn into_stream(
+        self,
+        state: Arc<AppState>,
+        thread_id: &str,
+    ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
         let writer = Writer {
             state,
             thread_id: thread_id.to_owned(),
             parts: self.parts.into(),
             cursor: None,
         };
-        let body = Body::from_stream(futures::stream::unfold(writer, Writer::next));
-        ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+        futures::stream::unfold(writer, Writer::next)
     }
 }
 

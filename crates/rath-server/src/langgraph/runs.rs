@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
+use super::body::Answer;
 use super::convert::{self, settled};
 use super::threads::{self, Loaded, assistant_id, interrupts, reached, resolve};
 use super::{LgError, LgErrorBody, LgJson, LgPath, LgPrincipal, not_found, rfc3339, unprocessable};
@@ -595,46 +596,64 @@ async fn final_values(state: &AppState, tid: &str, run: &Run) -> Result<Value, L
     Ok(v)
 }
 
+/// [`final_values`] as an answer written while it is sent: a run that succeeded or was
+/// cancelled answers its session's messages a window of chunks at a time, never held whole
+/// (the other answers are small).
+async fn final_answer(state: &AppState, tid: &str, run: &Run) -> Result<Answer, LgError> {
+    if matches!(run.status, RunStatus::Succeeded | RunStatus::Cancelled)
+        && let Some(id) = threads::reached_id(state, run).await?
+        && let Some(len) = state.runtime.sessions().stored_len(&id).await?
+    {
+        return Ok(Answer::values_of(id, len));
+    }
+    Ok(Answer::value(&final_values(state, tid, run).await?))
+}
+
 /// A body that sends a `\n` every heartbeat while the run has not settled, then its final
 /// values (JSON parsers skip the leading whitespace; the connection stays alive through
 /// proxies meanwhile).
 fn waiting_body(state: Arc<AppState>, tid: String, run: RunId) -> Body {
+    type Bytestream = futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>>;
     struct W {
         state: Arc<AppState>,
         tid: String,
         run: RunId,
-        done: bool,
+        /// The final answer, once the run settled.
+        answer: Option<Bytestream>,
         quiet_since: Instant,
     }
     let w = W {
         state,
         tid,
         run,
-        done: false,
+        answer: None,
         quiet_since: Instant::now(),
     };
     let stream = futures::stream::unfold(w, |mut w| async move {
-        if w.done {
-            return None;
-        }
+        use futures::StreamExt as _;
         loop {
+            if let Some(answer) = &mut w.answer {
+                let next = answer.next().await?;
+                return Some((next, w));
+            }
             let answer = match w.state.runtime.runs().get(&w.run).await {
                 Ok(run) if settled(run.status) => Some(
-                    final_values(&w.state, &w.tid, &run)
+                    final_answer(&w.state, &w.tid, &run)
                         .await
-                        .unwrap_or_else(|e| json!({"__error__": {"error": "ServerError", "message": e.0.to_string()}})),
+                        .unwrap_or_else(|e| Answer::value(&json!({"__error__": {"error": "ServerError", "message": e.0.to_string()}}))),
                 ),
-                Ok(_) if w.state.shutdown.is_cancelled() => Some(
-                    json!({"__error__": {"error": "ServerShutdown", "message": "the server is shutting down; the run goes on (join it again)"}}),
-                ),
+                Ok(_) if w.state.shutdown.is_cancelled() => Some(Answer::value(
+                    &json!({"__error__": {"error": "ServerShutdown", "message": "the server is shutting down; the run goes on (join it again)"}}),
+                )),
                 Ok(_) => None,
-                Err(e) => Some(
-                    json!({"__error__": {"error": "ServerError", "message": ServerError::from(e).to_string()}}),
-                ),
+                Err(e) => Some(Answer::value(
+                    &json!({"__error__": {"error": "ServerError", "message": ServerError::from(e).to_string()}}),
+                )),
             };
-            if let Some(v) = answer {
-                w.done = true;
-                return Some((Ok::<_, Infallible>(Bytes::from(v.to_string())), w));
+            if let Some(a) = answer {
+                let tid = w.tid.clone();
+                w.answer = Some(a.into_stream(w.state.clone(), &tid).boxed());
+                continue;
             }
             if w.quiet_since.elapsed() >= w.state.config.heartbeat {
                 w.quiet_since = Instant::now();
