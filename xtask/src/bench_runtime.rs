@@ -449,6 +449,7 @@ pub fn profile_main() -> Option<std::process::ExitCode> {
             .prefix("rath-bench-runtime")
             .tempdir()?;
         let rt = tokio::runtime::Builder::new_multi_thread()
+            .on_thread_park(crate::alloc::on_park)
             .enable_all()
             .build()?;
         for rep in 0..reps {
@@ -475,6 +476,7 @@ pub fn child_main() -> Option<std::process::ExitCode> {
     };
     let go = || -> Result<()> {
         tokio::runtime::Builder::new_multi_thread()
+            .on_thread_park(crate::alloc::on_park)
             .enable_all()
             .build()?
             .block_on(async {
@@ -667,6 +669,7 @@ fn measure_with(quick: bool, repeats: usize) -> Result<RuntimeResults> {
     let dir = tmp.path().to_path_buf();
     let dsn = std::env::var("RATH_TEST_POSTGRES_URL").ok();
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .on_thread_park(crate::alloc::on_park)
         .enable_all()
         .build()?;
     let settings: Vec<usize> = if quick {

@@ -703,6 +703,7 @@ pub fn profile_main() -> Option<std::process::ExitCode> {
             .prefix("rath-bench-server")
             .tempdir()?;
         let rt = tokio::runtime::Builder::new_multi_thread()
+            .on_thread_park(crate::alloc::on_park)
             .worker_threads(2)
             .enable_all()
             .build()?;
@@ -821,6 +822,7 @@ pub fn memory_main() -> Option<std::process::ExitCode> {
             .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
             .with_context(|| format!("{MEMORY_ENV}={spec:?} is not <sessions>:<streams>"))?;
         let rt = tokio::runtime::Builder::new_multi_thread()
+            .on_thread_park(crate::alloc::on_park)
             .worker_threads(2)
             .enable_all()
             .build()?;
@@ -901,6 +903,7 @@ pub fn measure(quick: bool) -> Result<ServerResults> {
         .prefix("rath-bench-server")
         .tempdir()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .on_thread_park(crate::alloc::on_park)
         .worker_threads(2)
         .enable_all()
         .build()?;

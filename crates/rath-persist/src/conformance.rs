@@ -533,6 +533,8 @@ pub async fn delete_keeps_sharers(store: &dyn SessionStore) {
 /// `read_chunks` answers every window of every stored session as `load` does, on sessions
 /// that share structure (forks, appends, a fork of a cut prefix, a merge) and across saves
 /// of several segments; a window past the end is cut; a session not stored is `NotFound`.
+/// `known_to_extend` is true only of real prefixes, and of a saved fork's parent on a store
+/// that shares structure.
 pub async fn windows(store: &dyn SessionStore) {
     let name = store.name();
     // System ids: the sample sessions below use the pinned clock's.
@@ -579,6 +581,38 @@ pub async fn windows(store: &dyn SessionStore) {
                 };
                 assert_eq!(got, want, "{name}: chunks {a}..{b} of {} ({n})", s.id());
             }
+        }
+    }
+    // `known_to_extend` is never wrong, and a store that shares structure knows its forks.
+    let mut loaded = Vec::new();
+    for s in &all {
+        loaded.push(store.load(s.id()).await.expect("load").session);
+    }
+    for a in &loaded {
+        for b in &loaded {
+            let known = store
+                .known_to_extend(a.id(), b.id())
+                .await
+                .unwrap_or_else(|e| panic!("{name}: known_to_extend: {e}"));
+            let really =
+                b.len() <= a.len() && a.chunks().range(0..b.len()).iter().eq(b.chunks().iter());
+            assert!(
+                !known || really,
+                "{name}: {} said to start with {}",
+                a.id(),
+                b.id()
+            );
+            if a.id() == b.id() {
+                assert!(known, "{name}: a session starts with itself");
+            }
+        }
+    }
+    if store.capabilities().shared_structure {
+        for (a, b) in [(&all[1], &all[0]), (&all[3], &all[1]), (&all[3], &all[0])] {
+            assert!(
+                store.known_to_extend(a.id(), b.id()).await.expect("known"),
+                "{name}: a fork saved after its parent shares it"
+            );
         }
     }
     assert!(

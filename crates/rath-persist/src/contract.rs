@@ -223,6 +223,19 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     /// `expected_len`.
     async fn stored_len(&self, id: &SessionId) -> Result<Option<usize>, PersistError>;
 
+    /// True when the store knows, from how it keeps them, that stored session `id` starts
+    /// with every chunk stored for `prefix` (one stores the other's chunks as its own first
+    /// ones, or they are the same session); false when it does not know, and then the
+    /// chunks may still be equal (a caller that must know compares them with
+    /// [`SessionStore::read_chunks`]). One cheap read; the default knows only `id == prefix`.
+    async fn known_to_extend(
+        &self,
+        id: &SessionId,
+        prefix: &SessionId,
+    ) -> Result<bool, PersistError> {
+        Ok(id == prefix)
+    }
+
     /// Chunks `range` of stored session `id`, the range cut to its stored length
     /// ([`PersistError::NotFound`] when it is not stored): what a reader that answers a long
     /// session page by page reads, so that it holds one page at a time. The default loads

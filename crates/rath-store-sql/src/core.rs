@@ -1955,6 +1955,32 @@ macro_rules! sql_store {
             Ok(loaded)
         }
 
+        /// True when the chain of `id`'s row (its base links, from position 0) holds the
+        /// first `len` chunks of `prefix`'s row for at least its whole current length.
+        async fn known_to_extend_in(
+            pool: &Pool,
+            name: &str,
+            id: &SessionId,
+            prefix: &SessionId,
+        ) -> Result<bool, PersistError> {
+            if id == prefix {
+                return Ok(true);
+            }
+            let sql = format!(
+                "WITH RECURSIVE {} SELECT CAST(count(*) AS BIGINT) FROM chain c \
+                 JOIN rath_sessions p ON p.key = c.key \
+                 WHERE p.id = $2 AND c.off = 0 AND c.hi >= p.len",
+                chain_cte("id = $1")
+            );
+            let found: i64 = sqlx::query_scalar(&sql)
+                .bind(id.as_str())
+                .bind(prefix.as_str())
+                .fetch_one(pool)
+                .await
+                .map_err(|e| backend(name, "read", e))?;
+            Ok(found > 0)
+        }
+
         /// Chunks `range` of session `id` (cut to its length): its row's key and length,
         /// then only the segments of its chain that the window covers, in one read
         /// transaction (one snapshot); each such segment is inflated once and only the
@@ -2229,6 +2255,16 @@ macro_rules! sql_store {
             let result = stored_len_in(pool, name, id).instrument(span.clone()).await;
             spans::record_outcome(&span, &result);
             result
+        }
+
+        /// See `SessionStore::known_to_extend`; no span: one indexed read.
+        pub(crate) async fn known_to_extend(
+            pool: &Pool,
+            name: &str,
+            id: &SessionId,
+            prefix: &SessionId,
+        ) -> Result<bool, PersistError> {
+            known_to_extend_in(pool, name, id, prefix).await
         }
 
         /// A window of a session's chunks (see `SessionStore::read_chunks`), in a

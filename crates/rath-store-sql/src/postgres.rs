@@ -309,6 +309,14 @@ impl SessionStore for PgStore {
         imp::stored_len(&self.pool, &self.name, id).await
     }
 
+    async fn known_to_extend(
+        &self,
+        id: &SessionId,
+        prefix: &SessionId,
+    ) -> Result<bool, PersistError> {
+        imp::known_to_extend(&self.pool, &self.name, id, prefix).await
+    }
+
     async fn read_chunks(
         &self,
         id: &SessionId,

@@ -25,13 +25,8 @@ use crate::{AppState, ServerError};
 enum Part {
     /// Bytes of JSON as they are.
     Json(Vec<u8>),
-    /// The messages of the first `len` chunks of `session` (at most `upto` of them), as a
-    /// comma-separated list.
-    Messages {
-        session: SessionId,
-        len: usize,
-        upto: Option<usize>,
-    },
+    /// The messages of the first `len` chunks of `session`, as a comma-separated list.
+    Messages { session: SessionId, len: usize },
 }
 
 /// A JSON answer of ready pieces and streamed message lists.
@@ -62,13 +57,13 @@ impl Answer {
     /// `{"messages":[...]}` of `messages`, or `values` when there are none to read.
     fn values(
         &mut self,
-        messages: Option<(SessionId, usize, Option<usize>)>,
+        messages: Option<(SessionId, usize)>,
         values: &Value,
     ) -> Result<(), LgError> {
         match messages {
-            Some((session, len, upto)) => {
+            Some((session, len)) => {
                 self.json(b"{\"messages\":[");
-                self.parts.push(Part::Messages { session, len, upto });
+                self.parts.push(Part::Messages { session, len });
                 self.json(b"]}");
             }
             None => {
@@ -85,7 +80,7 @@ impl Answer {
         &mut self,
         bytes: &[u8],
         at: usize,
-        messages: Option<(SessionId, usize, Option<usize>)>,
+        messages: Option<(SessionId, usize)>,
         values: &Value,
     ) -> Result<(), LgError> {
         if bytes.get(at..at + NULL_VALUES.len()) != Some(NULL_VALUES) {
@@ -163,11 +158,7 @@ impl Answer {
     pub(crate) fn values_of(session: SessionId, len: usize) -> Self {
         let mut a = Answer::new();
         a.json(b"{\"messages\":[");
-        a.parts.push(Part::Messages {
-            session,
-            len,
-            upto: None,
-        });
+        a.parts.push(Part::Messages { session, len });
         a.json(b"]}");
         a
     }
@@ -202,8 +193,6 @@ struct Cursor {
     /// The next chunk to read, and the end.
     next: usize,
     len: usize,
-    /// Messages still to write (`None`: all).
-    left: Option<usize>,
     namer: Namer,
     first: bool,
 }
@@ -219,7 +208,7 @@ impl Writer {
     async fn next(mut self) -> Option<(Result<Bytes, std::io::Error>, Writer)> {
         loop {
             if let Some(c) = &mut self.cursor {
-                if c.next >= c.len || c.left == Some(0) {
+                if c.next >= c.len {
                     self.cursor = None;
                     continue;
                 }
@@ -241,9 +230,6 @@ impl Writer {
                 c.next += chunks.len();
                 let mut buf = Vec::with_capacity(chunks.len() * 64);
                 for chunk in &chunks {
-                    if c.left == Some(0) {
-                        break;
-                    }
                     let Some(m) = c.namer.message(chunk) else {
                         continue;
                     };
@@ -254,20 +240,16 @@ impl Writer {
                     if let Err(e) = serde_json::to_writer(&mut buf, &m) {
                         return self.fail(e.to_string());
                     }
-                    if let Some(left) = &mut c.left {
-                        *left -= 1;
-                    }
                 }
                 return Some((Ok(Bytes::from(buf)), self));
             }
             match self.parts.pop_front()? {
                 Part::Json(bytes) => return Some((Ok(Bytes::from(bytes)), self)),
-                Part::Messages { session, len, upto } => {
+                Part::Messages { session, len } => {
                     self.cursor = Some(Cursor {
                         session,
                         next: 0,
                         len,
-                        left: upto,
                         namer: Namer::new(&self.thread_id),
                         first: true,
                     });

@@ -7,11 +7,13 @@
 //! several times the answer: the run's sessions loaded, each message converted and held.
 //!
 //! [`History`] instead holds, per run, the ids and lengths of its input and output sessions
-//! and where the output's added messages are (found by reading both sessions a window of
-//! chunks at a time, [`WINDOW`]); a state is a [`Planned`] answer whose messages are read,
+//! and where the output's added messages are. Whether the output extends the input the
+//! store usually knows from how it keeps them (`SessionStore::known_to_extend`: a run's
+//! output is saved as a fork of its input); otherwise both are compared a window of
+//! [`WINDOW`] chunks at a time. A state is a [`Planned`] answer whose messages are read,
 //! converted and written a window at a time while the answer is sent
 //! ([`super::body::Answer`]). A call costs memory in proportion to a window, not to the
-//! thread.
+//! thread, and reads only the chunks it answers.
 
 use serde_json::{Map, Value, json};
 
@@ -33,8 +35,6 @@ pub(crate) const WINDOW: usize = 16_384;
 struct Input {
     id: SessionId,
     len: usize,
-    /// How many of its chunks are conversation.
-    conversation: usize,
 }
 
 /// One run's checkpoints, without their values.
@@ -66,11 +66,10 @@ struct Step<'h> {
     /// Index of its run in [`History::runs`].
     entry: usize,
     source: &'static str,
-    /// The session this state is, or is a prefix of, and how many chunks of it.
+    /// The session this state is, or is a prefix of, and how many chunks of it (the
+    /// state's messages are those chunks' conversation).
     session: &'h SessionId,
     len: usize,
-    /// How many of those chunks' messages the state shows (`None`: all of them).
-    upto: Option<usize>,
     created_ms: i64,
     last_of_run: bool,
 }
@@ -79,9 +78,8 @@ struct Step<'h> {
 pub(crate) struct Planned {
     /// The state, its `values` left `null`.
     pub(crate) state: ThreadState,
-    /// The session whose first `len` chunks hold its messages, and how many of them
-    /// (`None`: all).
-    pub(crate) messages: Option<(SessionId, usize, Option<usize>)>,
+    /// The session whose first `len` chunks hold its messages.
+    pub(crate) messages: Option<(SessionId, usize)>,
 }
 
 /// A thread's checkpoints, oldest first, whose states are built on demand.
@@ -104,27 +102,29 @@ async fn window(
     Ok(state.runtime.sessions().read_chunks(id, range).await?)
 }
 
-/// How many conversation chunks the first `len` chunks of `input` hold, when `out` starts
-/// with them; `None` when it does not. Reads both a window at a time.
+/// True when `out` starts with the first `len` chunks of `input`: known from how the store
+/// keeps them (a run's output is saved as a fork of its input), else read from both a window
+/// at a time.
 async fn extends(
     state: &AppState,
     input: &SessionId,
     out: &SessionId,
     len: usize,
-) -> Result<Option<usize>, LgError> {
-    let mut conversation = 0;
+) -> Result<bool, LgError> {
+    if state.runtime.sessions().known_to_extend(out, input).await? {
+        return Ok(true);
+    }
     let mut at = 0;
     while at < len {
         let end = (at + WINDOW).min(len);
         let a = window(state, input, at..end).await?;
         let b = window(state, out, at..end).await?;
         if a.len() != end - at || a != b {
-            return Ok(None);
+            return Ok(false);
         }
-        conversation += a.iter().filter(|c| c.is_conversation()).count();
         at = end;
     }
-    Ok(Some(conversation))
+    Ok(true)
 }
 
 /// The positions of the conversation chunks of `out` in `from..to`.
@@ -179,17 +179,15 @@ impl<'a> History<'a> {
             // clock seeded by the run (replay makes them byte-identical), not the wall clock.
             let events = state.runtime.runs().events(&run.id, 0).await?;
             let out_ms = events.last().map_or(run.submitted_ms, |e| e.at_ms);
-            let input = if input_len <= out_len {
-                extends(state, &input_id, &out, input_len)
-                    .await?
-                    .map(|conversation| Input {
+            let input =
+                if input_len <= out_len && extends(state, &input_id, &out, input_len).await? {
+                    Some(Input {
                         id: input_id,
                         len: input_len,
-                        conversation,
                     })
-            } else {
-                None
-            };
+                } else {
+                    None
+                };
             let added = match &input {
                 Some(input) => conversation_at(state, &out, input.len, out_len).await?,
                 None => Vec::new(),
@@ -274,29 +272,21 @@ impl<'a> History<'a> {
         let r = &self.runs[entry];
         let k = n - self.starts[entry];
         let last_of_run = k + 1 == r.count();
-        let (source, session, len, upto, created_ms) = match &r.input {
+        let (source, session, len, created_ms) = match &r.input {
             Some(input) if k == 0 => (
                 "input",
                 &input.id,
                 input.len,
-                Some(input.conversation),
                 self.t.runs[r.run].1.submitted_ms,
             ),
-            Some(input) => (
-                "loop",
-                &r.out,
-                r.added[k - 1] + 1,
-                Some(input.conversation + k),
-                r.out_ms,
-            ),
-            None => ("loop", &r.out, r.out_len, None, r.out_ms),
+            Some(_) => ("loop", &r.out, r.added[k - 1] + 1, r.out_ms),
+            None => ("loop", &r.out, r.out_len, r.out_ms),
         };
         Step {
             entry,
             source,
             session,
             len,
-            upto,
             created_ms,
             last_of_run,
         }
@@ -334,7 +324,7 @@ impl<'a> History<'a> {
         let parent = n.checked_sub(1).map(|p| self.checkpoint(p));
         let newest = n + 1 == self.total;
         Planned {
-            messages: Some((s.session.clone(), s.len, s.upto)),
+            messages: Some((s.session.clone(), s.len)),
             state: ThreadState {
                 values: Value::Null,
                 next: if open {
