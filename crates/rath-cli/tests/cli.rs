@@ -206,7 +206,7 @@ fn view_writes_one_self_contained_page() {
     let html = std::fs::read_to_string(&page).expect("page");
     assert_eq!(html.matches("<g class=\"node").count(), 7);
     // Parent links: 03,04 <- 02; 05 <- 03, 01; 06 <- 05, 04; 07 detached.
-    assert_eq!(html.matches("<line class=\"edge\"").count(), 6);
+    assert_eq!(html.matches("<path class=\"edge\"").count(), 6);
     assert_eq!(html.matches("<article class=\"transcript\"").count(), 7);
     for bad in ["http://", "https://", "<link", "src=", "@import"] {
         assert!(!html.contains(bad), "page refers outside itself: {bad}");

@@ -124,7 +124,7 @@ fn lineage_draws_one_node_per_id() {
     assert!(view.starts_with("exit: 1"), "{view}");
     let html = std::fs::read_to_string(tmp.path().join("v.html")).expect("page");
     assert_eq!(
-        html.matches("<g class=\"node\" data-session-id=\"dup\"")
+        html.matches("<g class=\"node closed\" data-session-id=\"dup\"")
             .count(),
         1
     );

@@ -7,15 +7,17 @@
 //! let root = Session::user_with("q", Stamper::counter());
 //! let fork = root.fork().push(Chunk::assistant_text("a"));
 //! let html = render_sessions(&[root, fork], &ViewOptions::default());
-//! assert_eq!(html.matches(r#"<g class="node""#).count(), 2);
+//! assert_eq!(html.matches(r#"<g class="node "#).count(), 2);
 //! assert_eq!(html.matches(r#"class="edge""#).count(), 1);
 //! assert!(!html.contains("<script src") && !html.contains("<link"));
 //! ```
 //!
 //! The page has three parts: the session list, the lineage graph as inline SVG (one
-//! `<g class="node" data-session-id=...>` per session, one `<line class="edge">` per parent
-//! link whose both ends are on the page, laid out in layers by depth so the same store always
-//! draws the same picture), and one transcript panel per session (`<article class="transcript"
+//! `<g class="node ..." data-session-id=...>` per session, showing its agents, status, size,
+//! tokens and the first line of its answer, one `<path class="edge">` per parent
+//! link whose both ends are on the page, laid out by dagre's layered algorithm so links cross as
+//! little as the lineage allows and never run across a box, and the same store always draws
+//! the same picture), and one transcript panel per session (`<article class="transcript"
 //! data-session-id=...>`, evidence included). Clicking a node, a list row or a parent link
 //! shows that session's panel. Parents that are not on the page are named in the panel, not
 //! drawn.
@@ -245,102 +247,185 @@ fn session_list(o: &mut String, ts: &[&Transcript]) {
     o.push_str("</tbody>\n</table>\n</section>\n");
 }
 
-const NODE_W: usize = 190;
-const NODE_H: usize = 44;
-const GAP_X: usize = 70;
-const GAP_Y: usize = 18;
-const MARGIN: usize = 12;
+const NODE_W: f64 = 236.0;
+const NODE_H: f64 = 82.0;
+const MARGIN: f64 = 12.0;
 
-/// Layer of each session: 0 for roots, else one more than its deepest parent on the page.
-fn layers(ts: &[&Transcript]) -> Vec<usize> {
+/// The points of a drawn link, in order.
+type Points = Vec<(f64, f64)>;
+
+/// Where [`layout`] put each session (its box's top left corner) and each parent link (the
+/// points of its path), and the drawing's size.
+struct Drawing {
+    at: Vec<(f64, f64)>,
+    /// `(parent, child, points)` per parent link whose both ends are on the page, in the
+    /// order of the sessions and of each one's parents.
+    edges: Vec<(usize, usize, Points)>,
+    width: f64,
+    height: f64,
+}
+
+/// Lays the lineage out with dagre's layered algorithm (`dagre-dgl-rs`): ranks top to bottom
+/// by network simplex, each rank ordered to reduce crossings, a link that skips ranks routed
+/// through points of its own so it never runs across a session's box. Deterministic: the
+/// same sessions in the same order give the same drawing.
+fn layout(ts: &[&Transcript]) -> Drawing {
+    use dagre_dgl_rs::{EdgeLabel, Graph, GraphLabel, NodeLabel};
     let index: HashMap<&SessionId, usize> =
         ts.iter().enumerate().map(|(i, t)| (&t.id, i)).collect();
-    let mut depth = vec![0usize; ts.len()];
-    // Longest-path relaxation; at most n rounds, so a (hand-made) cycle cannot loop forever.
-    for _ in 0..ts.len() {
-        let mut changed = false;
-        for (i, t) in ts.iter().enumerate() {
-            for p in &t.parents {
-                if let Some(&j) = index.get(p)
-                    && j != i
-                    && depth[j] + 1 > depth[i]
-                    && depth[j] < ts.len()
-                {
-                    depth[i] = depth[j] + 1;
-                    changed = true;
-                }
+    let name = |i: usize| format!("s{i}");
+    let mut g = Graph::default();
+    g.set_graph(GraphLabel {
+        rankdir: Some("TB".into()),
+        nodesep: Some(28.0),
+        ranksep: Some(46.0),
+        edgesep: Some(14.0),
+        marginx: Some(MARGIN),
+        marginy: Some(MARGIN),
+        ..Default::default()
+    });
+    for i in 0..ts.len() {
+        g.set_node(
+            &name(i),
+            NodeLabel {
+                width: NODE_W,
+                height: NODE_H,
+                ..Default::default()
+            },
+        );
+    }
+    let mut links = Vec::new();
+    let mut laid = HashSet::new();
+    for (i, t) in ts.iter().enumerate() {
+        for p in &t.parents {
+            let Some(&j) = index.get(p) else { continue };
+            links.push((j, i));
+            // A link drawn twice (a parent named twice) is laid out once; a link to itself
+            // is drawn as a loop on the box, not laid out.
+            if j != i && laid.insert((j, i)) {
+                g.set_edge(&name(j), &name(i), EdgeLabel::default(), None);
             }
         }
-        if !changed {
-            break;
-        }
     }
-    depth
+    dagre_dgl_rs::layout(&mut g);
+    let at: Vec<(f64, f64)> = (0..ts.len())
+        .map(|i| {
+            let n = g.node(&name(i));
+            (
+                n.x.unwrap_or(0.0) - NODE_W / 2.0,
+                n.y.unwrap_or(0.0) - NODE_H / 2.0,
+            )
+        })
+        .collect();
+    let edges = links
+        .into_iter()
+        .map(|(j, i)| {
+            let points = if j == i {
+                let (x, y) = at[i];
+                vec![
+                    (x + NODE_W, y + NODE_H * 0.3),
+                    (x + NODE_W + 18.0, y + NODE_H * 0.5),
+                    (x + NODE_W, y + NODE_H * 0.7),
+                ]
+            } else {
+                let e = dagre_dgl_rs::Edge::new(&name(j), &name(i));
+                g.edge(&e)
+                    .and_then(|l| l.points.clone())
+                    .map(|ps| ps.iter().map(|p| (p.x, p.y)).collect())
+                    .unwrap_or_default()
+            };
+            (j, i, points)
+        })
+        .collect();
+    let right = at.iter().map(|(x, _)| x + NODE_W).fold(0.0, f64::max);
+    let bottom = at.iter().map(|(_, y)| y + NODE_H).fold(0.0, f64::max);
+    Drawing {
+        at,
+        edges,
+        width: (right + MARGIN + 20.0).ceil(),
+        height: (bottom + MARGIN).ceil(),
+    }
+}
+
+/// The first line of the session's answer: its last assistant text among the chunks shown.
+fn answer_line(t: &Transcript) -> Option<String> {
+    t.chunks
+        .iter()
+        .rev()
+        .find(|c| c.kind == "assistant" && !c.text.trim().is_empty())
+        .and_then(|c| c.text.lines().map(str::trim).find(|l| !l.is_empty()))
+        .map(str::to_owned)
 }
 
 fn graph(o: &mut String, ts: &[&Transcript]) {
-    let depth = layers(ts);
-    let mut row_in_layer = vec![0usize; ts.len()];
-    let mut count: HashMap<usize, usize> = HashMap::new();
-    for (i, d) in depth.iter().enumerate() {
-        let c = count.entry(*d).or_default();
-        row_in_layer[i] = *c;
-        *c += 1;
-    }
-    let cols = depth.iter().max().map_or(0, |m| m + 1);
-    let rows = count.values().max().copied().unwrap_or(0);
-    let width = MARGIN * 2 + cols * NODE_W + cols.saturating_sub(1) * GAP_X;
-    let height = MARGIN * 2 + rows * NODE_H + rows.saturating_sub(1) * GAP_Y;
-    let pos = |i: usize| {
-        (
-            MARGIN + depth[i] * (NODE_W + GAP_X),
-            MARGIN + row_in_layer[i] * (NODE_H + GAP_Y),
-        )
-    };
-    let index: HashMap<&SessionId, usize> =
-        ts.iter().enumerate().map(|(i, t)| (&t.id, i)).collect();
+    let d = layout(ts);
+    let (width, height) = (d.width, d.height);
     let _ = writeln!(
         o,
         "<section id=\"graph\"><h2>Lineage</h2>\n<svg id=\"lineage\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" role=\"img\" aria-label=\"lineage graph\">"
     );
     o.push_str("<g id=\"edges\">\n");
-    for (i, t) in ts.iter().enumerate() {
-        for p in &t.parents {
-            let Some(&j) = index.get(p) else { continue };
-            let (px, py) = pos(j);
-            let (cx, cy) = pos(i);
-            let _ = writeln!(
-                o,
-                "<line class=\"edge\" data-from=\"{}\" data-to=\"{}\" x1=\"{}\" y1=\"{}\" x2=\"{cx}\" y2=\"{}\"/>",
-                esc(p.as_str()),
-                esc(t.id.as_str()),
-                px + NODE_W,
-                py + NODE_H / 2,
-                cy + NODE_H / 2
-            );
+    for (j, i, points) in &d.edges {
+        let mut path = String::new();
+        for (k, (x, y)) in points.iter().enumerate() {
+            let _ = write!(path, "{}{x:.1} {y:.1}", if k == 0 { "M" } else { " L" });
         }
+        let _ = writeln!(
+            o,
+            "<path class=\"edge\" data-from=\"{}\" data-to=\"{}\" d=\"{path}\"/>",
+            esc(ts[*j].id.as_str()),
+            esc(ts[*i].id.as_str()),
+        );
     }
     o.push_str("</g>\n<g id=\"nodes\">\n");
     for (i, t) in ts.iter().enumerate() {
-        let (x, y) = pos(i);
-        let crashed = if t.status.is_unfinished() {
+        let (x, y) = d.at[i];
+        let status = t.status.as_str();
+        let open = if t.status.is_unfinished() {
             " open"
         } else {
             ""
         };
-        let _ = writeln!(
+        let agents: Vec<&str> = t.agent_usage.iter().map(|(a, _)| a.as_str()).collect();
+        let who = if agents.is_empty() {
+            t.kind.clone()
+        } else {
+            agents.join(", ")
+        };
+        let tokens = t
+            .usage
+            .map_or_else(String::new, |u| format!(" · {} tokens", u.total_tokens));
+        let answer = answer_line(t).map_or_else(|| "—".to_owned(), |a| format!("“{a}”"));
+        let line = |o: &mut String, k: usize, class: &str, text: &str| {
+            let _ = write!(
+                o,
+                "<text{class} x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+                x + 8.0,
+                y + 17.0 + 18.0 * k as f64,
+                esc(text)
+            );
+        };
+        let _ = write!(
             o,
-            "<g class=\"node{crashed}\" data-session-id=\"{}\" tabindex=\"0\"><title>{}</title><rect x=\"{x}\" y=\"{y}\" width=\"{NODE_W}\" height=\"{NODE_H}\" rx=\"6\"/><text x=\"{}\" y=\"{}\">{}</text><text class=\"sub\" x=\"{}\" y=\"{}\">{} &middot; {} chunks</text></g>",
+            "<g class=\"node {status}{open}\" data-session-id=\"{}\" tabindex=\"0\"><title>{}</title><rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{NODE_W}\" height=\"{NODE_H}\" rx=\"6\"/>",
             esc(t.id.as_str()),
             esc(t.id.as_str()),
-            x + 8,
-            y + 18,
-            esc(&short(t.id.as_str())),
-            x + 8,
-            y + 35,
-            esc(&clip(&t.operator, 18)),
-            t.chunk_count
         );
+        line(
+            o,
+            0,
+            "",
+            &format!("{} · {}", short(t.id.as_str()), clip(&t.operator, 14)),
+        );
+        line(o, 1, " class=\"sub\"", &clip(&who, 34));
+        line(
+            o,
+            2,
+            " class=\"sub\"",
+            &format!("{status} · {} chunks{tokens}", t.chunk_count),
+        );
+        line(o, 3, " class=\"sub answer\"", &clip(&answer, 36));
+        o.push_str("</g>\n");
     }
     o.push_str("</g>\n</svg>\n</section>\n");
 }
@@ -521,9 +606,10 @@ table{border-collapse:collapse;width:100%;background:#fff}
 th,td{text-align:left;padding:4px 8px;border-bottom:1px solid #e3e6eb;white-space:nowrap}
 tr.row{cursor:pointer}tr.row:hover,tr.row.selected{background:#e8f0ff}
 svg{background:#fff;border:1px solid #e3e6eb}
-.edge{stroke:#8a94a6;stroke-width:1.5}
+.edge{stroke:#8a94a6;stroke-width:1.5;fill:none}
 .node{cursor:pointer}.node rect{fill:#fff;stroke:#3d6fd9;stroke-width:1.5}
-.node.open rect{stroke:#d9822b;stroke-dasharray:4 3}
+.node.open rect{stroke:#d9822b;stroke-dasharray:4 3}.node.failed rect{stroke:#c62828}
+.node text.answer{font-style:italic}
 .node text{font:12px monospace;fill:#1d2330}.node text.sub{font:11px system-ui;fill:#5b6475}
 .node.selected rect{fill:#e8f0ff;stroke-width:3}
 .transcript{background:#fff;border:1px solid #e3e6eb;padding:12px 16px}

@@ -129,7 +129,7 @@ impl GcOutcome {
     }
 }
 
-/// Copies every session of `from` into `to` losslessly ([`copy_store`]); `to` is created
+/// Copies every session of `from` into `to` losslessly ([`rath_persist::copy_store`]); `to` is created
 /// when absent, `from` is opened to read ([`open_store_read`]: it must exist, and is never
 /// created or changed). A session file of `from` that cannot be read stops the copy
 /// before anything is written ([`PersistError::Unreadable`] naming each one); see
