@@ -57,19 +57,9 @@ fn settle(pid: u32, limit: f64, what: &str) -> (f64, Duration) {
     }
 }
 
-fn rath(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rath"))
-        .args(args)
-        .env_remove("OPENRATH_HOME")
-        .env_remove("OPENRATH_STORE")
-        .output()
-        .expect("run rath");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+#[path = "common/run.rs"]
+mod run;
+use run::rath;
 
 /// POSTs `body` and reads the answer in pieces: its status and size, and the answer itself
 /// when `keep`.

@@ -14,19 +14,9 @@ fn interop_home() -> PathBuf {
 }
 
 /// Runs `rath` with `args`; returns (exit code, stdout, stderr).
-fn rath(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rath"))
-        .args(args)
-        .env_remove("OPENRATH_HOME")
-        .env_remove("OPENRATH_STORE")
-        .output()
-        .expect("run rath");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+#[path = "common/run.rs"]
+mod run;
+use run::rath;
 
 fn ok(args: &[&str]) -> String {
     let (code, stdout, stderr) = rath(args);
