@@ -1,10 +1,10 @@
 //! What a request would otherwise ask a database again and again, kept in memory, bounded,
 //! and never answered across tenants (the tenant is part of every key).
 //!
-//! - [`KeyCache`]: a key's check, for at most its time to live. It is process-wide, so a
-//!   revocation through any [`crate::ServerDb`] of this process forgets the key at once;
-//!   one by another process (`rath keys revoke`, another server of a fleet) is seen when
-//!   the entry expires.
+//! - [`KeyCache`]: a key's check, for at most its time to live. Each [`crate::ServerDb`]
+//!   has its own (no state is process-wide: two servers in one process share nothing), so a
+//!   revocation through it forgets the key at once; one anywhere else (`rath keys revoke`,
+//!   another server of a fleet) is seen when the entry expires.
 //! - [`OwnerCache`]: "this tenant owns this session / run". Ownership rows are only ever
 //!   added (nothing deletes from `sv_sessions`, `sv_runs` or `rt_runs`), so a yes stays
 //!   true; a no is never remembered.
@@ -18,7 +18,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
@@ -32,7 +32,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Keys remembered at most (all databases of the process together).
+/// Keys remembered at most per server database.
 const KEY_ENTRIES: usize = 10_000;
 /// Ownership facts remembered at most.
 const OWNER_ENTRIES: usize = 200_000;
@@ -45,9 +45,6 @@ type KeyId = (Arc<str>, String);
 pub(crate) struct KeyCache {
     entries: Mutex<HashMap<KeyId, (Principal, Instant)>>,
 }
-
-/// The process's key cache.
-pub(crate) static KEYS: LazyLock<KeyCache> = LazyLock::new(KeyCache::default);
 
 impl KeyCache {
     /// The principal of `hash` in database `db` when it was read less than `ttl` ago.
@@ -83,9 +80,6 @@ type Owned = (Arc<str>, &'static str, String, String);
 pub(crate) struct OwnerCache {
     entries: Mutex<HashSet<Owned>>,
 }
-
-/// The process's ownership cache.
-pub(crate) static OWNERS: LazyLock<OwnerCache> = LazyLock::new(OwnerCache::default);
 
 impl OwnerCache {
     /// True when `tenant` is known to own `id` of `what` in database `db`.

@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use utoipa::ToSchema;
 
 use crate::ServerError;
-use crate::cache::{KEYS, OWNERS};
+use crate::cache::{KeyCache, OwnerCache};
 
 /// The schema version these migrations reach.
 pub const SCHEMA_VERSION: i64 = 3;
@@ -95,9 +95,14 @@ pub struct ServerDb {
     pool: Pool,
     /// The lane that writes ownership records in groups ([`own_lane`]).
     owners: mpsc::UnboundedSender<OwnJob>,
-    /// The database, as the process-wide caches name it.
+    /// The database, as this instance's caches name it.
     ident: Arc<str>,
     key_ttl: Duration,
+    /// Checked keys and known ownership, this instance's and its clones' only: two servers
+    /// in one process share nothing, and a database made again at the same URL starts with
+    /// nothing remembered.
+    keys: Arc<KeyCache>,
+    owners_known: Arc<OwnerCache>,
 }
 
 /// An API key as listed: never its secret, never its hash.
@@ -180,15 +185,17 @@ impl ServerDb {
             // A digest of the URL, never the URL (it may hold a password).
             ident: Arc::from(key_hash(url)),
             key_ttl: KEY_CACHE_TTL,
+            keys: Arc::default(),
+            owners_known: Arc::default(),
         };
         db.migrate().await?;
         Ok(db)
     }
 
-    /// How long a key check is trusted in this process ([`KEY_CACHE_TTL`] unless set; zero:
-    /// every request reads the key's row). A key revoked through any `ServerDb` of this
-    /// process is refused from the next request on; one revoked by another process
-    /// (`rath keys revoke`, another server) is refused at most `ttl` later.
+    /// How long a key check is trusted by this instance ([`KEY_CACHE_TTL`] unless set; zero:
+    /// every request reads the key's row). A key revoked through this `ServerDb` (or a
+    /// clone) is refused from the next request on; one revoked anywhere else (`rath keys
+    /// revoke`, another server, another `ServerDb` of this process) at most `ttl` later.
     pub fn key_cache(mut self, ttl: Duration) -> Self {
         self.key_ttl = ttl;
         self
@@ -300,7 +307,7 @@ impl ServerDb {
         });
         // Forgotten after the update: a check that read the row before it and remembers
         // it after this is a race lost only within one request of the revocation.
-        KEYS.forget(id);
+        self.keys.forget(id);
         Ok(n > 0)
     }
 
@@ -309,7 +316,7 @@ impl ServerDb {
     pub async fn authenticate(&self, secret: &str) -> Result<Option<Principal>, ServerError> {
         let sql = "SELECT id, tenant, admin FROM sv_keys WHERE hash = $1 AND revoked_ms IS NULL";
         let hash = key_hash(secret);
-        if let Some(p) = KEYS.get(&self.ident, &hash, self.key_ttl) {
+        if let Some(p) = self.keys.get(&self.ident, &hash, self.key_ttl) {
             return Ok(Some(p));
         }
         let found = on_pool!(self, p, {
@@ -326,7 +333,7 @@ impl ServerDb {
         if let Some(p) = &found
             && !self.key_ttl.is_zero()
         {
-            KEYS.put(&self.ident, hash, p.clone(), self.key_ttl);
+            self.keys.put(&self.ident, hash, p.clone(), self.key_ttl);
         }
         Ok(found)
     }
@@ -375,7 +382,7 @@ impl ServerDb {
     /// True when `tenant` owns run `id` (a yes is remembered: ownership is never taken
     /// back).
     pub async fn owns_run(&self, tenant: &str, id: &str) -> Result<bool, ServerError> {
-        if OWNERS.owns(&self.ident, "run", tenant, id) {
+        if self.owners_known.owns(&self.ident, "run", tenant, id) {
             return Ok(true);
         }
         let sql = "SELECT 1 AS one FROM sv_runs WHERE tenant = $1 AND run_id = $2";
@@ -388,7 +395,7 @@ impl ServerDb {
                 .is_some()
         });
         if yes {
-            OWNERS.learn(&self.ident, "run", tenant, id);
+            self.owners_known.learn(&self.ident, "run", tenant, id);
         }
         Ok(yes)
     }
@@ -407,7 +414,7 @@ impl ServerDb {
     /// True when `tenant` owns session `id` (recorded, or a session of one of its runs; a
     /// yes is remembered: ownership is never taken back).
     pub async fn owns_session(&self, tenant: &str, id: &str) -> Result<bool, ServerError> {
-        if OWNERS.owns(&self.ident, "session", tenant, id) {
+        if self.owners_known.owns(&self.ident, "session", tenant, id) {
             return Ok(true);
         }
         let sql = "SELECT 1 AS one FROM sv_sessions WHERE tenant = $1 AND session_id = $2 \
@@ -423,7 +430,7 @@ impl ServerDb {
                 .is_some()
         });
         if yes {
-            OWNERS.learn(&self.ident, "session", tenant, id);
+            self.owners_known.learn(&self.ident, "session", tenant, id);
         }
         Ok(yes)
     }

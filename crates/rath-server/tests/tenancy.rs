@@ -158,3 +158,34 @@ async fn a_schema_two_database_keeps_its_threads_and_runs() {
         .await
         .unwrap();
 }
+
+/// A server's caches are its own (issue 49, item 6): a database made again at the same URL
+/// does not inherit what a server of the same process remembered about the old one (a key
+/// it checked, a run it saw owned), and a second server in the process remembers nothing of
+/// the first's.
+#[tokio::test]
+async fn servers_in_one_process_share_no_cached_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let url = format!("sqlite:{}", path.display());
+    let first = rath_server::ServerDb::connect(&url).await.unwrap();
+    let key = first.create_key("acme", false, "ci").await.unwrap();
+    let who = first.authenticate(&key.secret).await.unwrap();
+    assert_eq!(who.map(|p| p.tenant), Some("acme".to_owned()));
+    first.own_run("acme", "run_1").await.unwrap();
+    assert!(first.owns_run("acme", "run_1").await.unwrap());
+    drop(first);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+
+    let second = rath_server::ServerDb::connect(&url).await.unwrap();
+    assert!(
+        second.authenticate(&key.secret).await.unwrap().is_none(),
+        "a key of a database that is gone still opens the new one"
+    );
+    assert!(
+        !second.owns_run("acme", "run_1").await.unwrap(),
+        "a run of a database that is gone is still owned"
+    );
+}
