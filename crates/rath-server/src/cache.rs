@@ -430,10 +430,11 @@ mod tests {
             admin: false,
         };
         let ttl = Duration::from_secs(60);
-        KEYS.put(&db, "h".into(), p.clone(), ttl);
-        assert_eq!(KEYS.get(&db, "h", ttl), Some(p));
-        assert!(KEYS.get(&db, "h", Duration::ZERO).is_none(), "expired");
-        KEYS.forget("key_x");
-        assert!(KEYS.get(&db, "h", ttl).is_none());
+        let keys = KeyCache::default();
+        keys.put(&db, "h".into(), p.clone(), ttl);
+        assert_eq!(keys.get(&db, "h", ttl), Some(p));
+        assert!(keys.get(&db, "h", Duration::ZERO).is_none(), "expired");
+        keys.forget("key_x");
+        assert!(keys.get(&db, "h", ttl).is_none());
     }
 }
