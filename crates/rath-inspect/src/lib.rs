@@ -504,6 +504,65 @@ impl StoreView {
         Ok(rath_persist::load_file(&file.path)?)
     }
 
+    /// Sessions loaded whole, from any kind of store: every readable one, or with `id`, that
+    /// session and every ancestor the store holds (so its trace is whole); and the files
+    /// left out because they do not load. What `rath export otel` exports: the same
+    /// sessions give the same result whether a JSONL directory, SQLite or PostgreSQL holds
+    /// them. Crashed (partial) files are read like closed ones. Sorted by id.
+    pub fn load_with_ancestors(
+        &self,
+        id: Option<&SessionId>,
+    ) -> Result<(Vec<LoadedSession>, Vec<FileWarning>), InspectError> {
+        let index = self.index()?;
+        let mut warnings = index.warnings.clone();
+        let mut out = Vec::new();
+        let load = |f: &StoredFile, warnings: &mut Vec<FileWarning>| {
+            let loaded = match &self.db {
+                Some(db) => db.load(&f.id),
+                None => rath_persist::load_file(&f.path).map_err(InspectError::from),
+            };
+            match loaded {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    warnings.push(FileWarning::unreadable_text(f.file.clone(), e.to_string()));
+                    None
+                }
+            }
+        };
+        match id {
+            None => {
+                for f in &index.files {
+                    out.extend(load(f, &mut warnings));
+                }
+            }
+            Some(id) => {
+                if index.get(id).is_none() {
+                    return Err(InspectError::UnknownSession {
+                        id: id.to_string(),
+                        dir: self.dir().to_path_buf(),
+                        unreadable: index.unreadable(),
+                    });
+                }
+                let mut wanted = vec![id.clone()];
+                let mut seen = std::collections::HashSet::new();
+                while let Some(next) = wanted.pop() {
+                    if !seen.insert(next.clone()) {
+                        continue;
+                    }
+                    let Some(f) = index.get(&next) else {
+                        continue; // a parent the store does not hold: linked by id only
+                    };
+                    if let Some(l) = load(f, &mut warnings) {
+                        wanted.extend(l.session.lineage().parents.iter().cloned());
+                        out.push(l);
+                    }
+                }
+            }
+        }
+        out.sort_by(|a, b| a.session.id().as_str().cmp(b.session.id().as_str()));
+        Ok((out, warnings))
+    }
+
     /// The transcript of one session, in full.
     pub fn transcript(&self, id: &SessionId) -> Result<Transcript, InspectError> {
         Ok(Transcript::new(&self.load(id)?))
