@@ -135,6 +135,64 @@ impl PartialEq<&str> for SessionStatus {
     }
 }
 
+/// How many chunks a session holds: the one count every command shows for it.
+///
+/// A session's **chunks** are all of them, conversation and evidence alike: what `rath show`
+/// numbers `[0]` to `[N-1]` and pages through with `--from`/`--limit`. `rath sessions`
+/// (`CHUNKS`, with `EVIDENCE` the part of them that is evidence), `rath show` (`chunks N (C
+/// conversation, E evidence)`), `rath lineage`'s tree, `rath verify` and `rath view` all
+/// show this `N` (the lineage export's `chunk_count` field alone keeps Python OpenRath's
+/// meaning, the conversation chunks, since Python reads it).
+///
+/// ```
+/// use rath_inspect::ChunkCounts;
+/// use rath_session::{Chunk, Session, Stamper};
+///
+/// let s = Session::user_with("hi", Stamper::counter()).push(Chunk::assistant_text("hello"));
+/// let n = ChunkCounts::of(&s);
+/// assert_eq!((n.total, n.conversation, n.evidence), (2, 2, 0));
+/// assert_eq!(n.describe(), "2 (2 conversation, 0 evidence)");
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ChunkCounts {
+    /// Every chunk: conversation and evidence.
+    pub total: u64,
+    /// Conversation chunks (what a model sees).
+    pub conversation: u64,
+    /// Evidence chunks (what a model never sees: model calls, tool evidence, decisions...).
+    pub evidence: u64,
+}
+
+impl ChunkCounts {
+    /// The counts of a session with `conversation` conversation and `evidence` evidence
+    /// chunks.
+    pub fn new(conversation: u64, evidence: u64) -> Self {
+        Self {
+            total: conversation.saturating_add(evidence),
+            conversation,
+            evidence,
+        }
+    }
+
+    /// The counts of a session in memory.
+    pub fn of(session: &rath_session::Session) -> Self {
+        let conversation = session.conversation_len() as u64;
+        Self::new(
+            conversation,
+            (session.len() as u64).saturating_sub(conversation),
+        )
+    }
+
+    /// `N (C conversation, E evidence)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} ({} conversation, {} evidence)",
+            self.total, self.conversation, self.evidence
+        )
+    }
+}
+
 /// The status word of a stored session ([`SessionStatus::from_flags`]).
 pub fn session_status(closed: bool, crashed: bool, failure: Option<&RunFailure>) -> &'static str {
     SessionStatus::from_flags(closed, crashed, failure).as_str()
@@ -181,9 +239,11 @@ pub struct SessionRow {
     pub operator: String,
     /// Lineage kind.
     pub kind: String,
-    /// Conversation chunks.
+    /// Chunks, conversation and evidence (see [`ChunkCounts`]).
     pub chunks: u64,
-    /// Evidence chunks.
+    /// Of those, conversation chunks.
+    pub conversation: u64,
+    /// Of those, evidence chunks.
     pub evidence: u64,
     /// See [`SessionStatus`].
     pub status: SessionStatus,
@@ -203,7 +263,8 @@ impl SessionRow {
             parents: f.lineage.parents.to_vec(),
             operator: f.lineage.operator.to_string(),
             kind: f.lineage.kind.as_str().to_owned(),
-            chunks: f.conversation,
+            chunks: f.counts().total,
+            conversation: f.conversation,
             evidence: f.evidence,
             status: SessionStatus::of(f.closed, &f.file, f.failure.as_ref()),
             usage: f.usage,
@@ -277,6 +338,10 @@ pub struct LineageListing {
     pub rows: Vec<rath_persist::LineageRow>,
     /// One entry per file left out.
     pub warnings: Vec<FileWarning>,
+    /// Each session's chunk counts, for the tree (a row's `chunk_count` is Python's, the
+    /// conversation alone).
+    #[serde(skip)]
+    pub counts: std::collections::HashMap<SessionId, ChunkCounts>,
 }
 
 /// How [`LineageListing::render`] prints the rows (`rath lineage --format`).
@@ -299,7 +364,7 @@ impl LineageListing {
     pub fn render(&self, format: LineageFormat) -> String {
         let rows = &self.rows;
         match format {
-            LineageFormat::Tree => lineage_tree(rows),
+            LineageFormat::Tree => lineage_tree(rows, &self.counts),
             LineageFormat::Jsonl => rath_persist::export_jsonl_string(rows),
             LineageFormat::Dot => rath_persist::to_dot(rows),
             LineageFormat::Mermaid => rath_persist::to_mermaid(rows),
@@ -572,15 +637,22 @@ impl StoreView {
     /// left out.
     pub fn lineage(&self) -> Result<LineageListing, InspectError> {
         if let Some(db) = &self.db {
+            let counts = db
+                .list()?
+                .into_iter()
+                .map(|s| (s.id, ChunkCounts::new(s.chunk_count, s.evidence_count)))
+                .collect();
             return Ok(LineageListing {
                 rows: db.lineage_rows()?,
                 warnings: Vec::new(),
+                counts,
             });
         }
         let (facts, warnings) = self.facts()?;
         Ok(LineageListing {
             rows: facts.iter().map(lineage_row).collect(),
             warnings,
+            counts: facts.iter().map(|f| (f.id.clone(), f.counts())).collect(),
         })
     }
 
