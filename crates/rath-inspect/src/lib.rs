@@ -67,8 +67,11 @@ pub struct StoreView {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum SessionStatus {
-    /// The run stopped on an error: the session's last chunk is a `run_failure` (however the
-    /// file ended).
+    /// The run was cancelled (by its caller, a signal or an operator): the session's last
+    /// chunk is a `run_failure` of kind `cancelled` (however the file ended).
+    Cancelled,
+    /// The run stopped on an error: the session's last chunk is a `run_failure` of any other
+    /// kind (however the file ended).
     Failed,
     /// The writer closed it (it has a trailer).
     Closed,
@@ -89,10 +92,13 @@ impl SessionStatus {
         )
     }
 
-    /// The rule itself: `failed` when the last chunk is a failure, else `closed` (a trailer),
-    /// `crashed` (a `__partial__` file without one: the writer died) or `open`.
+    /// The rule itself: `cancelled` when the last chunk records a cancellation, `failed`
+    /// when it records any other failure, else `closed` (a trailer), `crashed` (a
+    /// `__partial__` file without one: the writer died) or `open`.
     pub fn from_flags(closed: bool, crashed: bool, failure: Option<&RunFailure>) -> Self {
-        if failure.is_some() {
+        if failure.is_some_and(RunFailure::is_cancellation) {
+            SessionStatus::Cancelled
+        } else if failure.is_some() {
             SessionStatus::Failed
         } else if closed {
             SessionStatus::Closed
@@ -103,9 +109,11 @@ impl SessionStatus {
         }
     }
 
-    /// The one-word form (`failed`, `closed`, `crashed`, `open`), as in `rath sessions`.
+    /// The one-word form (`cancelled`, `failed`, `closed`, `crashed`, `open`), as in `rath
+    /// sessions`.
     pub fn as_str(self) -> &'static str {
         match self {
+            SessionStatus::Cancelled => "cancelled",
             SessionStatus::Failed => "failed",
             SessionStatus::Closed => "closed",
             SessionStatus::Crashed => "crashed",
@@ -249,7 +257,8 @@ pub struct SessionRow {
     pub status: SessionStatus,
     /// Cumulative usage from the trailer.
     pub usage: Option<Usage>,
-    /// Why the run failed, one line (see [`failure_text`]), when the status is `failed`.
+    /// Why the run failed or was cancelled, one line (see [`failure_text`]), when the status
+    /// is `failed` or `cancelled`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
 }
@@ -311,7 +320,7 @@ impl SessionListing {
         let mut out = render_table(&table, &[4, 5]);
         for r in &self.rows {
             if let Some(f) = &r.failure {
-                out.push_str(&format!("failed {}: {f}\n", r.id));
+                out.push_str(&format!("{} {}: {f}\n", r.status.as_str(), r.id));
             }
         }
         out.push_str(&format!("{} sessions", self.rows.len()));

@@ -235,7 +235,12 @@ impl Transcript {
         let status = SessionStatus::describe(self.closed, self.closed_at.as_deref());
         let _ = writeln!(o, "created   {}; {status}", self.created_at);
         if let Some(f) = &self.failure {
-            let _ = writeln!(o, "FAILED    {}", failure_text(f));
+            let head = if f.is_cancellation() {
+                "CANCELLED"
+            } else {
+                "FAILED   "
+            };
+            let _ = writeln!(o, "{head} {}", failure_text(f));
             for a in &f.attempts {
                 let _ = writeln!(o, "  attempt {}: {}", a.attempt, a.error);
             }

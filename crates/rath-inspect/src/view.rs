@@ -365,7 +365,11 @@ fn panel(o: &mut String, i: usize, t: &Transcript, ts: &[&Transcript], keep: usi
     fact("created", format!("{}; {status}", esc(&t.created_at)));
     if let Some(f) = &t.failure {
         fact(
-            "failed",
+            if f.is_cancellation() {
+                "cancelled"
+            } else {
+                "failed"
+            },
             format!("<strong>{}</strong>", esc(&crate::failure_text(f))),
         );
     }

@@ -51,6 +51,7 @@
 #![warn(missing_docs)]
 
 pub mod bundled;
+mod cancel;
 mod canon;
 mod clock;
 mod error;

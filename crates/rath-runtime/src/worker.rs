@@ -436,7 +436,11 @@ impl Worker {
             return Ok(Outcome::Fenced);
         }
         if timed_out.load(Ordering::SeqCst) && out.is_err() {
-            let stored = self.persist_failed(lease, out.as_ref().err()).await;
+            // The loop saw its deadline as a cancellation; the session says what it was.
+            let stored = match out.as_ref().err().and_then(FlowError::partial_session) {
+                Some(s) => self.persist(lease, &timed_out_at(s), Known::Ask).await,
+                None => Ok(()),
+            };
             let detail = match &stored {
                 Ok(()) => "deadline passed while running".to_string(),
                 Err(e) => format!("deadline passed while running; its session was not stored: {e}"),
@@ -751,6 +755,25 @@ impl Worker {
             cancel.cancel();
         })
     }
+}
+
+/// `s` as the session of a run stopped by its deadline: a last `run_failure` chunk of kind
+/// `cancelled` (how the loop saw the stop) becomes one of kind `timed_out`, so the stored
+/// session reads `failed` (timed out), not `cancelled`.
+fn timed_out_at(s: &Session) -> Session {
+    let Some(f) = s.failure().filter(|f| f.is_cancellation()) else {
+        return s.clone();
+    };
+    let record = rath_session::RunFailure {
+        kind: "timed_out".to_owned(),
+        message: "the run's deadline passed while it ran".to_owned(),
+        ..f.clone()
+    };
+    let mut chunks = s.chunks().range(..s.len() - 1);
+    chunks.push_back(rath_session::Chunk::new(
+        rath_session::ChunkBody::RunFailure(record),
+    ));
+    s.with_chunks(chunks)
 }
 
 /// Stops the run (through `cancel`) when its deadline passes while it runs (`now`: the run

@@ -395,6 +395,9 @@ async fn a_running_run_past_its_deadline_times_out_with_its_session_kept() {
     assert_eq!(sessions.len(), 1, "{sessions:?}");
     let kinds: Vec<ChunkKind> = sessions[0].chunks().iter().map(|c| c.kind()).collect();
     assert!(kinds.contains(&ChunkKind::ToolResult), "{kinds:?}");
+    // It ends in its failure: a timeout (the loop saw its deadline as a cancellation).
+    let failure = sessions[0].failure().expect("a failure record");
+    assert_eq!(failure.kind, "timed_out", "{failure:?}");
     let events = env.rt.runs().events(&id, 0).await.unwrap();
     assert!(events.iter().any(|e| e.kind == "session"), "{events:?}");
     assert_eq!(events.last().unwrap().status(), Some(RunStatus::TimedOut));
@@ -432,6 +435,49 @@ async fn the_session_is_written_as_it_goes_and_never_by_a_fenced_worker() {
         env.rt.runs().get(&id).await.unwrap().status,
         RunStatus::Cancelled
     );
+}
+
+/// Issue 48 (4): `Runtime::cancel` ends the session a running run was working on in a
+/// `cancelled` failure record, written under the cancel's lease token: the fenced worker,
+/// released, cannot append after it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancel_marks_the_running_session_cancelled_and_the_worker_cannot_undo_it() {
+    let env = env().await;
+    let (id, task, session) = held_at_second_call(&env, 9).await;
+    // A guard against a hang (the session never written), not a measurement.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while env
+        .sessions
+        .stored_len(&session)
+        .await
+        .unwrap()
+        .unwrap_or(0)
+        < 3
+    {
+        assert!(Instant::now() < deadline, "round one never stored");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    env.rt.cancel(&id).await.unwrap();
+    let marked = env.sessions.load(&session).await.unwrap().session;
+    let failure = marked.failure().expect("the cancel's record");
+    assert!(failure.is_cancellation(), "{failure:?}");
+    env.ctl.gate.add_permits(1);
+    let (_, outcome) = task.await.unwrap().unwrap().unwrap();
+    assert_eq!(outcome, Outcome::Fenced);
+    let after = env.sessions.load(&session).await.unwrap().session;
+    assert_eq!(
+        after.len(),
+        marked.len(),
+        "nothing appended after the record"
+    );
+    assert!(after.failure().is_some_and(|f| f.is_cancellation()));
+    let run = env.rt.runs().get(&id).await.unwrap();
+    assert_eq!(run.status, RunStatus::Cancelled);
+    // A finished run cannot be cancelled, and nothing is marked.
+    assert!(matches!(
+        env.rt.cancel(&id).await,
+        Err(RuntimeError::BadState { .. })
+    ));
 }
 
 /// The worker's task on a run of `seed` whose second model call is held.
