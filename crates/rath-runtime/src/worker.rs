@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rath_flow::{CancellationToken, FlowContext, FlowError};
-use rath_persist::{PersistError, Write};
+use rath_persist::{LineageJournal, PersistError, Write};
 use rath_session::{Session, Stamper};
 use tracing::Instrument as _;
 use tracing::field::Empty;
@@ -400,17 +400,26 @@ impl Worker {
         // Sessions are written as they grow on transactional stores (SQL); a directory of
         // files rewrites a session per write and a killed writer leaves a partial file, so
         // there the session is written when the attempt ends.
+        // Every session the workflow makes is recorded here: what a stored session names
+        // as a parent is stored from it (the agents' system sessions, forks, annotations).
+        let journal = LineageJournal::new();
         let live = self.rt.sessions.capabilities().atomic_batch.then(|| {
             crate::live::start(
                 self.rt.sessions.clone(),
                 runs.clone(),
                 lease.clone(),
-                fresh_claim.then(|| loaded.session.id().clone()),
+                crate::live::Claimed {
+                    input: loaded.session.id().clone(),
+                    fresh: fresh_claim,
+                    journal: journal.clone(),
+                },
                 scope.barrier(),
                 cancel.clone(),
             )
         });
-        let mut cx = FlowContext::new().with_cancel(cancel.clone());
+        let mut cx = FlowContext::new()
+            .with_journal(journal.clone())
+            .with_cancel(cancel.clone());
         if let Some((sink, _)) = &live {
             cx = cx.with_shared_sink(sink.clone());
         }
@@ -435,10 +444,19 @@ impl Worker {
         if fenced.load(Ordering::SeqCst) || live.fenced {
             return Ok(Outcome::Fenced);
         }
+        let lineage = Lineage {
+            journal: &journal,
+            input: from,
+            fresh: fresh_claim,
+            live: &live,
+        };
         if timed_out.load(Ordering::SeqCst) && out.is_err() {
             // The loop saw its deadline as a cancellation; the session says what it was.
             let stored = match out.as_ref().err().and_then(FlowError::partial_session) {
-                Some(s) => self.persist(lease, &timed_out_at(s), Known::Ask).await,
+                Some(s) => {
+                    self.persist_with_lineage(lease, &timed_out_at(s), Known::Ask, &lineage)
+                        .await
+                }
                 None => Ok(()),
             };
             let detail = match &stored {
@@ -473,7 +491,9 @@ impl Worker {
                     None if fresh_claim && out.id().as_str() != from => Known::New,
                     None => Known::Ask,
                 };
-                let p = self.persist(lease, &out, known).await;
+                let p = self
+                    .persist_with_lineage(lease, &out, known, &lineage)
+                    .await;
                 if let Err(e) = p {
                     return self.store_failed(lease, &run, e).await;
                 }
@@ -490,7 +510,7 @@ impl Worker {
                 self.release(lease, to).await?;
                 Ok(Outcome::Moved(status))
             }
-            Err(e) => self.failed_attempt(lease, &run, &e).await,
+            Err(e) => self.failed_attempt(lease, &run, &e, &lineage).await,
         }
     }
 
@@ -520,8 +540,9 @@ impl Worker {
         lease: &Lease,
         run: &Run,
         e: &FlowError,
+        lineage: &Lineage<'_>,
     ) -> Result<Outcome, RuntimeError> {
-        let text = match self.persist_failed(lease, Some(e)).await {
+        let text = match self.persist_failed(lease, Some(e), lineage).await {
             Ok(()) => e.to_string(),
             Err(stored) if is_fenced(&stored) => return Ok(Outcome::Fenced),
             Err(stored) => format!("{e}; the failed attempt's session was not stored: {stored}"),
@@ -627,11 +648,39 @@ impl Worker {
         &self,
         lease: &Lease,
         e: Option<&FlowError>,
+        lineage: &Lineage<'_>,
     ) -> Result<(), RuntimeError> {
         match e.and_then(FlowError::partial_session) {
-            Some(s) => self.persist(lease, s, Known::Ask).await,
+            Some(s) => {
+                self.persist_with_lineage(lease, s, Known::Ask, lineage)
+                    .await
+            }
             None => Ok(()),
         }
+    }
+
+    /// Stores `out` ([`Worker::persist`]) after the sessions of the claim's journal it
+    /// descends from that the store may lack (the agents' system sessions, forks, route
+    /// annotations, earlier steps), parents first: every parent a stored session names is
+    /// stored. The session the claim loaded, and what it descends from, were stored before.
+    async fn persist_with_lineage(
+        &self,
+        lease: &Lease,
+        out: &Session,
+        known: Known,
+        lineage: &Lineage<'_>,
+    ) -> Result<(), RuntimeError> {
+        for a in ancestors(lineage.journal, out, lineage.input) {
+            let written = lineage.live.stored.get(a.id()).copied();
+            let known = match written {
+                Some(n) if n >= a.len() => continue,
+                Some(n) => Known::Len(n),
+                None if lineage.fresh => Known::New,
+                None => Known::Ask,
+            };
+            self.persist(lease, &a, known).await?;
+        }
+        self.persist(lease, out, known).await
     }
 
     /// Stores the session (append when a shorter version is stored), fenced where the
@@ -755,6 +804,42 @@ impl Worker {
             cancel.cancel();
         })
     }
+}
+
+/// What the claim knows of its sessions' lineage, for storing a session's ancestors with
+/// it ([`Worker::persist_with_lineage`]).
+struct Lineage<'a> {
+    /// Every session the workflow made (the latest version of each).
+    journal: &'a LineageJournal,
+    /// The session the claim loaded (stored, as is everything it descends from).
+    input: &'a str,
+    /// The run's first claim: the sessions it minted are stored by nobody yet.
+    fresh: bool,
+    /// What the claim's live writer stored.
+    live: &'a crate::live::LiveReport,
+}
+
+/// The sessions of `journal` that `top` descends from, parents first (in the order the
+/// journal first saw them), up to `input` (excluded, as is what it descends from).
+pub(crate) fn ancestors(journal: &LineageJournal, top: &Session, input: &str) -> Vec<Session> {
+    let mut wanted: std::collections::HashSet<rath_session::SessionId> = Default::default();
+    let mut queue: Vec<rath_session::SessionId> = top.lineage().parents.to_vec();
+    while let Some(id) = queue.pop() {
+        if id.as_str() == input || id == *top.id() || wanted.contains(&id) {
+            continue;
+        }
+        let Some(s) = journal.get(&id) else {
+            continue; // not made by this claim: stored before it
+        };
+        queue.extend(s.lineage().parents.iter().cloned());
+        wanted.insert(id);
+    }
+    journal
+        .visit_order()
+        .into_iter()
+        .filter(|id| wanted.contains(id))
+        .filter_map(|id| journal.get(&id))
+        .collect()
 }
 
 /// `s` as the session of a run stopped by its deadline: a last `run_failure` chunk of kind

@@ -480,6 +480,67 @@ async fn a_cancel_marks_the_running_session_cancelled_and_the_worker_cannot_undo
     ));
 }
 
+/// Each parent a stored session names that the store does not hold.
+async fn dangling_parents(sessions: &dyn SessionStore) -> Vec<String> {
+    let mut missing = Vec::new();
+    for s in sessions.list().await.unwrap() {
+        for p in &s.parents {
+            if sessions.stored_len(p).await.unwrap().is_none() {
+                missing.push(format!("{} names {p}", s.id));
+            }
+        }
+    }
+    missing
+}
+
+/// Issue 48 (3): the sessions a durable run stores name no parent the store lacks (the
+/// agent's system-prompt session was not stored), on SQLite (sessions written as they
+/// grow) and on a JSONL directory (written when the attempt ends), for a run that
+/// succeeds and one that fails.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_parent_of_a_stored_session_is_stored() {
+    let sqlite = env().await;
+    let dir = tempfile::tempdir().unwrap();
+    let jsonl: Arc<dyn SessionStore> = Arc::new(rath_persist::Store::at(dir.path().join("s")));
+    let jsonl = env_on(dir, jsonl).await;
+    for env in [&sqlite, &jsonl] {
+        let ok = env.submit(11, RunOptions::default()).await;
+        assert_eq!(
+            env.worker().run_once().await.unwrap().unwrap(),
+            (ok, Outcome::Moved(RunStatus::Succeeded))
+        );
+        *env.ctl.fail.lock().unwrap() = vec![env.ctl.calls.load(Ordering::SeqCst) + 2];
+        let failed = env.submit(12, RunOptions::default()).await;
+        assert_eq!(
+            env.worker().run_once().await.unwrap().unwrap(),
+            (failed, Outcome::Moved(RunStatus::Failed))
+        );
+        let stored = env.sessions.list().await.unwrap();
+        assert!(
+            stored.iter().any(|s| s.kind.as_str() == "leaf_system"),
+            "{stored:?}"
+        );
+        assert_eq!(dangling_parents(&*env.sessions).await, Vec::<String>::new());
+    }
+    // While a run is under way on SQLite too: its live writer stores a session's parents
+    // before the session.
+    let env = &sqlite;
+    env.ctl
+        .held
+        .store(env.ctl.calls.load(Ordering::SeqCst) + 2, Ordering::SeqCst);
+    let id = env.submit(13, RunOptions::default()).await;
+    let w = env.worker();
+    let task = tokio::spawn(async move { w.run_once().await });
+    env.ctl.reached.notified().await;
+    let session = first_session_event(&env.rt, &id).await;
+    assert!(env.sessions.stored_len(&session).await.unwrap().is_some());
+    assert_eq!(dangling_parents(&*env.sessions).await, Vec::<String>::new());
+    env.ctl.gate.add_permits(1);
+    let (_, outcome) = task.await.unwrap().unwrap().unwrap();
+    assert_eq!(outcome, Outcome::Moved(RunStatus::Succeeded));
+    assert_eq!(dangling_parents(&*env.sessions).await, Vec::<String>::new());
+}
+
 /// The worker's task on a run of `seed` whose second model call is held.
 type Held = tokio::task::JoinHandle<Result<Option<(RunId, Outcome)>, rath_runtime::RuntimeError>>;
 
