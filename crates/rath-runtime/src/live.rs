@@ -159,14 +159,17 @@ pub(crate) fn start(
 }
 
 /// `s` as the runtime hands it to the session store: with a stamper of its own, fresh for
-/// every write. The store stamps a session's stored times (its header's `created_at`, which
-/// a load returns as the session's, and the trailer's `closed_at`) from the session's
-/// stamper. Drawing them from the run's would mint from the run's own ids and times, and
-/// give a stored session a `created_at` that depends on which write created its row (this
-/// writer, or the worker's final persist when the run ended before this writer got to it):
-/// timing. A fixed stamper per run gives every write the same times.
+/// every write, whose clock reads the session's own `created_at` (from the run's stamper:
+/// when the run's execution first ran) every time. The store stamps a session's stored
+/// times (its header's `created_at`, which a load returns as the session's, and the
+/// trailer's `closed_at`) from the session's stamper. Drawing them from the run's would
+/// take readings of the run's own clock, and give a stored session times that depend on
+/// which write created its row (this writer, or the worker's final persist when the run
+/// ended before this writer got to it): timing. This gives every write the same times, the
+/// ones a re-execution of the run makes again.
 pub(crate) fn for_store(s: &Session, run: &crate::RunId) -> Session {
-    s.clone().with_stamper(Stamper::seeded(run.seed()))
+    s.clone()
+        .with_stamper(Stamper::seeded_at(run.seed(), s.created_at(), 0))
 }
 
 /// Writes one session write of the run `lease` holds: fenced with the lease's token where

@@ -34,6 +34,11 @@ pub struct WorkerOptions {
     pub accept_changed_definitions: bool,
     /// On shutdown, how long in-flight runs may go on before they are handed back.
     pub grace: Duration,
+    /// The clock a run's first execution reads its start time from, the time its sessions
+    /// carry (`None`: the run store's clock, [`crate::RunStore::clock`]). A re-execution
+    /// reads the time the journal recorded instead. A manual clock makes a run's sessions
+    /// byte for byte the same wherever and whenever it runs (tests, evidence).
+    pub session_clock: Option<crate::RunClock>,
 }
 
 impl WorkerOptions {
@@ -46,6 +51,7 @@ impl WorkerOptions {
             poll: Duration::from_millis(50),
             accept_changed_definitions: false,
             grace: Duration::from_secs(30),
+            session_clock: None,
         }
     }
     /// Sets the concurrency.
@@ -68,12 +74,23 @@ impl WorkerOptions {
         self.grace = d;
         self
     }
+    /// Sets the clock a run's first execution reads the time its sessions carry from (see
+    /// [`WorkerOptions::session_clock`]).
+    pub fn session_clock(mut self, clock: crate::RunClock) -> Self {
+        self.session_clock = Some(clock);
+        self
+    }
     /// Accepts runs whose workflow definition changed.
     pub fn accept_changed_definitions(mut self, yes: bool) -> Self {
         self.accept_changed_definitions = yes;
         self
     }
 }
+
+/// How far a durable run's stamper clock moves per reading: a millisecond, so the ids it
+/// mints (UUIDv7, their time field from that clock) sort in the order they were made and
+/// the times stay within a run's own span of its real start.
+pub const SESSION_CLOCK_STEP_MICROS: i64 = 1_000;
 
 /// Where one claimed run ended on this worker.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -368,15 +385,6 @@ impl Worker {
             Ok(l) => l,
             Err(e) => return self.store_failed(lease, &run, e.into()).await,
         };
-        // A retry after a failure writes a session of its own (the failed attempt's stays
-        // stored as far as it got); a resume after a crash mints the same ids again.
-        let stamper = Stamper::seeded(
-            run.id.seed()
-                ^ (run.segment as u64).wrapping_mul(0x9E37)
-                ^ (run.failures as u64).wrapping_mul(0x85EB_CA6B_C2B2_AE35),
-        );
-        let session = loaded.session.with_stamper(stamper);
-
         let cancel = CancellationToken::new();
         // The first claim of a run (attempt 1) follows no holder: nothing to replay, and
         // nothing it mints (but what it was handed) is stored yet.
@@ -386,6 +394,24 @@ impl Worker {
         } else {
             RunScope::load(runs.clone(), lease.clone(), run.segment, cancel.clone()).await?
         };
+        // A retry after a failure writes a session of its own (the failed attempt's stays
+        // stored as far as it got); a resume after a crash mints the same ids again. The
+        // stamper's clock starts when this execution first ran (now, on a first execution;
+        // the journal's record of it on a re-execution), a millisecond a reading.
+        let now = match &self.opts.session_clock {
+            Some(clock) => clock.now_ms(),
+            None => runs.clock().now_ms(),
+        };
+        let started = scope.started_at(run.failures, now);
+        let stamper = Stamper::seeded_at(
+            run.id.seed()
+                ^ (run.segment as u64).wrapping_mul(0x9E37)
+                ^ (run.failures as u64).wrapping_mul(0x85EB_CA6B_C2B2_AE35),
+            rath_session::Timestamp::from_unix_micros(started.saturating_mul(1000)),
+            SESSION_CLOCK_STEP_MICROS,
+        );
+        let session = loaded.session.with_stamper(stamper);
+
         let workflow = match (def.constructor)(&scope) {
             Ok(w) => w,
             Err(e) => return self.fail_final(lease, &RuntimeError::Flow(e)).await,
