@@ -34,7 +34,7 @@ pub(crate) fn cancelled_chunk() -> Chunk {
 }
 
 impl Runtime {
-    /// The ids of the sessions `run` left open (see the [module docs](self)), loaded.
+    /// The sessions `run` left open (see the module docs), loaded.
     async fn open_sessions(&self, run: &Run) -> Result<Vec<Session>, RuntimeError> {
         let mut ids: Vec<String> = Vec::new();
         for e in self.runs.events(&run.id, 0).await? {
@@ -96,8 +96,11 @@ impl Runtime {
 
     /// Cancels the run `id` (queued, running, waiting or in review; a finished run is
     /// [`RuntimeError::BadState`]), from any process. Its status becomes `cancelled`, a
-    /// worker running it is fenced out at its next write, and the sessions it was working
-    /// on end in a `run_failure` chunk of kind `cancelled` (see the [module docs](self)).
+    /// worker running it is fenced out at its next write, and the sessions it left open
+    /// (each stored loop no other stored session of the run continues, and a waiting run's
+    /// output) end in a `run_failure` chunk of kind `cancelled`, written under the cancel's
+    /// lease token, so `rath sessions` lists them `cancelled`. The run's input is never
+    /// touched, nor a session that already ends in a failure.
     pub async fn cancel(&self, id: &RunId) -> Result<(), RuntimeError> {
         self.runs.cancel(id).await?;
         let run = self.runs.get(id).await?;
