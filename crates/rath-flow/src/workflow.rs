@@ -632,78 +632,20 @@ impl Parallel {
         found: resume::Found,
         cx: &FlowContext,
     ) -> Result<Session, FlowError> {
-        let at = || FailedAt::new(Some(&self.name), "recover");
         let entry = found.entry;
-        let input = match recovered_input(&cut, &entry) {
-            Ok(i) => i,
-            Err(e) => return Err(fail_from(e, &cut, "Parallel.recover", at())),
-        };
-        let stored = match cx.sink().map(|sink| sink.stored(resume::POSITION_KEY)) {
-            Some(Ok(stored)) => stored,
-            why => {
-                let why = match why {
-                    Some(Err(e)) => e.to_string(),
-                    _ => "no session sink in the context".to_owned(),
-                };
-                let e = FlowError::Config(format!(
-                    "parallel {}: a branch cut off by a crash resumes with its sibling branches,                      which only the store they were written to holds: forward the session                      through the workflow's persist_to (or with_sink) layer ({why})",
-                    self.name
-                ));
-                return Err(fail_from(e, &cut, "Parallel.recover", at()));
-            }
-        };
-        let here = cx.position().to_vec();
+        let (input, stored) = self.recovery_sources(&cut, &entry, cx).map_err(|e| {
+            let at = FailedAt::new(Some(&self.name), "recover");
+            fail_from(e, &cut, "Parallel.recover", at)
+        })?;
         let parent = cut.stamper().clone();
         let cut_branch = entry["branch"].as_u64().map(|b| b as usize);
-        let mut picks = Vec::with_capacity(self.branches.len());
-        for i in 0..self.branches.len() {
-            let mut want = here.clone();
+        let runs = self.branches.iter().enumerate().map(|(i, b)| {
+            let mut want = cx.position().to_vec();
             want.push(at_branch(&entry, i));
-            let mine = Some(i) == cut_branch;
-            picks.push((
-                want.clone(),
-                pick_branch(&want, &stored, mine.then_some(&cut)),
-            ));
-        }
-        let runs = self
-            .branches
-            .iter()
-            .zip(picks)
-            .enumerate()
-            .map(|(i, (b, (want, pick)))| {
-                let (input, parent) = (&input, &parent);
-                let entry = at_branch(&entry, i);
-                async move {
-                    // A branch's chunks begin with the input's: shared again, so the merge
-                    // keeps them once, as a fan-out's merge does.
-                    let pick = match pick {
-                        Some((s, cut)) => {
-                            let s = on_input(resume::with_evidence_usage(s), input)?;
-                            Some((s, cut))
-                        }
-                        None => None,
-                    };
-                    let (bcx, start) = match pick {
-                        // Finished, and made by the branch itself: its output.
-                        Some((s, false)) if resume::position_of(&s).len() == want.len() => {
-                            cx.record(&s);
-                            return Ok::<_, FlowError>((s, None));
-                        }
-                        Some((s, cut)) => {
-                            let bcx = cx.branch(&s).at(entry).recovering(s.id(), cut);
-                            (bcx, s)
-                        }
-                        None => {
-                            let fork = input.fork();
-                            (cx.branch(&fork).at(entry), fork)
-                        }
-                    };
-                    let out = bcx
-                        .forward(b.as_ref(), start.with_stamper(branch_stamper(parent)))
-                        .await?;
-                    Ok((out, Some(bcx)))
-                }
-            });
+            let mine = (Some(i) == cut_branch).then_some(&cut);
+            let pick = pick_branch(&want, &stored, mine);
+            recover_branch(b, want, pick, &input, &parent, cx)
+        });
         let results = futures::future::join_all(runs).await;
         let mut outs: Vec<Branch> = Vec::with_capacity(self.branches.len());
         let mut contexts = Vec::new();
@@ -720,6 +662,69 @@ impl Parallel {
         let base = (input.usage(), input.agent_usage().clone());
         self.merge(&base, &input, &outs)
     }
+
+    /// What a fan-out cut off resumes from: its input (rebuilt from `cut` and `entry`) and
+    /// the sessions of the context's sink's store that hold a position.
+    fn recovery_sources(
+        &self,
+        cut: &Session,
+        entry: &Value,
+        cx: &FlowContext,
+    ) -> Result<(Session, Vec<rath_persist::LoadedSession>), FlowError> {
+        let input = recovered_input(cut, entry)?;
+        match cx.sink().map(|sink| sink.stored(resume::POSITION_KEY)) {
+            Some(Ok(stored)) => Ok((input, stored)),
+            why => {
+                let why = match why {
+                    Some(Err(e)) => e.to_string(),
+                    _ => "no session sink in the context".to_owned(),
+                };
+                Err(FlowError::Config(format!(
+                    "parallel {}: a branch cut off by a crash resumes with its sibling branches, \
+                     which only the store they were written to holds: forward the session \
+                     through the workflow's persist_to (or with_sink) layer ({why})",
+                    self.name
+                )))
+            }
+        }
+    }
+}
+
+/// One branch of a fan-out resuming after a crash: `pick` (what it left, and whether that
+/// was cut off), else a fork of `input`; forwarded through `branch` at position `want` (its
+/// last entry this branch's), unless it is the branch's own finished output. The output,
+/// and the branch's context when one ran.
+async fn recover_branch(
+    branch: &SharedWorkflow,
+    want: Vec<Value>,
+    pick: Option<(Session, bool)>,
+    input: &Session,
+    parent: &Stamper,
+    cx: &FlowContext,
+) -> Result<(Session, Option<FlowContext>), FlowError> {
+    let entry = want.last().cloned().unwrap_or(Value::Null);
+    // A branch's chunks begin with the input's: shared again, so the merge keeps them
+    // once, as a fan-out's merge does.
+    let pick = match pick {
+        Some((s, cut)) => Some((on_input(resume::with_evidence_usage(s), input)?, cut)),
+        None => None,
+    };
+    let (bcx, start) = match pick {
+        // Finished, and made by the branch itself: its output.
+        Some((s, false)) if resume::position_of(&s).len() == want.len() => {
+            cx.record(&s);
+            return Ok((s, None));
+        }
+        Some((s, cut)) => (cx.branch(&s).at(entry).recovering(s.id(), cut), s),
+        None => {
+            let fork = input.fork();
+            (cx.branch(&fork).at(entry), fork)
+        }
+    };
+    let out = bcx
+        .forward(branch.as_ref(), start.with_stamper(branch_stamper(parent)))
+        .await?;
+    Ok((out, Some(bcx)))
 }
 
 /// The input of a fan-out a crash cut off, rebuilt from a branch's session `cut` (the

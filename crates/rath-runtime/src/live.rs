@@ -181,7 +181,21 @@ pub(crate) async fn write_held(
     lease: &Lease,
     write: Write<'_>,
 ) -> Result<(), RuntimeError> {
-    let mut batch = WriteBatch::new().with(write);
+    write_all_held(sessions, runs, lease, vec![write]).await
+}
+
+/// [`write_held`] for several writes in one batch (one transaction where the session store
+/// has them).
+pub(crate) async fn write_all_held(
+    sessions: &dyn SessionStore,
+    runs: &RunStore,
+    lease: &Lease,
+    writes: Vec<Write<'_>>,
+) -> Result<(), RuntimeError> {
+    let mut batch = WriteBatch::new();
+    for w in writes {
+        batch = batch.with(w);
+    }
     if sessions.capabilities().fencing {
         let token = u64::try_from(lease.token).unwrap_or(0);
         batch = batch.fenced(Fence::new(lease.run.as_str(), token));

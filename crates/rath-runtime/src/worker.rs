@@ -696,6 +696,7 @@ impl Worker {
         known: Known,
         lineage: &Lineage<'_>,
     ) -> Result<(), RuntimeError> {
+        let mut all: Vec<(Session, Known)> = Vec::new();
         for a in ancestors(lineage.journal, out, lineage.input) {
             let written = lineage.live.stored.get(a.id()).copied();
             let known = match written {
@@ -704,9 +705,43 @@ impl Worker {
                 None if lineage.fresh => Known::New,
                 None => Known::Ask,
             };
-            self.persist(lease, &a, known).await?;
+            all.push((a, known));
         }
-        self.persist(lease, out, known).await
+        all.push((out.clone(), known));
+        // What the claim knows of every one of them: one write of the lot (one transaction
+        // where the store has them), as a run with nothing but its output wrote that.
+        if all.len() > 1 && !all.iter().any(|(_, k)| matches!(k, Known::Ask)) {
+            let copies: Vec<(Session, Known)> = all
+                .iter()
+                .map(|(s, k)| (crate::live::for_store(s, &lease.run), *k))
+                .collect();
+            let writes = copies
+                .iter()
+                .map(|(s, k)| match *k {
+                    Known::Len(n) if n < s.len() => Write::Append {
+                        session: s,
+                        expected_len: n,
+                    },
+                    _ => Write::Save(s),
+                })
+                .collect();
+            match crate::live::write_all_held(&*self.rt.sessions, &self.rt.runs, lease, writes)
+                .await
+            {
+                // One of them stored after all (or differently): each asked on its own.
+                Err(RuntimeError::Persist(
+                    PersistError::Exists { .. } | PersistError::Conflict { .. },
+                )) => {}
+                r => return r,
+            }
+            for (_, k) in &mut all {
+                *k = Known::Ask;
+            }
+        }
+        for (s, known) in &all {
+            self.persist(lease, s, *known).await?;
+        }
+        Ok(())
     }
 
     /// Stores the session (append when a shorter version is stored), fenced where the
