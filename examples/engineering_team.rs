@@ -43,8 +43,8 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context as _;
 
 use openrath::flow::{Candidate, Decision, FlowEvent};
-use openrath::inspect::lineage_tree;
 use openrath::inspect::view::{ViewOptions, render_store};
+use openrath::inspect::{ChunkCounts, lineage_tree};
 use openrath::otel::{OtlpConfig, OtlpExporter, TraceId, Traced};
 use openrath::persist::{LineageRow, SessionRecorder, export_jsonl_string};
 use openrath::prelude::*;
@@ -444,7 +444,19 @@ async fn main() -> anyhow::Result<()> {
         None => display(&home.join("sessions")),
         Some(_) => store.to_string(),
     };
-    let summary = summary(&out, &rows, qa_exit_code, &home, &stored_in, &workspace);
+    let counts = sessions
+        .iter()
+        .map(|s| (s.id().clone(), ChunkCounts::of(s)))
+        .collect();
+    let summary = summary(
+        &out,
+        &rows,
+        &counts,
+        qa_exit_code,
+        &home,
+        &stored_in,
+        &workspace,
+    );
     write(&home.join("reports/engineering_team.md"), &summary)?;
     let options = ViewOptions::default().title("engineering_team sessions");
     let page = render_store(&store.view(&home)?, options)?;
@@ -504,6 +516,7 @@ fn qa_verdict(s: &Session) -> (Option<i64>, bool) {
 fn summary(
     out: &Session,
     rows: &[LineageRow],
+    counts: &std::collections::HashMap<SessionId, ChunkCounts>,
     qa: Option<i64>,
     home: &Path,
     store: &str,
@@ -518,7 +531,7 @@ fn summary(
     };
     let _ = writeln!(o, "QA test run inside the sandbox: {verdict}\n");
     let _ = writeln!(o, "## Lineage ({} sessions)\n\n```", rows.len());
-    o.push_str(&lineage_tree(rows));
+    o.push_str(&lineage_tree(rows, counts));
     let _ = writeln!(o, "```\n\n## Final session\n");
     let conv = out.conversation_len();
     let _ = writeln!(

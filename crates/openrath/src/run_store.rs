@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex};
 
 use rath_flow::{FlowError, KeptFailure, SessionSink, StoreSink};
 use rath_inspect::{InspectError, StoreView};
-use rath_persist::{PersistError, SessionStore, Store};
+use rath_persist::{LoadedSession, PersistError, SessionStore, Store};
 use rath_session::{Session, SessionId};
 
 /// The flag every example accepts.
@@ -261,5 +261,15 @@ impl SessionSink for TraitSink {
         self.grow(session)?;
         self.stored().remove(session.id());
         Ok(())
+    }
+
+    fn stored(&self, extra: &str) -> Result<Vec<LoadedSession>, FlowError> {
+        let mut out = Vec::new();
+        for s in self.wait(self.store.list())? {
+            if s.extras.iter().any(|(k, _)| k == extra) {
+                out.push(self.wait(self.store.load(&s.id))?);
+            }
+        }
+        Ok(out)
     }
 }

@@ -100,16 +100,95 @@ fn readme_quick_example_is_quick_agent_and_runs() {
         "README's quick example = examples/quick_agent.rs"
     );
 
+    // Issue 48 (6): the whole lineage is saved, not the answer alone (its parents were
+    // missing from the store).
     let tmp = tempfile::tempdir().expect("tempdir");
     let stdout = run_example("quick_agent", tmp.path(), &["--deterministic"]);
     assert!(stdout.starts_with("There are 3 words.\n"), "{stdout}");
     let all = sessions(&tmp.path().join("sessions"));
-    assert_eq!(all.len(), 1);
-    assert_eq!(all[0].final_text(), Some("There are 3 words."));
+    assert_eq!(
+        all.len(),
+        3,
+        "the question, the agent's system prompt, the answer"
+    );
+    let answer = all
+        .iter()
+        .find(|s| s.final_text() == Some("There are 3 words."))
+        .expect("the answer");
+    assert_eq!(answer.lineage().parents.len(), 2);
+    assert_no_dangling_parents(&all);
     assert!(
-        stdout.contains(&format!("saved {} to ", all[0].id())),
+        stdout.contains(&format!(
+            "saved 3 sessions to {}",
+            tmp.path().join("sessions").display()
+        )),
         "{stdout}"
     );
+    assert!(
+        stdout.contains(&format!("the answer is {}", answer.id())),
+        "{stdout}"
+    );
+}
+
+/// Every parent a session of `all` names is among them.
+fn assert_no_dangling_parents(all: &[Session]) {
+    let ids: Vec<&SessionId> = all.iter().map(Session::id).collect();
+    for s in all {
+        for p in &s.lineage().parents {
+            assert!(
+                ids.contains(&p),
+                "{} names {p}, which is not stored",
+                s.id()
+            );
+        }
+    }
+}
+
+/// Issue 48 (6): the quick example keeps a failed run (its `?` lost it): on a model server
+/// that refuses, it exits 1 with one line naming the failure, and the store holds the run's
+/// sessions, the failed one ending in its failure record.
+#[test]
+fn the_quick_example_keeps_a_failed_run() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cmd = Command::new(common::example_binary("quick_agent"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("OPENAI_") || k.starts_with("ANTHROPIC_") || k == "RATH_PROVIDER" {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd
+        .args(["--deterministic"])
+        .env("OPENRATH_HOME", tmp.path())
+        .env_remove("OPENRATH_STORE")
+        .env_remove("OPENRATH_DETERMINISTIC")
+        .env("OPENAI_BASE_URL", format!("http://127.0.0.1:{port}/v1"))
+        .env("OPENAI_API_KEY", "test-key")
+        .env("OPENAI_MAX_RETRIES", "0")
+        .current_dir(tmp.path())
+        .output()
+        .expect("run quick_agent");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("quick_agent: run failed: "), "{stderr}");
+    let all = sessions(&tmp.path().join("sessions"));
+    let failed: Vec<&Session> = all.iter().filter(|s| s.failure().is_some()).collect();
+    assert_eq!(failed.len(), 1, "the session the run stopped in");
+    assert_eq!(failed[0].failure().unwrap().kind, "provider");
+    assert!(
+        stderr.contains(&format!("failed session {}", failed[0].id())),
+        "{stderr}"
+    );
+    assert_eq!(
+        all.len(),
+        3,
+        "the question, the system prompt, the failed session"
+    );
+    assert_no_dangling_parents(&all);
 }
 
 #[test]

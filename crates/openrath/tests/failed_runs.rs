@@ -80,3 +80,40 @@ fn status_rule() {
     assert_eq!(session_status(false, true, None), "crashed");
     assert_eq!(session_status(false, false, None), "open");
 }
+
+/// Issue 48 (4): a cancelled run's session is listed and shown `cancelled` (it was listed
+/// `failed`, the status of a run that failed); a failed one stays `failed`.
+#[test]
+fn a_cancelled_run_is_listed_and_shown_as_cancelled() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let store = Store::at(tmp.path().join("sessions"));
+    let provider = Arc::new(ScriptedProvider::new(vec![ScriptedResponse::text("never")]));
+    let input = Session::user_with("go", Stamper::counter());
+    let cancel = rath_flow::CancellationToken::new();
+    cancel.cancel();
+    let cx = rath_flow::FlowContext::new().with_cancel(cancel);
+    let agent = Agent::new("hello", "sys", provider);
+    let err = block_on(cx.forward(&agent, input.clone())).expect_err("cancelled");
+    assert!(
+        matches!(err, rath_flow::FlowError::Cancelled { .. }),
+        "{err}"
+    );
+    let kept = err.keep_in(&store, [&input]).expect("keep");
+    let id = openrath::session::SessionId::new(kept.session.expect("a session"));
+
+    let view = StoreView::open(tmp.path()).expect("open");
+    let listing = view.sessions().expect("list");
+    let row = listing.rows.iter().find(|r| r.id == id).expect("row");
+    assert_eq!(row.status, "cancelled");
+    let text = listing.render();
+    assert!(
+        text.contains(&format!("cancelled {id}: cancelled")),
+        "{text}"
+    );
+    assert_eq!(view.transcript(&id).expect("show").status, "cancelled");
+    let f = openrath::session::RunFailure {
+        kind: "cancelled".into(),
+        ..Default::default()
+    };
+    assert_eq!(session_status(true, false, Some(&f)), "cancelled");
+}

@@ -1,9 +1,12 @@
 //! `rath export otel`: the spans of stored sessions, over OTLP (a `rath-otel` call).
+//!
+//! The sessions are read through [`StoreView`], as every other reading command reads them,
+//! so a JSONL directory, SQLite and PostgreSQL give the same spans for the same sessions.
 
-use std::path::Path;
-
+use rath_inspect::StoreView;
 use rath_otel::store::spans_from_sessions;
-use rath_otel::{OtlpConfig, OtlpExporter, SpanSink, load_for_export};
+use rath_otel::{OtlpConfig, OtlpExporter, SpanSink};
+use rath_session::SessionId;
 
 use crate::{Failure, Output, json};
 
@@ -13,19 +16,38 @@ impl From<rath_otel::OtelError> for Failure {
     }
 }
 
-/// Loads the sessions, makes their spans and sends them (or prints them with `print`).
+/// Loads the sessions (all, or `id` and its ancestors), makes their spans and sends them
+/// (or prints them with `print`). A store with no session to export says so: a `warning:`
+/// line and exit code 1, whether printing or sending.
 pub(crate) fn otel(
-    sessions_dir: &Path,
-    id: Option<&str>,
+    store: &StoreView,
+    id: Option<&SessionId>,
     endpoint: Option<&str>,
     print: bool,
     as_json: bool,
 ) -> Result<Output, Failure> {
-    let store = rath_persist::Store::at(sessions_dir);
-    let loaded = load_for_export(&store, id)?;
+    let (loaded, warnings) = store.load_with_ancestors(id)?;
     let spans = spans_from_sessions(&loaded);
+    if loaded.is_empty() {
+        let mut out = Output::ok(match (print, as_json) {
+            (true, _) => json(&spans)?,
+            (false, true) => json(&serde_json::json!({
+                "sessions": 0,
+                "spans": 0,
+                "exported": 0,
+                "dropped": 0,
+            }))?,
+            (false, false) => "0 spans of 0 sessions: nothing sent\n".to_owned(),
+        });
+        out.stderr.push(format!(
+            "warning: nothing to export: {} holds no readable session",
+            store.dir().display()
+        ));
+        out.code = 1;
+        return Ok(out.warn(&warnings, true));
+    }
     if print {
-        return Ok(Output::ok(json(&spans)?));
+        return Ok(Output::ok(json(&spans)?).warn(&warnings, true));
     }
     let mut config = OtlpConfig::from_env()?;
     if let Some(e) = endpoint {
@@ -65,5 +87,5 @@ pub(crate) fn otel(
         ));
         out.code = 1;
     }
-    Ok(out)
+    Ok(out.warn(&warnings, true))
 }

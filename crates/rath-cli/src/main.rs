@@ -152,7 +152,8 @@ enum StoreCommand {
 enum ExportTarget {
     /// Send the spans of stored sessions (all, or ID and its ancestors) to an OTLP collector
     /// (HTTP/protobuf or gRPC, set by the OTEL_EXPORTER_OTLP_* variables); timestamps come
-    /// from the session files. Exit 1 when spans were dropped.
+    /// from the store (any kind: the same sessions give the same spans). Exit 1 when spans
+    /// were dropped, or when the store holds no session to export (a warning says so).
     Otel {
         /// Session id (or a unique prefix or suffix of one); default every session.
         id: Option<String>,
@@ -468,8 +469,7 @@ fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
                 },
         } => {
             let id = id.as_deref().map(|id| store.resolve(id)).transpose()?;
-            let id = id.as_ref().map(|i| i.as_str());
-            export::otel(store.dir(), id, endpoint.as_deref(), *print, cli.json)
+            export::otel(&store, id.as_ref(), endpoint.as_deref(), *print, cli.json)
         }
     }
 }

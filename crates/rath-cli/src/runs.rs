@@ -260,7 +260,7 @@ async fn runs_async(rt: &Runtime, cmd: &RunsCommand, as_json: bool) -> Result<Ou
         RunsCommand::Show { id } => show(rt, id, as_json).await,
         RunsCommand::Cancel { id } => {
             let id = find(rt, id).await?;
-            rt.runs().cancel(&id).await?;
+            rt.cancel(&id).await?;
             done(rt, &id, "cancelled", as_json).await
         }
         RunsCommand::Resolve {

@@ -129,3 +129,118 @@ fn an_accepting_collector_gets_every_span() {
     assert_eq!(report["exported"], report["spans"]);
     assert_eq!(server.join().unwrap(), 1, "one batch");
 }
+
+/// Runs `rath --store STORE ARGS` with no OTEL_* variables; returns (exit code, stdout,
+/// stderr).
+fn rath_on(store: &str, args: &[&str]) -> (i32, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rath"));
+    cmd.arg("--store").arg(store).args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("OTEL_") || k.starts_with("OPENRATH_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd.output().expect("run rath");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A PostgreSQL store in a schema of its own on `RATH_TEST_POSTGRES_URL`'s database, emptied
+/// through the store itself; `None` (a skip, which fails under RATH_CI) without one.
+fn postgres_store(schema: &str) -> Option<String> {
+    let Some(base) = std::env::var("RATH_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|v| !v.is_empty())
+    else {
+        rath_testkit::skip(
+            "RATH_TEST_POSTGRES_URL is not set (start PostgreSQL: .ci/install.d/60-postgres.sh)",
+        );
+        return None;
+    };
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{sep}schema={schema}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let emptied = rt.block_on(async {
+        let store = rath_store_sql::open_store(&url).await?;
+        for s in store.list().await? {
+            store.delete(&s.id).await?;
+        }
+        store.gc().await?;
+        Ok::<_, rath_persist::PersistError>(())
+    });
+    match emptied {
+        Ok(()) => Some(url),
+        Err(e) => {
+            rath_testkit::skip(&format!(
+                "PostgreSQL at RATH_TEST_POSTGRES_URL unusable: {e}"
+            ));
+            None
+        }
+    }
+}
+
+/// Issue 48 (1): a SQL store exported through `--store sqlite://...` printed `[]`, read as
+/// the JSONL directory its name is not. The same seven sessions in a JSONL directory, in
+/// SQLite and in PostgreSQL give the same spans, all of them or one session's trace.
+#[test]
+fn every_store_kind_exports_the_same_spans() {
+    let tmp = tempfile::tempdir().unwrap();
+    let jsonl = interop_home().join("sessions").display().to_string();
+    let sqlite = format!("sqlite://{}", tmp.path().join("copy.sqlite").display());
+    let mut stores = vec![sqlite];
+    if let Some(pg) = postgres_store("rath_cli_export_otel") {
+        stores.push(pg);
+    }
+    let (code, want, stderr) = rath_on(&jsonl, &["export", "otel", "--print"]);
+    assert_eq!(code, 0, "{stderr}");
+    let spans: Vec<serde_json::Value> = serde_json::from_str(&want).unwrap();
+    let sessions = spans
+        .iter()
+        .filter(|s| attr(s, "rath.session.id").is_some())
+        .count();
+    assert_eq!(sessions, 7, "one span per stored session");
+    let merge = spans
+        .iter()
+        .find(|s| attr(s, "rath.lineage.kind").is_some_and(|v| v == "op_merge"))
+        .expect("a merge");
+    let merge_id = attr(merge, "rath.session.id").unwrap().as_str().unwrap();
+    let (_, want_one, _) = rath_on(&jsonl, &["export", "otel", merge_id, "--print"]);
+    for store in &stores {
+        let (code, _, stderr) = rath_on(&jsonl, &["store", "copy", &jsonl, store]);
+        assert_eq!(code, 0, "copy into {store}: {stderr}");
+        let (code, got, stderr) = rath_on(store, &["export", "otel", "--print"]);
+        assert_eq!(code, 0, "{store}: {stderr}");
+        assert_eq!(got, want, "{store} exports what the JSONL directory does");
+        let (code, got, stderr) = rath_on(store, &["export", "otel", merge_id, "--print"]);
+        assert_eq!(code, 0, "{store}: {stderr}");
+        assert_eq!(got, want_one, "{store}: the merge's trace");
+    }
+}
+
+/// Issue 48 (1): an export of a store that holds no session says so (a warning, exit 1)
+/// instead of printing `[]` as if all went well; a JSONL directory and SQLite alike.
+#[test]
+fn an_export_of_nothing_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let empty_dir = tmp.path().join("sessions");
+    std::fs::create_dir_all(&empty_dir).unwrap();
+    let sqlite = format!("sqlite://{}", tmp.path().join("empty.sqlite").display());
+    let (code, _, stderr) = rath_on(&sqlite, &["store", "migrate"]);
+    assert_eq!(code, 0, "{stderr}");
+    for store in [empty_dir.display().to_string(), sqlite] {
+        let (code, stdout, stderr) = rath_on(&store, &["export", "otel", "--print"]);
+        assert_eq!(code, 1, "{store}: {stdout} {stderr}");
+        assert!(stderr.contains("nothing to export"), "{store}: {stderr}");
+        assert_eq!(stdout.trim(), "[]");
+        let (code, stdout, stderr) = rath_on(&store, &["export", "otel"]);
+        assert_eq!(code, 1, "{store}: {stdout} {stderr}");
+        assert!(stderr.contains("nothing to export"), "{store}: {stderr}");
+        assert!(stdout.contains("0 spans of 0 sessions"), "{stdout}");
+    }
+}

@@ -153,6 +153,96 @@ fn events_of(shown: &Value, kind: &str) -> Vec<Value> {
         .collect()
 }
 
+impl Rig {
+    /// `rath sessions --json` on the rig's session store: its rows.
+    fn session_rows(&self) -> Vec<Value> {
+        let out = Command::new(env!("CARGO_BIN_EXE_rath"))
+            .args(["--json", "--store", &self.store(), "sessions"])
+            .env_remove("OPENRATH_HOME")
+            .env_remove("OPENRATH_STORE")
+            .output()
+            .expect("run rath sessions");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let listing: Value = serde_json::from_slice(&out.stdout).unwrap();
+        listing["rows"].as_array().unwrap().clone()
+    }
+
+    /// The rows of `rath sessions` once `want` holds for them.
+    fn session_rows_when(&self, want: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        // A guard against a hang, minutes above what any run here needs.
+        let within = Duration::from_secs(120);
+        let start = Instant::now();
+        loop {
+            let rows = self.session_rows();
+            if want(&rows) {
+                return rows;
+            }
+            assert!(
+                start.elapsed() < within,
+                "sessions never as wanted: {rows:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn loop_outputs(rows: &[Value]) -> Vec<&Value> {
+    rows.iter()
+        .filter(|r| r["kind"] == "op_session_loop")
+        .collect()
+}
+
+/// Issue 48 (4): a run cancelled while it works, and one cancelled while it waits for an
+/// approval, leave their sessions `cancelled` in `rath sessions` (they showed `closed`).
+#[test]
+fn cancelled_runs_leave_their_sessions_cancelled() {
+    let rig = Rig::new();
+    // A slow model: the run is mid-way (its planner's session stored as it grows) when the
+    // cancel comes.
+    let mut w = rig.worker("worker-a", &["--think-ms", "3000"], &[]);
+    let running = rig.submit("team");
+    let rows = rig.session_rows_when(|rows| !loop_outputs(rows).is_empty());
+    let working = loop_outputs(&rows)[0]["id"].as_str().unwrap().to_owned();
+    rig.ok(&["runs", "cancel", &running]);
+    assert_eq!(rig.status(&running), "cancelled");
+    let rows = rig.session_rows();
+    let row = rows.iter().find(|r| r["id"] == working.as_str()).unwrap();
+    assert_eq!(row["status"], "cancelled", "{row}");
+    signal(&w, libc::SIGTERM);
+    assert!(w.wait().unwrap().success());
+    // The cancelled session stays cancelled: the fenced worker wrote nothing after it.
+    let rows = rig.session_rows();
+    let row = rows.iter().find(|r| r["id"] == working.as_str()).unwrap();
+    assert_eq!(row["status"], "cancelled", "{row}");
+
+    let mut w = rig.worker("worker-b", &[], &[]);
+    let waiting = rig.submit("gated");
+    let shown = rig.wait_for(&waiting, "waiting");
+    let out = shown["run"]["output_session"].as_str().unwrap().to_owned();
+    signal(&w, libc::SIGTERM);
+    assert!(w.wait().unwrap().success());
+    rig.ok(&["runs", "cancel", &waiting]);
+    let rows = rig.session_rows();
+    let row = rows.iter().find(|r| r["id"] == out.as_str()).unwrap();
+    assert_eq!(row["status"], "cancelled", "{row}");
+    let text = {
+        let out = Command::new(env!("CARGO_BIN_EXE_rath"))
+            .args(["--store", &rig.store(), "sessions"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(
+        text.contains(&format!("cancelled {out}: cancelled")),
+        "{text}"
+    );
+}
+
 #[test]
 fn sigterm_hands_the_run_back_and_another_worker_finishes_it() {
     let rig = Rig::new();

@@ -32,9 +32,10 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use rath_backend::BackendRegistry;
-use rath_persist::{LineageJournal, SessionWriter, Store, WriterOptions};
+use rath_persist::{LineageJournal, LoadedSession, SessionWriter, Store, WriterOptions};
 use rath_provider::{ProviderError, ProviderRequest, ProviderResponse};
 use rath_session::{Session, SessionId, Stamper, ToolCall, Usage};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::FlowError;
@@ -141,6 +142,17 @@ pub trait SessionSink: Send + Sync {
     fn append(&self, session: &Session) -> Result<(), FlowError>;
     /// The loop stopped; the session is final (it may carry pending work).
     fn finish(&self, session: &Session) -> Result<(), FlowError>;
+
+    /// The sessions this sink's store holds whose lineage has the extra `extra`, loaded
+    /// whole, closed or not (a file a crash left partial is `closed: false`): what a
+    /// [`crate::Parallel`] resuming from one cut branch takes its other branches from. A
+    /// sink that cannot read its store back says so (the default: an error).
+    fn stored(&self, extra: &str) -> Result<Vec<LoadedSession>, FlowError> {
+        let _ = extra;
+        Err(FlowError::Config(
+            "this session sink cannot read back the sessions it stored".to_owned(),
+        ))
+    }
 }
 
 impl<S: SessionSink + ?Sized> SessionSink for Arc<S> {
@@ -152,6 +164,9 @@ impl<S: SessionSink + ?Sized> SessionSink for Arc<S> {
     }
     fn finish(&self, session: &Session) -> Result<(), FlowError> {
         (**self).finish(session)
+    }
+    fn stored(&self, extra: &str) -> Result<Vec<LoadedSession>, FlowError> {
+        (**self).stored(extra)
     }
 }
 
@@ -229,6 +244,16 @@ impl SessionSink for StoreSink {
         }
         Ok(())
     }
+
+    fn stored(&self, extra: &str) -> Result<Vec<LoadedSession>, FlowError> {
+        let mut out = Vec::new();
+        for s in self.store.list()? {
+            if s.extras.iter().any(|(k, _)| k == extra) {
+                out.push(rath_persist::load_file(&s.path)?);
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// The environment a workflow runs in: the backend registry that opens sandboxes, an
@@ -245,6 +270,13 @@ pub struct FlowContext {
     sink: Option<Arc<dyn SessionSink>>,
     budgets: Vec<Arc<BudgetMeter>>,
     journal: LineageJournal,
+    /// Where in the workflow this context runs: one entry per [`crate::LoopUntil`] and
+    /// [`crate::Parallel`] around it (and a [`crate::Sequence`] inside those), outermost
+    /// first. A session loop records it on its output (lineage extra `flow.at`).
+    position: Arc<[Value]>,
+    /// A session a resuming fan-out took from the store for this branch, and whether it
+    /// was cut off (its file left partial) rather than finished.
+    recovered: Option<(SessionId, bool)>,
 }
 
 impl fmt::Debug for FlowContext {
@@ -279,6 +311,39 @@ impl FlowContext {
             sink: None,
             budgets: Vec::new(),
             journal: LineageJournal::new(),
+            position: Arc::from(Vec::new()),
+            recovered: None,
+        }
+    }
+
+    /// Where in the workflow this context runs (see the `flow.at` lineage extra in the
+    /// crate docs): empty outside every `LoopUntil` and `Parallel`.
+    pub fn position(&self) -> &[Value] {
+        &self.position
+    }
+
+    /// This context one level deeper, at `entry`.
+    pub(crate) fn at(&self, entry: Value) -> FlowContext {
+        let mut position = self.position.to_vec();
+        position.push(entry);
+        let mut cx = self.clone();
+        cx.position = Arc::from(position);
+        cx
+    }
+
+    /// This context for resuming `session`, which a fan-out took from the store (`cut`: its
+    /// file was left partial).
+    pub(crate) fn recovering(mut self, session: &SessionId, cut: bool) -> FlowContext {
+        self.recovered = Some((session.clone(), cut));
+        self
+    }
+
+    /// For the session a fan-out took from the store for this branch: whether it was cut
+    /// off; `None` for any other session.
+    pub(crate) fn recovered(&self, session: &SessionId) -> Option<bool> {
+        match &self.recovered {
+            Some((id, cut)) if id == session => Some(*cut),
+            _ => None,
         }
     }
 

@@ -221,7 +221,7 @@ impl FlowError {
             FlowError::Persist(_) => "persist",
             FlowError::Session(_) => "session",
             FlowError::Memory(_) => "memory",
-            FlowError::Cancelled { .. } => "cancelled",
+            FlowError::Cancelled { .. } => RunFailure::CANCELLED,
             FlowError::AwaitingDecision { .. } => "awaiting_decision",
             _ => "config",
         }
@@ -305,7 +305,7 @@ pub(crate) fn failed(error: FlowError, session: Option<Session>, at: FailedAt) -
                 return FlowError::Cancelled { session };
             }
             let chunk = failure_chunk(
-                "cancelled",
+                RunFailure::CANCELLED,
                 "the run was cancelled".to_owned(),
                 Vec::new(),
                 at,

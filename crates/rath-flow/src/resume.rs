@@ -9,6 +9,12 @@
 //! On a forward whose input holds pending work, each one reads its marker and skips what had
 //! finished.
 //!
+//! A crash leaves no marker: the session a persist-as-you-go sink left partial is a loop
+//! output with its round's calls unanswered. Inside a `LoopUntil` or a `Parallel` it says
+//! where it ran (the lineage extra `flow.at`, the context's position): the loop resumes
+//! that iteration and runs the rest, the fan-out takes its other branches from the sink's
+//! store and merges them.
+//!
 //! ```
 //! use rath_flow::{FnWorkflow, Sequence, WorkflowExt};
 //! use rath_session::{PendingCall, Session, ToolCall};
@@ -78,6 +84,61 @@ pub(crate) fn cut_in(session: &Session, steps: &[SharedWorkflow]) -> Option<usiz
     })
 }
 
+/// The lineage extra of a loop output run inside a `LoopUntil` or a `Parallel`: where in the
+/// workflow it ran, one entry per combinator around it, outermost first
+/// (`{"loop": name, "iteration": i}`, `{"parallel": name, "branch": i, "input": id,
+/// "prefix": n, "input_usage": .., "input_agent_usage": ..}`, and `{"sequence": name,
+/// "step": i}` for a `Sequence` inside those). A session a crash cut off carries it, so a
+/// forward of it through the workflow finds the iteration and the branch it was in.
+pub(crate) const POSITION_KEY: &str = "flow.at";
+
+/// The recorded position of `session` (see [`POSITION_KEY`]); empty when it has none.
+pub(crate) fn position_of(session: &Session) -> &[Value] {
+    match session.lineage().extra(POSITION_KEY) {
+        Some(Value::Array(a)) => a,
+        _ => &[],
+    }
+}
+
+/// What a combinator finds of itself in the recorded position of a session it resumes
+/// from after a crash.
+pub(crate) struct Found {
+    /// Its entry in the position (where it was).
+    pub entry: Value,
+    /// The session was made deeper down (inside its child combinator), not by its child
+    /// directly.
+    pub deeper: bool,
+    /// The session was cut off (unanswered calls, or its file left partial), not finished.
+    pub cut: bool,
+}
+
+/// The entry of the combinator at `cx`'s depth in `session`'s recorded position, when
+/// `session` is work to resume from a crash (a cut session, or one a resuming fan-out took
+/// from the store for this branch), its position runs through `cx`'s, and `mine` accepts
+/// the entry. A finished session handed to a fresh run is never read this way.
+pub(crate) fn found(
+    session: &Session,
+    cx: &crate::FlowContext,
+    mine: impl Fn(&Value) -> bool,
+) -> Option<Found> {
+    let cut = match cx.recovered(session.id()) {
+        Some(cut) => cut,
+        None if session.pending().is_empty() && is_resumption(session) => true,
+        None => return None,
+    };
+    let at = position_of(session);
+    let here = cx.position();
+    let d = here.len();
+    if at.len() <= d || at[..d] != *here || !mine(&at[d]) {
+        return None;
+    }
+    Some(Found {
+        entry: at[d].clone(),
+        deeper: at.len() > d + 1,
+        cut,
+    })
+}
+
 /// The lineage extra holding where a deterministic run's stamper was when it stopped.
 pub(crate) const STAMPER_KEY: &str = "flow.stamper";
 
@@ -108,7 +169,11 @@ fn saved_state(session: &Session) -> Option<&Value> {
 /// the store loads every session) gets the stamper it stopped with back. A session whose
 /// stamper is deterministic already (resumed in the same process) is left as it is.
 pub(crate) fn restored(session: Session) -> Session {
-    if session.stamper().is_deterministic() || !is_resumption(&session) {
+    if !is_resumption(&session) {
+        return session;
+    }
+    let session = with_evidence_usage(session);
+    if session.stamper().is_deterministic() {
         return session;
     }
     let state = saved_state(&session).and_then(|v| serde_json::from_value(v.clone()).ok());
@@ -116,6 +181,39 @@ pub(crate) fn restored(session: Session) -> Session {
         Some(stamper) => session.with_stamper(stamper),
         None => session,
     }
+}
+
+/// `s` with its usage totals, when it has none, rebuilt from its `model_call` evidence: a
+/// session loaded from a file a crash left partial has no trailer to carry them, and every
+/// call it counts is on record there, so a resumed run counts each once. Inside a fan-out
+/// (its position names one) a branch counts from its fork, which starts with no usage: the
+/// evidence of the fan-out's input (the first `prefix` chunks) is not its own.
+pub(crate) fn with_evidence_usage(s: Session) -> Session {
+    if s.usage().is_some() {
+        return s;
+    }
+    let from = position_of(&s)
+        .iter()
+        .rev()
+        .find(|e| e.get("parallel").is_some())
+        .and_then(|e| e["prefix"].as_u64())
+        .map_or(0, |p| p as usize);
+    let mut total: Option<Usage> = None;
+    let mut per_agent: BTreeMap<String, Usage> = BTreeMap::new();
+    for c in s.chunks().iter().skip(from) {
+        if let ChunkBody::ModelCall(m) = c.body()
+            && let Some(u) = m.usage
+        {
+            *total.get_or_insert_with(Usage::default) += u;
+            if let Some(a) = &m.agent {
+                *per_agent.entry(a.clone()).or_default() += u;
+            }
+        }
+    }
+    if total.is_none() {
+        return s;
+    }
+    s.with_usage_totals(total, per_agent)
 }
 
 /// The marker of a stopped fan-out: the merged length, the shared prefix, the input's usage

@@ -301,7 +301,8 @@ impl SessionLoop {
                 "run_session_loop",
                 LineageKind::OpSessionLoop,
             );
-            let out = self.begin(carry_usage(user, user.derive(lineage)), 0, cx)?;
+            let out = at_position(carry_usage(user, user.derive(lineage)), cx);
+            let out = self.begin(out, 0, cx)?;
             self.drive(out, agent, cx, Vec::new(), 0).await
         })
         .await
@@ -329,6 +330,8 @@ impl SessionLoop {
         agent: &Session,
         cx: &FlowContext,
     ) -> Result<Session, FlowError> {
+        // A session cut off by a crash (its file has no trailer) counts its calls again.
+        let stopped = &crate::resume::with_evidence_usage(stopped.clone());
         let rounds = stopped
             .lineage()
             .extra("loop.rounds")
@@ -339,8 +342,8 @@ impl SessionLoop {
             "resume_session_loop",
             LineageKind::OpResume,
         );
-        let (out, work) =
-            self.resumed_work(stopped, carry_usage(stopped, stopped.derive(lineage)))?;
+        let out = at_position(carry_usage(stopped, stopped.derive(lineage)), cx);
+        let (out, work) = self.resumed_work(stopped, out)?;
         let out = self.begin(out, rounds, cx)?;
         self.drive(out, agent, cx, work, rounds).await
     }
@@ -1008,6 +1011,19 @@ fn ran_evidence(
 enum Step {
     Continue(Session),
     Stopped(Session),
+}
+
+/// `out` with the context's position in the workflow (the lineage extra `flow.at`), when
+/// it runs inside a `LoopUntil` or a `Parallel`: a session a crash cuts off then says which
+/// iteration and which branch it was (see [`crate::resume`]).
+fn at_position(out: Session, cx: &FlowContext) -> Session {
+    if cx.position().is_empty() {
+        return out;
+    }
+    out.with_extra(
+        crate::resume::POSITION_KEY,
+        Value::Array(cx.position().to_vec()),
+    )
 }
 
 fn cancelled(session: Session) -> FlowError {

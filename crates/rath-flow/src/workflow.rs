@@ -312,6 +312,19 @@ impl Sequence {
         self.steps.push(step);
         self
     }
+
+    /// The context step `i` runs in: inside a `LoopUntil` or a `Parallel`, one level deeper
+    /// at this step (so a loop cut off in it names the step); at the top, `cx` itself.
+    fn step_cx<'c>(&self, cx: &'c FlowContext, i: usize) -> std::borrow::Cow<'c, FlowContext> {
+        if cx.position().is_empty() {
+            std::borrow::Cow::Borrowed(cx)
+        } else {
+            std::borrow::Cow::Owned(cx.at(serde_json::json!({
+                "sequence": self.name,
+                "step": i,
+            })))
+        }
+    }
 }
 
 impl Workflow for Sequence {
@@ -329,14 +342,31 @@ impl Workflow for Sequence {
         Box::pin(async move {
             let key = resume::key("sequence", &self.name);
             let session = resume::restored(session);
-            let start = resume::marker(&session, &key)
-                .and_then(Value::as_u64)
-                .map(|i| i as usize)
-                .or_else(|| resume::cut_in(&session, &self.steps))
-                .unwrap_or(0);
             let mut s = session;
+            let mut start = resume::marker(&s, &key)
+                .and_then(Value::as_u64)
+                .map(|i| i as usize);
+            // Cut off by a crash inside a loop or a fan-out: the step its position names.
+            if start.is_none()
+                && let Some(f) = resume::found(&s, cx, |e| e["sequence"] == self.name.as_str())
+            {
+                let i = f.entry["step"].as_u64().unwrap_or(0) as usize;
+                let step = self.steps.get(i).ok_or_else(|| {
+                    FlowError::Config(format!("sequence {} has no step {i}", self.name))
+                })?;
+                if f.deeper || f.cut {
+                    s = self.step_cx(cx, i).forward(step.as_ref(), s).await?;
+                    if !s.pending().is_empty() {
+                        return Ok(resume::stopped(s, key, i as u64));
+                    }
+                }
+                start = Some(i + 1);
+            }
+            let start = start
+                .or_else(|| resume::cut_in(&s, &self.steps))
+                .unwrap_or(0);
             for (i, step) in self.steps.iter().enumerate().skip(start) {
-                s = cx.forward(step.as_ref(), s).await?;
+                s = self.step_cx(cx, i).forward(step.as_ref(), s).await?;
                 if !s.pending().is_empty() {
                     return Ok(resume::stopped(s, key, i as u64));
                 }
@@ -480,12 +510,14 @@ impl Parallel {
         let parent = session.stamper().clone();
         // Every fork is recorded, in declared order, before a branch runs; each branch
         // records into its own journal, joined back in declared order.
+        let entry = self.entry(&session);
         let forks: Vec<(FlowContext, Session)> = self
             .branches
             .iter()
-            .map(|_| {
+            .enumerate()
+            .map(|(i, _)| {
                 let fork = session.fork().with_stamper(branch_stamper(&parent));
-                (cx.branch(&fork), fork)
+                (cx.branch(&fork).at(at_branch(&entry, i)), fork)
             })
             .collect();
         let runs = self
@@ -568,6 +600,229 @@ impl Parallel {
     }
 }
 
+/// `entry` (a fan-out's position entry) for branch `i`.
+fn at_branch(entry: &Value, i: usize) -> Value {
+    let mut e = entry.clone();
+    e["branch"] = serde_json::json!(i);
+    e
+}
+
+impl Parallel {
+    /// The position entry of a fan-out of `input` (its `branch` set per branch): the input
+    /// it forked, its length (the prefix every branch starts with) and usage.
+    fn entry(&self, input: &Session) -> Value {
+        serde_json::json!({
+            "parallel": self.name,
+            "branch": 0,
+            "input": input.id().as_str(),
+            "prefix": input.len(),
+            "input_usage": input.usage(),
+            "input_agent_usage": input.agent_usage(),
+        })
+    }
+
+    /// Resumes a fan-out a crash cut off, from `cut`, a session one of its branches made
+    /// (`found`: where). The other branches come from the store the context's sink wrote
+    /// them to, each as far as it got: a branch that finished is kept as it is, one cut off
+    /// resumes there, one that left nothing runs from a fork of the input (rebuilt from
+    /// `cut`'s prefix and the position's usage); then the outputs merge as a fan-out's do.
+    async fn recover(
+        &self,
+        cut: Session,
+        found: resume::Found,
+        cx: &FlowContext,
+    ) -> Result<Session, FlowError> {
+        let entry = found.entry;
+        let (input, stored) = self.recovery_sources(&cut, &entry, cx).map_err(|e| {
+            let at = FailedAt::new(Some(&self.name), "recover");
+            fail_from(e, &cut, "Parallel.recover", at)
+        })?;
+        let parent = cut.stamper().clone();
+        let cut_branch = entry["branch"].as_u64().map(|b| b as usize);
+        let runs = self.branches.iter().enumerate().map(|(i, b)| {
+            let mut want = cx.position().to_vec();
+            want.push(at_branch(&entry, i));
+            let mine = (Some(i) == cut_branch).then_some(&cut);
+            let pick = pick_branch(&want, &stored, mine);
+            recover_branch(b, want, pick, &input, &parent, cx)
+        });
+        let results = futures::future::join_all(runs).await;
+        let mut outs: Vec<Branch> = Vec::with_capacity(self.branches.len());
+        let mut contexts = Vec::new();
+        for r in results {
+            let (out, bcx) = r?;
+            contexts.extend(bcx);
+            outs.push(Branch {
+                tag: out.id().to_string(),
+                stamper: out.stamper().state(),
+                out: out.with_stamper(parent.clone()),
+            });
+        }
+        cx.join(&contexts);
+        let base = (input.usage(), input.agent_usage().clone());
+        self.merge(&base, &input, &outs)
+    }
+
+    /// What a fan-out cut off resumes from: its input (rebuilt from `cut` and `entry`) and
+    /// the sessions of the context's sink's store that hold a position.
+    fn recovery_sources(
+        &self,
+        cut: &Session,
+        entry: &Value,
+        cx: &FlowContext,
+    ) -> Result<(Session, Vec<rath_persist::LoadedSession>), FlowError> {
+        let input = recovered_input(cut, entry)?;
+        match cx.sink().map(|sink| sink.stored(resume::POSITION_KEY)) {
+            Some(Ok(stored)) => Ok((input, stored)),
+            why => {
+                let why = match why {
+                    Some(Err(e)) => e.to_string(),
+                    _ => "no session sink in the context".to_owned(),
+                };
+                Err(FlowError::Config(format!(
+                    "parallel {}: a branch cut off by a crash resumes with its sibling branches, \
+                     which only the store they were written to holds: forward the session \
+                     through the workflow's persist_to (or with_sink) layer ({why})",
+                    self.name
+                )))
+            }
+        }
+    }
+}
+
+/// One branch of a fan-out resuming after a crash: `pick` (what it left, and whether that
+/// was cut off), else a fork of `input`; forwarded through `branch` at position `want` (its
+/// last entry this branch's), unless it is the branch's own finished output. The output,
+/// and the branch's context when one ran.
+async fn recover_branch(
+    branch: &SharedWorkflow,
+    want: Vec<Value>,
+    pick: Option<(Session, bool)>,
+    input: &Session,
+    parent: &Stamper,
+    cx: &FlowContext,
+) -> Result<(Session, Option<FlowContext>), FlowError> {
+    let entry = want.last().cloned().unwrap_or(Value::Null);
+    // A branch's chunks begin with the input's: shared again, so the merge keeps them
+    // once, as a fan-out's merge does.
+    let pick = match pick {
+        Some((s, cut)) => Some((on_input(resume::with_evidence_usage(s), input)?, cut)),
+        None => None,
+    };
+    let (bcx, start) = match pick {
+        // Finished, and made by the branch itself: its output.
+        Some((s, false)) if resume::position_of(&s).len() == want.len() => {
+            cx.record(&s);
+            return Ok((s, None));
+        }
+        Some((s, cut)) => (cx.branch(&s).at(entry).recovering(s.id(), cut), s),
+        None => {
+            let fork = input.fork();
+            (cx.branch(&fork).at(entry), fork)
+        }
+    };
+    let out = bcx
+        .forward(branch.as_ref(), start.with_stamper(branch_stamper(parent)))
+        .await?;
+    Ok((out, Some(bcx)))
+}
+
+/// The input of a fan-out a crash cut off, rebuilt from a branch's session `cut` (the
+/// input's chunks are its first `prefix`) and the fan-out's position `entry` (the input's
+/// id and usage).
+fn recovered_input(cut: &Session, entry: &Value) -> Result<Session, FlowError> {
+    let bad = |what: &str| FlowError::Config(format!("the fan-out position is malformed: {what}"));
+    let id = entry["input"].as_str().ok_or_else(|| bad("input"))?;
+    let prefix = entry["prefix"]
+        .as_u64()
+        .map(|p| p as usize)
+        .filter(|p| *p <= cut.len())
+        .ok_or_else(|| bad("prefix"))?;
+    let usage = serde_json::from_value(entry["input_usage"].clone()).map_err(|_| bad("usage"))?;
+    let agent_usage = serde_json::from_value(entry["input_agent_usage"].clone())
+        .map_err(|_| bad("agent usage"))?;
+    let parts = rath_session::SessionParts {
+        id: rath_session::SessionId::new(id),
+        created_at: cut.created_at(),
+        lineage: rath_session::Lineage::new(
+            Vec::new(),
+            "Parallel.recover",
+            rath_session::LineageKind::OpAnnotate,
+        ),
+        chunks: cut.chunks().range(..prefix),
+        usage,
+        agent_usage,
+        placement: cut.placement().clone(),
+        pending: Vec::new(),
+    };
+    Ok(Session::from_parts(parts, cut.stamper().clone()))
+}
+
+/// `s` (a branch's session) with its first chunks, the fan-out input's, shared with
+/// `input` (the same chunks, by value, are required).
+fn on_input(s: Session, input: &Session) -> Result<Session, FlowError> {
+    let n = input.len();
+    let same = s.len() >= n
+        && input
+            .chunks()
+            .iter()
+            .zip(s.chunks().iter())
+            .all(|(a, b)| a == b);
+    if !same {
+        return Err(FlowError::Config(format!(
+            "session {} does not start with the chunks of the fan-out's input {}",
+            s.id(),
+            input.id()
+        )));
+    }
+    let mut chunks = input.chunks().clone();
+    chunks.append(s.chunks().range(n..));
+    Ok(s.with_chunks(chunks))
+}
+
+/// What branch `want` (a position: the fan-out's and this branch's entry last) left, from
+/// the sessions of the store (and `cut`, the session the resume started from, when it is
+/// this branch's): a session cut off (the given one first), else the last finished one no
+/// other of the branch's continues; `None` when the branch left nothing. The flag says
+/// whether it was cut off.
+fn pick_branch(
+    want: &[Value],
+    stored: &[rath_persist::LoadedSession],
+    cut: Option<&Session>,
+) -> Option<(Session, bool)> {
+    let mut mine: Vec<(Session, bool)> = Vec::new();
+    if let Some(c) = cut {
+        mine.push((c.clone(), true));
+    }
+    for l in stored {
+        let s = &l.session;
+        let at = resume::position_of(s);
+        if at.len() >= want.len()
+            && at[..want.len()] == *want
+            && !mine.iter().any(|(m, _)| m.id() == s.id())
+        {
+            // Finished: closed, and ending in the model's answer (a store that closes every
+            // write, SQL, holds a loop cut before its first reply as closed too).
+            let answered = s.conversation().last().is_some_and(|c| {
+                matches!(c.body(), ChunkBody::Assistant(_)) && c.tool_calls().is_empty()
+            });
+            let cut = !l.closed || !answered || !s.unanswered_tool_calls().is_empty();
+            mine.push((s.clone(), cut));
+        }
+    }
+    if let Some(c) = mine.iter().find(|(_, cut)| *cut) {
+        return Some(c.clone());
+    }
+    let parents: std::collections::HashSet<&rath_session::SessionId> = mine
+        .iter()
+        .flat_map(|(s, _)| s.lineage().parents.iter())
+        .collect();
+    mine.iter()
+        .filter(|(s, _)| !parents.contains(s.id()))
+        .max_by_key(|(s, _)| s.created_at())
+        .cloned()
+}
+
 impl Workflow for Parallel {
     fn name(&self) -> &str {
         &self.name
@@ -585,8 +840,13 @@ impl Workflow for Parallel {
                 return Ok(session);
             }
             let session = resume::restored(session);
-            match resume::marker(&session, &resume::key("parallel", &self.name)).cloned() {
-                Some(marker) => self.resume(session, marker, cx).await,
+            if let Some(marker) =
+                resume::marker(&session, &resume::key("parallel", &self.name)).cloned()
+            {
+                return self.resume(session, marker, cx).await;
+            }
+            match resume::found(&session, cx, |e| e["parallel"] == self.name.as_str()) {
+                Some(f) => self.recover(session, f, cx).await,
                 None => self.fan_out(session, cx).await,
             }
         })
@@ -649,6 +909,11 @@ impl LoopUntil {
         self.description = description.into();
         self
     }
+
+    /// The context iteration `i` runs in: one level deeper, at this iteration.
+    fn at(&self, cx: &FlowContext, i: usize) -> FlowContext {
+        cx.at(serde_json::json!({"loop": self.name, "iteration": i}))
+    }
 }
 
 impl Workflow for LoopUntil {
@@ -666,12 +931,27 @@ impl Workflow for LoopUntil {
         Box::pin(async move {
             let key = resume::key("loop", &self.name);
             let session = resume::restored(session);
-            let start = resume::marker(&session, &key)
-                .and_then(Value::as_u64)
-                .unwrap_or(0) as usize;
             let mut s = session;
+            let marker = resume::marker(&s, &key).and_then(Value::as_u64);
+            let mut start = marker.unwrap_or(0) as usize;
+            // Cut off by a crash: the iteration its position names, then the rest.
+            if marker.is_none()
+                && let Some(f) = resume::found(&s, cx, |e| e["loop"] == self.name.as_str())
+            {
+                let i = f.entry["iteration"].as_u64().unwrap_or(0) as usize;
+                if f.deeper || f.cut {
+                    s = self.at(cx, i).forward(self.body.as_ref(), s).await?;
+                    if !s.pending().is_empty() {
+                        return Ok(resume::stopped(s, key, i as u64));
+                    }
+                }
+                if (self.until)(&s) {
+                    return Ok(s);
+                }
+                start = i + 1;
+            }
             for i in start..self.max_iterations {
-                s = cx.forward(self.body.as_ref(), s).await?;
+                s = self.at(cx, i).forward(self.body.as_ref(), s).await?;
                 if !s.pending().is_empty() {
                     return Ok(resume::stopped(s, key, i as u64));
                 }

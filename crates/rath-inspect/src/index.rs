@@ -190,9 +190,14 @@ pub struct FileFacts {
 }
 
 impl FileFacts {
-    /// Conversation plus evidence chunks.
+    /// Conversation plus evidence chunks (see [`crate::ChunkCounts`]).
     pub fn chunks(&self) -> usize {
-        (self.conversation + self.evidence) as usize
+        usize::try_from(self.counts().total).unwrap_or(usize::MAX)
+    }
+
+    /// The file's chunk counts, as every command shows them.
+    pub fn counts(&self) -> crate::ChunkCounts {
+        crate::ChunkCounts::new(self.conversation, self.evidence)
     }
 
     /// True for a `__partial__` file without a trailer.

@@ -67,8 +67,11 @@ pub struct StoreView {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum SessionStatus {
-    /// The run stopped on an error: the session's last chunk is a `run_failure` (however the
-    /// file ended).
+    /// The run was cancelled (by its caller, a signal or an operator): the session's last
+    /// chunk is a `run_failure` of kind `cancelled` (however the file ended).
+    Cancelled,
+    /// The run stopped on an error: the session's last chunk is a `run_failure` of any other
+    /// kind (however the file ended).
     Failed,
     /// The writer closed it (it has a trailer).
     Closed,
@@ -89,10 +92,13 @@ impl SessionStatus {
         )
     }
 
-    /// The rule itself: `failed` when the last chunk is a failure, else `closed` (a trailer),
-    /// `crashed` (a `__partial__` file without one: the writer died) or `open`.
+    /// The rule itself: `cancelled` when the last chunk records a cancellation, `failed`
+    /// when it records any other failure, else `closed` (a trailer), `crashed` (a
+    /// `__partial__` file without one: the writer died) or `open`.
     pub fn from_flags(closed: bool, crashed: bool, failure: Option<&RunFailure>) -> Self {
-        if failure.is_some() {
+        if failure.is_some_and(RunFailure::is_cancellation) {
+            SessionStatus::Cancelled
+        } else if failure.is_some() {
             SessionStatus::Failed
         } else if closed {
             SessionStatus::Closed
@@ -103,9 +109,11 @@ impl SessionStatus {
         }
     }
 
-    /// The one-word form (`failed`, `closed`, `crashed`, `open`), as in `rath sessions`.
+    /// The one-word form (`cancelled`, `failed`, `closed`, `crashed`, `open`), as in `rath
+    /// sessions`.
     pub fn as_str(self) -> &'static str {
         match self {
+            SessionStatus::Cancelled => "cancelled",
             SessionStatus::Failed => "failed",
             SessionStatus::Closed => "closed",
             SessionStatus::Crashed => "crashed",
@@ -132,6 +140,64 @@ impl SessionStatus {
 impl PartialEq<&str> for SessionStatus {
     fn eq(&self, other: &&str) -> bool {
         self.as_str() == *other
+    }
+}
+
+/// How many chunks a session holds: the one count every command shows for it.
+///
+/// A session's **chunks** are all of them, conversation and evidence alike: what `rath show`
+/// numbers `[0]` to `[N-1]` and pages through with `--from`/`--limit`. `rath sessions`
+/// (`CHUNKS`, with `EVIDENCE` the part of them that is evidence), `rath show` (`chunks N (C
+/// conversation, E evidence)`), `rath lineage`'s tree, `rath verify` and `rath view` all
+/// show this `N` (the lineage export's `chunk_count` field alone keeps Python OpenRath's
+/// meaning, the conversation chunks, since Python reads it).
+///
+/// ```
+/// use rath_inspect::ChunkCounts;
+/// use rath_session::{Chunk, Session, Stamper};
+///
+/// let s = Session::user_with("hi", Stamper::counter()).push(Chunk::assistant_text("hello"));
+/// let n = ChunkCounts::of(&s);
+/// assert_eq!((n.total, n.conversation, n.evidence), (2, 2, 0));
+/// assert_eq!(n.describe(), "2 (2 conversation, 0 evidence)");
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ChunkCounts {
+    /// Every chunk: conversation and evidence.
+    pub total: u64,
+    /// Conversation chunks (what a model sees).
+    pub conversation: u64,
+    /// Evidence chunks (what a model never sees: model calls, tool evidence, decisions...).
+    pub evidence: u64,
+}
+
+impl ChunkCounts {
+    /// The counts of a session with `conversation` conversation and `evidence` evidence
+    /// chunks.
+    pub fn new(conversation: u64, evidence: u64) -> Self {
+        Self {
+            total: conversation.saturating_add(evidence),
+            conversation,
+            evidence,
+        }
+    }
+
+    /// The counts of a session in memory.
+    pub fn of(session: &rath_session::Session) -> Self {
+        let conversation = session.conversation_len() as u64;
+        Self::new(
+            conversation,
+            (session.len() as u64).saturating_sub(conversation),
+        )
+    }
+
+    /// `N (C conversation, E evidence)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} ({} conversation, {} evidence)",
+            self.total, self.conversation, self.evidence
+        )
     }
 }
 
@@ -181,15 +247,18 @@ pub struct SessionRow {
     pub operator: String,
     /// Lineage kind.
     pub kind: String,
-    /// Conversation chunks.
+    /// Chunks, conversation and evidence (see [`ChunkCounts`]).
     pub chunks: u64,
-    /// Evidence chunks.
+    /// Of those, conversation chunks.
+    pub conversation: u64,
+    /// Of those, evidence chunks.
     pub evidence: u64,
     /// See [`SessionStatus`].
     pub status: SessionStatus,
     /// Cumulative usage from the trailer.
     pub usage: Option<Usage>,
-    /// Why the run failed, one line (see [`failure_text`]), when the status is `failed`.
+    /// Why the run failed or was cancelled, one line (see [`failure_text`]), when the status
+    /// is `failed` or `cancelled`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
 }
@@ -203,7 +272,8 @@ impl SessionRow {
             parents: f.lineage.parents.to_vec(),
             operator: f.lineage.operator.to_string(),
             kind: f.lineage.kind.as_str().to_owned(),
-            chunks: f.conversation,
+            chunks: f.counts().total,
+            conversation: f.conversation,
             evidence: f.evidence,
             status: SessionStatus::of(f.closed, &f.file, f.failure.as_ref()),
             usage: f.usage,
@@ -250,7 +320,7 @@ impl SessionListing {
         let mut out = render_table(&table, &[4, 5]);
         for r in &self.rows {
             if let Some(f) = &r.failure {
-                out.push_str(&format!("failed {}: {f}\n", r.id));
+                out.push_str(&format!("{} {}: {f}\n", r.status.as_str(), r.id));
             }
         }
         out.push_str(&format!("{} sessions", self.rows.len()));
@@ -277,6 +347,10 @@ pub struct LineageListing {
     pub rows: Vec<rath_persist::LineageRow>,
     /// One entry per file left out.
     pub warnings: Vec<FileWarning>,
+    /// Each session's chunk counts, for the tree (a row's `chunk_count` is Python's, the
+    /// conversation alone).
+    #[serde(skip)]
+    pub counts: std::collections::HashMap<SessionId, ChunkCounts>,
 }
 
 /// How [`LineageListing::render`] prints the rows (`rath lineage --format`).
@@ -299,7 +373,7 @@ impl LineageListing {
     pub fn render(&self, format: LineageFormat) -> String {
         let rows = &self.rows;
         match format {
-            LineageFormat::Tree => lineage_tree(rows),
+            LineageFormat::Tree => lineage_tree(rows, &self.counts),
             LineageFormat::Jsonl => rath_persist::export_jsonl_string(rows),
             LineageFormat::Dot => rath_persist::to_dot(rows),
             LineageFormat::Mermaid => rath_persist::to_mermaid(rows),
@@ -504,6 +578,65 @@ impl StoreView {
         Ok(rath_persist::load_file(&file.path)?)
     }
 
+    /// Sessions loaded whole, from any kind of store: every readable one, or with `id`, that
+    /// session and every ancestor the store holds (so its trace is whole); and the files
+    /// left out because they do not load. What `rath export otel` exports: the same
+    /// sessions give the same result whether a JSONL directory, SQLite or PostgreSQL holds
+    /// them. Crashed (partial) files are read like closed ones. Sorted by id.
+    pub fn load_with_ancestors(
+        &self,
+        id: Option<&SessionId>,
+    ) -> Result<(Vec<LoadedSession>, Vec<FileWarning>), InspectError> {
+        let index = self.index()?;
+        let mut warnings = index.warnings.clone();
+        let mut out = Vec::new();
+        let load = |f: &StoredFile, warnings: &mut Vec<FileWarning>| {
+            let loaded = match &self.db {
+                Some(db) => db.load(&f.id),
+                None => rath_persist::load_file(&f.path).map_err(InspectError::from),
+            };
+            match loaded {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    warnings.push(FileWarning::unreadable_text(f.file.clone(), e.to_string()));
+                    None
+                }
+            }
+        };
+        match id {
+            None => {
+                for f in &index.files {
+                    out.extend(load(f, &mut warnings));
+                }
+            }
+            Some(id) => {
+                if index.get(id).is_none() {
+                    return Err(InspectError::UnknownSession {
+                        id: id.to_string(),
+                        dir: self.dir().to_path_buf(),
+                        unreadable: index.unreadable(),
+                    });
+                }
+                let mut wanted = vec![id.clone()];
+                let mut seen = std::collections::HashSet::new();
+                while let Some(next) = wanted.pop() {
+                    if !seen.insert(next.clone()) {
+                        continue;
+                    }
+                    let Some(f) = index.get(&next) else {
+                        continue; // a parent the store does not hold: linked by id only
+                    };
+                    if let Some(l) = load(f, &mut warnings) {
+                        wanted.extend(l.session.lineage().parents.iter().cloned());
+                        out.push(l);
+                    }
+                }
+            }
+        }
+        out.sort_by(|a, b| a.session.id().as_str().cmp(b.session.id().as_str()));
+        Ok((out, warnings))
+    }
+
     /// The transcript of one session, in full.
     pub fn transcript(&self, id: &SessionId) -> Result<Transcript, InspectError> {
         Ok(Transcript::new(&self.load(id)?))
@@ -513,15 +646,22 @@ impl StoreView {
     /// left out.
     pub fn lineage(&self) -> Result<LineageListing, InspectError> {
         if let Some(db) = &self.db {
+            let counts = db
+                .list()?
+                .into_iter()
+                .map(|s| (s.id, ChunkCounts::new(s.chunk_count, s.evidence_count)))
+                .collect();
             return Ok(LineageListing {
                 rows: db.lineage_rows()?,
                 warnings: Vec::new(),
+                counts,
             });
         }
         let (facts, warnings) = self.facts()?;
         Ok(LineageListing {
             rows: facts.iter().map(lineage_row).collect(),
             warnings,
+            counts: facts.iter().map(|f| (f.id.clone(), f.counts())).collect(),
         })
     }
 

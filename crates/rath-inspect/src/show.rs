@@ -235,7 +235,12 @@ impl Transcript {
         let status = SessionStatus::describe(self.closed, self.closed_at.as_deref());
         let _ = writeln!(o, "created   {}; {status}", self.created_at);
         if let Some(f) = &self.failure {
-            let _ = writeln!(o, "FAILED    {}", failure_text(f));
+            let head = if f.is_cancellation() {
+                "CANCELLED"
+            } else {
+                "FAILED   "
+            };
+            let _ = writeln!(o, "{head} {}", failure_text(f));
             for a in &f.attempts {
                 let _ = writeln!(o, "  attempt {}: {}", a.attempt, a.error);
             }
@@ -273,13 +278,7 @@ impl Transcript {
         for p in &self.pending {
             let _ = writeln!(o, "pending   {p}");
         }
-        let _ = writeln!(
-            o,
-            "chunks    {} ({} conversation, {} evidence)",
-            self.chunk_count,
-            self.conversation_count,
-            self.chunk_count - self.conversation_count.min(self.chunk_count)
-        );
+        let _ = writeln!(o, "chunks    {}", self.counts().describe());
         if self.is_paged() {
             let _ = if self.from == self.to {
                 writeln!(o, "shown     none of the {} chunks", self.chunk_count)
@@ -295,6 +294,16 @@ impl Transcript {
         }
         o.push('\n');
         o
+    }
+
+    /// The session's chunk counts (see [`crate::ChunkCounts`]): `chunk_count` in all,
+    /// `conversation_count` of them conversation.
+    pub fn counts(&self) -> crate::ChunkCounts {
+        let conversation = self.conversation_count.min(self.chunk_count);
+        crate::ChunkCounts::new(
+            conversation as u64,
+            (self.chunk_count - conversation) as u64,
+        )
     }
 
     /// After the chunks: how to see the rest, when a page stopped before the end.

@@ -17,7 +17,10 @@ pub const MAX_TREE_DEPTH: usize = 24;
 /// the left margin, in row order. A session with more parents (a merge) names the others as
 /// `+ also <id>`; a parent outside `rows` is named `(parent <id> not in store)`. Indentation
 /// stops growing at [`MAX_TREE_DEPTH`] levels (see there). `rows` should hold one row per id
-/// ([`super::StoreView::lineage`] gives that); a repeated id is drawn once.
+/// ([`super::StoreView::lineage`] gives that); a repeated id is drawn once. Each line says
+/// the session's chunks as `counts` has them ([`super::ChunkCounts::total`], conversation
+/// and evidence); a session missing from `counts` is taken to hold what its row says (the
+/// row's `chunk_count`, conversation chunks alone).
 ///
 /// ```
 /// use rath_inspect::lineage_tree;
@@ -28,12 +31,15 @@ pub const MAX_TREE_DEPTH: usize = 24;
 /// let (a, b) = (root.fork(), root.fork());
 /// let m = a.merge(&b)?;
 /// let rows: Vec<_> = [&root, &a, &b, &m].into_iter().map(LineageRow::from_session).collect();
-/// let tree = lineage_tree(&rows);
+/// let tree = lineage_tree(&rows, &Default::default());
 /// assert_eq!(tree.lines().count(), 4);
 /// assert!(tree.contains("│   └── "), "{tree}");
 /// # Ok::<(), rath_session::SessionError>(())
 /// ```
-pub fn lineage_tree(rows: &[LineageRow]) -> String {
+pub fn lineage_tree(
+    rows: &[LineageRow],
+    counts: &HashMap<SessionId, super::ChunkCounts>,
+) -> String {
     let mut first: HashMap<&SessionId, usize> = HashMap::new();
     for (i, r) in rows.iter().enumerate() {
         first.entry(&r.id).or_insert(i);
@@ -60,12 +66,12 @@ pub fn lineage_tree(rows: &[LineageRow]) -> String {
         .filter(|i| first.get(&rows[*i].id) != Some(i))
         .collect();
     for &i in &roots {
-        walk(rows, &children, &known, i, &mut seen, &mut out);
+        walk(rows, &children, &known, counts, i, &mut seen, &mut out);
     }
     // Sessions only reachable through a cycle (a hand-edited store) are still listed.
     for i in 0..rows.len() {
         if !seen.contains(&i) {
-            walk(rows, &children, &known, i, &mut seen, &mut out);
+            walk(rows, &children, &known, counts, i, &mut seen, &mut out);
         }
     }
     out
@@ -77,6 +83,7 @@ fn walk(
     rows: &[LineageRow],
     children: &HashMap<&SessionId, Vec<usize>>,
     known: &HashSet<&SessionId>,
+    counts: &HashMap<SessionId, super::ChunkCounts>,
     top: usize,
     seen: &mut HashSet<usize>,
     out: &mut String,
@@ -88,6 +95,7 @@ fn walk(
             continue;
         }
         let r = &rows[i];
+        let chunks = counts.get(&r.id).map_or(r.chunk_count, |c| c.total);
         let (branch, child_prefix) = match last {
             None => (String::new(), String::new()),
             Some(true) => (format!("{prefix}└── "), format!("{prefix}    ")),
@@ -110,8 +118,8 @@ fn walk(
             r.id,
             r.lineage_operator,
             r.lineage_kind.as_str(),
-            r.chunk_count,
-            if r.chunk_count == 1 { "" } else { "s" },
+            chunks,
+            if chunks == 1 { "" } else { "s" },
             usage_text(r.cumulative_usage)
         );
         let mut first_known = true;
@@ -164,8 +172,8 @@ mod tests {
 
     #[test]
     fn a_deep_chain_gives_output_linear_in_its_length() {
-        let small = lineage_tree(&chain(1_000));
-        let big = lineage_tree(&chain(10_000));
+        let small = lineage_tree(&chain(1_000), &HashMap::new());
+        let big = lineage_tree(&chain(10_000), &HashMap::new());
         assert_eq!(big.lines().count(), 10_000);
         let longest = big.lines().map(|l| l.chars().count()).max().unwrap_or(0);
         assert!(
@@ -188,6 +196,6 @@ mod tests {
     fn a_repeated_id_is_drawn_once() {
         let mut rows = chain(3);
         rows.push(rows[1].clone());
-        assert_eq!(lineage_tree(&rows).lines().count(), 3);
+        assert_eq!(lineage_tree(&rows, &HashMap::new()).lines().count(), 3);
     }
 }

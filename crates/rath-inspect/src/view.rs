@@ -230,17 +230,16 @@ fn render_transcripts(all: &[Transcript], options: &ViewOptions) -> String {
 fn session_list(o: &mut String, ts: &[&Transcript]) {
     o.push_str("<section id=\"list\"><h2>Sessions</h2>\n<table>\n<thead><tr><th>id</th><th>created</th><th>operator</th><th>kind</th><th>chunks</th><th>status</th><th>usage</th></tr></thead>\n<tbody>\n");
     for t in ts {
-        let conv = t.conversation_count;
         let status = t.status.as_str();
         let _ = writeln!(
             o,
-            "<tr class=\"row\" data-session-id=\"{}\"><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{conv} + {} evidence</td><td>{status}</td><td>{}</td></tr>",
+            "<tr class=\"row\" data-session-id=\"{}\"><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{status}</td><td>{}</td></tr>",
             esc(t.id.as_str()),
             esc(t.id.as_str()),
             esc(&t.created_at),
             esc(&t.operator),
             esc(&t.kind),
-            t.chunk_count.saturating_sub(conv),
+            t.counts().describe(),
             esc(&usage_text(t.usage)),
         );
     }
@@ -451,7 +450,11 @@ fn panel(o: &mut String, i: usize, t: &Transcript, ts: &[&Transcript], keep: usi
     fact("created", format!("{}; {status}", esc(&t.created_at)));
     if let Some(f) = &t.failure {
         fact(
-            "failed",
+            if f.is_cancellation() {
+                "cancelled"
+            } else {
+                "failed"
+            },
             format!("<strong>{}</strong>", esc(&crate::failure_text(f))),
         );
     }

@@ -105,9 +105,10 @@ impl SpanSink for SpanBuffer {
     }
 }
 
-/// Loads the sessions of `store` to export: all of them, or with `id`, that session and
-/// every ancestor stored with it (so its trace is whole). Crashed partial files are read
-/// like closed ones.
+/// Loads the sessions of the JSONL directory `store` to export: all of them, or with `id`,
+/// that session and every ancestor stored with it (so its trace is whole). Crashed partial
+/// files are read like closed ones. (`rath export otel` reads any kind of store, SQLite and
+/// PostgreSQL too, through `rath_inspect::StoreView::load_with_ancestors`.)
 pub fn load_for_export(
     store: &rath_persist::Store,
     id: Option<&str>,

@@ -307,9 +307,12 @@ fn check_durable_run(spans: &[ProtoSpan], id: &RunId, input: &Session) {
             attr_int(&write.attributes, conv::RATH_STORE_FENCE_TOKEN),
             Some(token)
         );
-        assert_eq!(
-            attr_int(&write.attributes, conv::RATH_STORE_WRITES),
-            Some(1)
+        // The output, in one batch with its agent's system session (every parent a stored
+        // session names is stored) unless the live writer stored that one first: timing.
+        let writes = attr_int(&write.attributes, conv::RATH_STORE_WRITES);
+        assert!(
+            matches!(writes, Some(1 | 2)),
+            "one final write of the output (and its system session): {writes:?}"
         );
         // The worker's live writes stored the chunks as the session grew, and a run that
         // ends well leaves what the live writer had not yet stored (its output, or nothing

@@ -473,6 +473,10 @@ pub struct RunScope {
     barrier: Arc<Barrier>,
 }
 
+/// The suffix of a journal step that records when an execution started (`<segment>@clock`;
+/// a model call's step is `<segment>/<agent>`, so the two never meet).
+pub const CLOCK_STEP: &str = "@clock";
+
 /// Tool calls one scope may have dispatched at once (far above any workflow's fan-out).
 const INFLIGHT: u32 = 1 << 20;
 
@@ -525,6 +529,38 @@ impl RunScope {
     /// The run.
     pub fn run(&self) -> &RunId {
         &self.lease.run
+    }
+
+    /// When this execution of the run first ran (ms since the Unix epoch), the time its
+    /// sessions carry: on the first execution of this segment and attempt (`failures`, the
+    /// run's failed attempts so far), `now`, recorded in the journal (step
+    /// `<segment>@clock`, position `failures`; handed to the committer behind the run's
+    /// other writes, so nothing stored with this time commits before it); on a
+    /// re-execution (after a crash, a hand-back, a lost lease) the time recorded then, so
+    /// the run mints the same ids and times again.
+    pub fn started_at(&self, failures: i64, now: i64) -> i64 {
+        let step = format!("{}{CLOCK_STEP}", self.segment);
+        let mut s = self.lock();
+        let recorded = s
+            .journal
+            .get(&(step.clone(), failures))
+            .and_then(|e| serde_json::from_str::<Value>(&e.payload).ok())
+            .and_then(|v| v.get("started_ms").and_then(Value::as_i64));
+        if let Some(t) = recorded {
+            return t;
+        }
+        let entry = JournalEntry {
+            step,
+            seq: failures,
+            request_hash: String::new(),
+            payload: serde_json::json!({ "started_ms": now }).to_string(),
+            token: self.lease.token,
+        };
+        s.journal
+            .insert((entry.step.clone(), entry.seq), entry.clone());
+        drop(s);
+        self.store.record_behind(&self.lease, entry, &self.barrier);
+        now
     }
 
     /// The lease this scope's writes carry.

@@ -51,6 +51,7 @@
 #![warn(missing_docs)]
 
 pub mod bundled;
+mod cancel;
 mod canon;
 mod clock;
 mod error;
@@ -74,7 +75,7 @@ pub use clock::RunClock;
 pub use error::RuntimeError;
 pub use events::EventSubscription;
 pub use journal::{
-    CallInfo, JournaledProvider, JournaledTool, RunScope, current_call, idempotency_key,
+    CLOCK_STEP, CallInfo, JournaledProvider, JournaledTool, RunScope, current_call, idempotency_key,
 };
 pub use model::{
     Effect, EffectState, Lease, RetryPolicy, Run, RunEvent, RunId, RunOptions, RunStatus,
@@ -85,7 +86,7 @@ pub use store::{
     JournalEntry, MAX_LEASE, MIGRATIONS, PG_MIGRATIONS, Resolution, RunStore, SCHEMA_VERSION,
     Transition, now_ms,
 };
-pub use worker::{Outcome, Worker, WorkerOptions};
+pub use worker::{Outcome, SESSION_CLOCK_STEP_MICROS, Worker, WorkerOptions};
 
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))

@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use rath_flow::{CancellationToken, FlowError, SessionSink};
-use rath_persist::{Fence, PersistError, SessionStore, Write, WriteBatch};
+use rath_persist::{Fence, LineageJournal, PersistError, SessionStore, Write, WriteBatch};
 use rath_session::{ChunkKind, Session, SessionId, Stamper};
 use tokio::sync::mpsc;
 
@@ -108,17 +108,26 @@ impl SessionSink for LiveSink {
     }
 }
 
+/// What the writer of one claim knows of the sessions it may write.
+pub(crate) struct Claimed {
+    /// The session the claim was handed (stored, as is everything it descends from).
+    pub input: SessionId,
+    /// The run's first claim: every session the writer writes but `input` was minted by
+    /// the claim, so stored by nobody yet (its first write is an append to nothing, not a
+    /// lookup of its length and an append).
+    pub fresh: bool,
+    /// The claim's lineage journal: before a session's first write, the sessions it
+    /// descends from are written from it (a parent a stored session names is stored).
+    pub journal: LineageJournal,
+}
+
 /// Starts the writer for one claim: the sink for the workflow's context, and the task to
 /// await (after [`LiveSink::close`]) for what it wrote.
-///
-/// `fresh`: on a run's first claim, the session it was handed; every other session it
-/// writes was minted by the claim, so stored by nobody yet (its first write is an append
-/// to nothing, not a lookup of its length and an append).
 pub(crate) fn start(
     sessions: Arc<dyn SessionStore>,
     runs: RunStore,
     lease: Lease,
-    fresh: Option<SessionId>,
+    claimed: Claimed,
     barrier: Arc<Barrier>,
     stopping: CancellationToken,
 ) -> (Arc<LiveSink>, tokio::task::JoinHandle<LiveReport>) {
@@ -131,7 +140,9 @@ pub(crate) fn start(
         sessions,
         runs,
         lease,
-        fresh,
+        fresh: claimed.fresh.then(|| claimed.input.clone()),
+        input: claimed.input,
+        journal: claimed.journal,
         barrier,
         stored: HashMap::new(),
         report: LiveReport::default(),
@@ -148,14 +159,17 @@ pub(crate) fn start(
 }
 
 /// `s` as the runtime hands it to the session store: with a stamper of its own, fresh for
-/// every write. The store stamps a session's stored times (its header's `created_at`, which
-/// a load returns as the session's, and the trailer's `closed_at`) from the session's
-/// stamper. Drawing them from the run's would mint from the run's own ids and times, and
-/// give a stored session a `created_at` that depends on which write created its row (this
-/// writer, or the worker's final persist when the run ended before this writer got to it):
-/// timing. A fixed stamper per run gives every write the same times.
+/// every write, whose clock reads the session's own `created_at` (from the run's stamper:
+/// when the run's execution first ran) every time. The store stamps a session's stored
+/// times (its header's `created_at`, which a load returns as the session's, and the
+/// trailer's `closed_at`) from the session's stamper. Drawing them from the run's would
+/// take readings of the run's own clock, and give a stored session times that depend on
+/// which write created its row (this writer, or the worker's final persist when the run
+/// ended before this writer got to it): timing. This gives every write the same times, the
+/// ones a re-execution of the run makes again.
 pub(crate) fn for_store(s: &Session, run: &crate::RunId) -> Session {
-    s.clone().with_stamper(Stamper::seeded(run.seed()))
+    s.clone()
+        .with_stamper(Stamper::seeded_at(run.seed(), s.created_at(), 0))
 }
 
 /// Writes one session write of the run `lease` holds: fenced with the lease's token where
@@ -167,7 +181,21 @@ pub(crate) async fn write_held(
     lease: &Lease,
     write: Write<'_>,
 ) -> Result<(), RuntimeError> {
-    let mut batch = WriteBatch::new().with(write);
+    write_all_held(sessions, runs, lease, vec![write]).await
+}
+
+/// [`write_held`] for several writes in one batch (one transaction where the session store
+/// has them).
+pub(crate) async fn write_all_held(
+    sessions: &dyn SessionStore,
+    runs: &RunStore,
+    lease: &Lease,
+    writes: Vec<Write<'_>>,
+) -> Result<(), RuntimeError> {
+    let mut batch = WriteBatch::new();
+    for w in writes {
+        batch = batch.with(w);
+    }
     if sessions.capabilities().fencing {
         let token = u64::try_from(lease.token).unwrap_or(0);
         batch = batch.fenced(Fence::new(lease.run.as_str(), token));
@@ -183,8 +211,12 @@ struct Writer {
     sessions: Arc<dyn SessionStore>,
     runs: RunStore,
     lease: Lease,
-    /// See [`start`].
+    /// On a run's first claim, the session it was handed (see [`Claimed::fresh`]).
     fresh: Option<SessionId>,
+    /// See [`Claimed::input`].
+    input: SessionId,
+    /// See [`Claimed::journal`].
+    journal: LineageJournal,
     /// The run's journal writes: a session version is stored only once what it shows of
     /// the journal (the replies and answers in it) is committed.
     barrier: Arc<Barrier>,
@@ -263,6 +295,22 @@ impl Writer {
     }
 
     async fn write(&mut self, s: &Session) -> Result<(), RuntimeError> {
+        if !self.stored.contains_key(s.id()) {
+            // Its first write: what it descends from goes first, so no stored session
+            // names a parent the store lacks.
+            for a in crate::worker::ancestors(&self.journal, s, self.input.as_str()) {
+                if !self.stored.contains_key(a.id()) {
+                    self.write_one(&a, false).await?;
+                }
+            }
+        }
+        self.write_one(s, true).await
+    }
+
+    /// Writes `s` as [`Writer::write`] does, without its ancestors; `announce`: its first
+    /// write adds a `session` event to the run's stream (a session the run works on, not
+    /// one written as an ancestor).
+    async fn write_one(&mut self, s: &Session, announce: bool) -> Result<(), RuntimeError> {
         // `guessed`: taken for unstored because the claim minted it (see `start`).
         let (known, guessed) = match self.stored.get(s.id()) {
             Some(None) => return Ok(()),
@@ -270,18 +318,23 @@ impl Writer {
             None if self.fresh.as_ref().is_some_and(|handed| handed != s.id()) => (0, true),
             None => (self.sessions.stored_len(s.id()).await?.unwrap_or(0), false),
         };
-        match self.append(s, known).await {
+        match self.append(s, known, announce).await {
             // Guessed and stored after all (a workflow writing a session it did not mint):
             // written again after asking the store.
             Err(RuntimeError::Persist(PersistError::Conflict { .. })) if guessed => {
                 let known = self.sessions.stored_len(s.id()).await?.unwrap_or(0);
-                self.append(s, known).await
+                self.append(s, known, announce).await
             }
             r => r,
         }
     }
 
-    async fn append(&mut self, s: &Session, known: usize) -> Result<(), RuntimeError> {
+    async fn append(
+        &mut self,
+        s: &Session,
+        known: usize,
+        announce: bool,
+    ) -> Result<(), RuntimeError> {
         if known >= s.len() {
             self.stored.insert(s.id().clone(), Some(known));
             return Ok(());
@@ -292,7 +345,7 @@ impl Writer {
             expected_len: known,
         };
         write_held(&*self.sessions, &self.runs, &self.lease, write).await?;
-        if !self.stored.contains_key(s.id()) {
+        if announce && !self.report.sessions.iter().any(|w| w == s.id().as_str()) {
             self.report.sessions.push(s.id().to_string());
             let detail = serde_json::json!({"session": s.id().as_str()}).to_string();
             self.runs.event(&self.lease, "session", &detail).await?;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rath_flow::{CancellationToken, FlowContext, FlowError};
-use rath_persist::{PersistError, Write};
+use rath_persist::{LineageJournal, PersistError, Write};
 use rath_session::{Session, Stamper};
 use tracing::Instrument as _;
 use tracing::field::Empty;
@@ -34,6 +34,11 @@ pub struct WorkerOptions {
     pub accept_changed_definitions: bool,
     /// On shutdown, how long in-flight runs may go on before they are handed back.
     pub grace: Duration,
+    /// The clock a run's first execution reads its start time from, the time its sessions
+    /// carry (`None`: the run store's clock, [`crate::RunStore::clock`]). A re-execution
+    /// reads the time the journal recorded instead. A manual clock makes a run's sessions
+    /// byte for byte the same wherever and whenever it runs (tests, evidence).
+    pub session_clock: Option<crate::RunClock>,
 }
 
 impl WorkerOptions {
@@ -46,6 +51,7 @@ impl WorkerOptions {
             poll: Duration::from_millis(50),
             accept_changed_definitions: false,
             grace: Duration::from_secs(30),
+            session_clock: None,
         }
     }
     /// Sets the concurrency.
@@ -68,12 +74,23 @@ impl WorkerOptions {
         self.grace = d;
         self
     }
+    /// Sets the clock a run's first execution reads the time its sessions carry from (see
+    /// [`WorkerOptions::session_clock`]).
+    pub fn session_clock(mut self, clock: crate::RunClock) -> Self {
+        self.session_clock = Some(clock);
+        self
+    }
     /// Accepts runs whose workflow definition changed.
     pub fn accept_changed_definitions(mut self, yes: bool) -> Self {
         self.accept_changed_definitions = yes;
         self
     }
 }
+
+/// How far a durable run's stamper clock moves per reading: a millisecond, so the ids it
+/// mints (UUIDv7, their time field from that clock) sort in the order they were made and
+/// the times stay within a run's own span of its real start.
+pub const SESSION_CLOCK_STEP_MICROS: i64 = 1_000;
 
 /// Where one claimed run ended on this worker.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -368,15 +385,6 @@ impl Worker {
             Ok(l) => l,
             Err(e) => return self.store_failed(lease, &run, e.into()).await,
         };
-        // A retry after a failure writes a session of its own (the failed attempt's stays
-        // stored as far as it got); a resume after a crash mints the same ids again.
-        let stamper = Stamper::seeded(
-            run.id.seed()
-                ^ (run.segment as u64).wrapping_mul(0x9E37)
-                ^ (run.failures as u64).wrapping_mul(0x85EB_CA6B_C2B2_AE35),
-        );
-        let session = loaded.session.with_stamper(stamper);
-
         let cancel = CancellationToken::new();
         // The first claim of a run (attempt 1) follows no holder: nothing to replay, and
         // nothing it mints (but what it was handed) is stored yet.
@@ -386,6 +394,24 @@ impl Worker {
         } else {
             RunScope::load(runs.clone(), lease.clone(), run.segment, cancel.clone()).await?
         };
+        // A retry after a failure writes a session of its own (the failed attempt's stays
+        // stored as far as it got); a resume after a crash mints the same ids again. The
+        // stamper's clock starts when this execution first ran (now, on a first execution;
+        // the journal's record of it on a re-execution), a millisecond a reading.
+        let now = match &self.opts.session_clock {
+            Some(clock) => clock.now_ms(),
+            None => runs.clock().now_ms(),
+        };
+        let started = scope.started_at(run.failures, now);
+        let stamper = Stamper::seeded_at(
+            run.id.seed()
+                ^ (run.segment as u64).wrapping_mul(0x9E37)
+                ^ (run.failures as u64).wrapping_mul(0x85EB_CA6B_C2B2_AE35),
+            rath_session::Timestamp::from_unix_micros(started.saturating_mul(1000)),
+            SESSION_CLOCK_STEP_MICROS,
+        );
+        let session = loaded.session.with_stamper(stamper);
+
         let workflow = match (def.constructor)(&scope) {
             Ok(w) => w,
             Err(e) => return self.fail_final(lease, &RuntimeError::Flow(e)).await,
@@ -400,17 +426,26 @@ impl Worker {
         // Sessions are written as they grow on transactional stores (SQL); a directory of
         // files rewrites a session per write and a killed writer leaves a partial file, so
         // there the session is written when the attempt ends.
+        // Every session the workflow makes is recorded here: what a stored session names
+        // as a parent is stored from it (the agents' system sessions, forks, annotations).
+        let journal = LineageJournal::new();
         let live = self.rt.sessions.capabilities().atomic_batch.then(|| {
             crate::live::start(
                 self.rt.sessions.clone(),
                 runs.clone(),
                 lease.clone(),
-                fresh_claim.then(|| loaded.session.id().clone()),
+                crate::live::Claimed {
+                    input: loaded.session.id().clone(),
+                    fresh: fresh_claim,
+                    journal: journal.clone(),
+                },
                 scope.barrier(),
                 cancel.clone(),
             )
         });
-        let mut cx = FlowContext::new().with_cancel(cancel.clone());
+        let mut cx = FlowContext::new()
+            .with_journal(journal.clone())
+            .with_cancel(cancel.clone());
         if let Some((sink, _)) = &live {
             cx = cx.with_shared_sink(sink.clone());
         }
@@ -435,8 +470,21 @@ impl Worker {
         if fenced.load(Ordering::SeqCst) || live.fenced {
             return Ok(Outcome::Fenced);
         }
+        let lineage = Lineage {
+            journal: &journal,
+            input: from,
+            fresh: fresh_claim,
+            live: &live,
+        };
         if timed_out.load(Ordering::SeqCst) && out.is_err() {
-            let stored = self.persist_failed(lease, out.as_ref().err()).await;
+            // The loop saw its deadline as a cancellation; the session says what it was.
+            let stored = match out.as_ref().err().and_then(FlowError::partial_session) {
+                Some(s) => {
+                    self.persist_with_lineage(lease, &timed_out_at(s), Known::Ask, &lineage)
+                        .await
+                }
+                None => Ok(()),
+            };
             let detail = match &stored {
                 Ok(()) => "deadline passed while running".to_string(),
                 Err(e) => format!("deadline passed while running; its session was not stored: {e}"),
@@ -469,7 +517,9 @@ impl Worker {
                     None if fresh_claim && out.id().as_str() != from => Known::New,
                     None => Known::Ask,
                 };
-                let p = self.persist(lease, &out, known).await;
+                let p = self
+                    .persist_with_lineage(lease, &out, known, &lineage)
+                    .await;
                 if let Err(e) = p {
                     return self.store_failed(lease, &run, e).await;
                 }
@@ -486,7 +536,7 @@ impl Worker {
                 self.release(lease, to).await?;
                 Ok(Outcome::Moved(status))
             }
-            Err(e) => self.failed_attempt(lease, &run, &e).await,
+            Err(e) => self.failed_attempt(lease, &run, &e, &lineage).await,
         }
     }
 
@@ -516,8 +566,9 @@ impl Worker {
         lease: &Lease,
         run: &Run,
         e: &FlowError,
+        lineage: &Lineage<'_>,
     ) -> Result<Outcome, RuntimeError> {
-        let text = match self.persist_failed(lease, Some(e)).await {
+        let text = match self.persist_failed(lease, Some(e), lineage).await {
             Ok(()) => e.to_string(),
             Err(stored) if is_fenced(&stored) => return Ok(Outcome::Fenced),
             Err(stored) => format!("{e}; the failed attempt's session was not stored: {stored}"),
@@ -623,11 +674,74 @@ impl Worker {
         &self,
         lease: &Lease,
         e: Option<&FlowError>,
+        lineage: &Lineage<'_>,
     ) -> Result<(), RuntimeError> {
         match e.and_then(FlowError::partial_session) {
-            Some(s) => self.persist(lease, s, Known::Ask).await,
+            Some(s) => {
+                self.persist_with_lineage(lease, s, Known::Ask, lineage)
+                    .await
+            }
             None => Ok(()),
         }
+    }
+
+    /// Stores `out` ([`Worker::persist`]) after the sessions of the claim's journal it
+    /// descends from that the store may lack (the agents' system sessions, forks, route
+    /// annotations, earlier steps), parents first: every parent a stored session names is
+    /// stored. The session the claim loaded, and what it descends from, were stored before.
+    async fn persist_with_lineage(
+        &self,
+        lease: &Lease,
+        out: &Session,
+        known: Known,
+        lineage: &Lineage<'_>,
+    ) -> Result<(), RuntimeError> {
+        let mut all: Vec<(Session, Known)> = Vec::new();
+        for a in ancestors(lineage.journal, out, lineage.input) {
+            let written = lineage.live.stored.get(a.id()).copied();
+            let known = match written {
+                Some(n) if n >= a.len() => continue,
+                Some(n) => Known::Len(n),
+                None if lineage.fresh => Known::New,
+                None => Known::Ask,
+            };
+            all.push((a, known));
+        }
+        all.push((out.clone(), known));
+        // What the claim knows of every one of them: one write of the lot (one transaction
+        // where the store has them), as a run with nothing but its output wrote that.
+        if all.len() > 1 && !all.iter().any(|(_, k)| matches!(k, Known::Ask)) {
+            let copies: Vec<(Session, Known)> = all
+                .iter()
+                .map(|(s, k)| (crate::live::for_store(s, &lease.run), *k))
+                .collect();
+            let writes = copies
+                .iter()
+                .map(|(s, k)| match *k {
+                    Known::Len(n) if n < s.len() => Write::Append {
+                        session: s,
+                        expected_len: n,
+                    },
+                    _ => Write::Save(s),
+                })
+                .collect();
+            match crate::live::write_all_held(&*self.rt.sessions, &self.rt.runs, lease, writes)
+                .await
+            {
+                // One of them stored after all (or differently): each asked on its own.
+                Err(RuntimeError::Persist(
+                    PersistError::Exists { .. } | PersistError::Conflict { .. },
+                )) => {}
+                r => return r,
+            }
+            for (_, k) in &mut all {
+                *k = Known::Ask;
+            }
+        }
+        for (s, known) in &all {
+            self.persist(lease, s, *known).await?;
+        }
+        Ok(())
     }
 
     /// Stores the session (append when a shorter version is stored), fenced where the
@@ -751,6 +865,61 @@ impl Worker {
             cancel.cancel();
         })
     }
+}
+
+/// What the claim knows of its sessions' lineage, for storing a session's ancestors with
+/// it ([`Worker::persist_with_lineage`]).
+struct Lineage<'a> {
+    /// Every session the workflow made (the latest version of each).
+    journal: &'a LineageJournal,
+    /// The session the claim loaded (stored, as is everything it descends from).
+    input: &'a str,
+    /// The run's first claim: the sessions it minted are stored by nobody yet.
+    fresh: bool,
+    /// What the claim's live writer stored.
+    live: &'a crate::live::LiveReport,
+}
+
+/// The sessions of `journal` that `top` descends from, parents first (in the order the
+/// journal first saw them), up to `input` (excluded, as is what it descends from).
+pub(crate) fn ancestors(journal: &LineageJournal, top: &Session, input: &str) -> Vec<Session> {
+    let mut wanted: std::collections::HashSet<rath_session::SessionId> = Default::default();
+    let mut queue: Vec<rath_session::SessionId> = top.lineage().parents.to_vec();
+    while let Some(id) = queue.pop() {
+        if id.as_str() == input || id == *top.id() || wanted.contains(&id) {
+            continue;
+        }
+        let Some(s) = journal.get(&id) else {
+            continue; // not made by this claim: stored before it
+        };
+        queue.extend(s.lineage().parents.iter().cloned());
+        wanted.insert(id);
+    }
+    journal
+        .visit_order()
+        .into_iter()
+        .filter(|id| wanted.contains(id))
+        .filter_map(|id| journal.get(&id))
+        .collect()
+}
+
+/// `s` as the session of a run stopped by its deadline: a last `run_failure` chunk of kind
+/// `cancelled` (how the loop saw the stop) becomes one of kind `timed_out`, so the stored
+/// session reads `failed` (timed out), not `cancelled`.
+fn timed_out_at(s: &Session) -> Session {
+    let Some(f) = s.failure().filter(|f| f.is_cancellation()) else {
+        return s.clone();
+    };
+    let record = rath_session::RunFailure {
+        kind: "timed_out".to_owned(),
+        message: "the run's deadline passed while it ran".to_owned(),
+        ..f.clone()
+    };
+    let mut chunks = s.chunks().range(..s.len() - 1);
+    chunks.push_back(rath_session::Chunk::new(
+        rath_session::ChunkBody::RunFailure(record),
+    ));
+    s.with_chunks(chunks)
 }
 
 /// Stops the run (through `cancel`) when its deadline passes while it runs (`now`: the run

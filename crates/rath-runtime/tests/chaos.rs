@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 use rath_persist::SessionStore;
 use rath_runtime::bundled::{self, BundledOptions};
 use rath_runtime::{
-    EffectState, RunId, RunOptions, RunStatus, Runtime, Worker, WorkerOptions, serve_worker,
+    EffectState, RunClock, RunId, RunOptions, RunStatus, Runtime, Worker, WorkerOptions,
+    serve_worker,
 };
 use rath_session::{Session, Stamper};
 
@@ -67,10 +68,16 @@ fn child() {
             .concurrency(CONCURRENCY)
             .lease(LEASE)
             .poll(Duration::from_millis(25))
-            .grace(Duration::ZERO);
+            .grace(Duration::ZERO)
+            .session_clock(RunClock::manual(SESSION_MS));
         serve_worker(runtime, opts).await.unwrap();
     });
 }
+
+/// When every run here starts (`WorkerOptions::session_clock`), in the worker processes and
+/// the reference alike: the same run makes the same session bytes in both
+/// (2026-12-01T00:00:00Z).
+const SESSION_MS: i64 = 1_795_996_800_000;
 
 async fn connect(runs: &str, sessions: &str, effects: Option<PathBuf>, think: Duration) -> Runtime {
     let store: Arc<dyn SessionStore> =
@@ -359,7 +366,10 @@ async fn reference() -> HashMap<RunId, Vec<u8>> {
     }
     let shutdown = rath_flow::CancellationToken::new();
     let pool = tokio::spawn({
-        let w = Worker::new(rt.clone(), WorkerOptions::named("reference").concurrency(4));
+        let opts = WorkerOptions::named("reference")
+            .concurrency(4)
+            .session_clock(RunClock::manual(SESSION_MS));
+        let w = Worker::new(rt.clone(), opts);
         let shutdown = shutdown.clone();
         async move { w.run(shutdown).await }
     });

@@ -19,7 +19,7 @@ use rath_provider::{
     ScriptedResponse,
 };
 use rath_runtime::{
-    EffectState, Outcome, Resolution, RunId, RunOptions, RunStatus, RunStore, Runtime,
+    EffectState, Outcome, Resolution, RunClock, RunId, RunOptions, RunStatus, RunStore, Runtime,
     RuntimeError, Worker, WorkerOptions, WorkflowRegistry, current_call,
 };
 use rath_session::{Role, Session, Stamper};
@@ -218,6 +218,7 @@ impl Env {
             .env("RATH_RT_EFFECTS", self.effects())
             .env("RATH_RT_NAME", name)
             .env("RATH_RT_LEASE_MS", lease_ms.to_string())
+            .env("RATH_RT_SESSION_MS", SESSION_MS.to_string())
             .env_remove("RATH_RUNTIME_CRASH")
             .env_remove("RATH_RUNTIME_STOP")
             .stdout(Stdio::null())
@@ -262,7 +263,8 @@ fn child() {
                 let lease = Duration::from_millis(var("RATH_RT_LEASE_MS").parse().unwrap());
                 let opts = WorkerOptions::named(var("RATH_RT_NAME"))
                     .lease(lease)
-                    .poll(Duration::from_millis(20));
+                    .poll(Duration::from_millis(20))
+                    .session_clock(RunClock::manual(var("RATH_RT_SESSION_MS").parse().unwrap()));
                 let shutdown = rath_flow::CancellationToken::new();
                 Worker::new(runtime, opts).run(shutdown).await.unwrap();
             }
@@ -280,6 +282,22 @@ fn child() {
 
 const SEED: u64 = 4242;
 
+/// When every run of these tests starts (`WorkerOptions::session_clock`), in-process and in
+/// worker processes alike: a run's sessions are then byte for byte the same in every store
+/// and on every machine (2026-12-01T00:00:00Z).
+const SESSION_MS: i64 = 1_795_996_800_000;
+
+/// The model replies among a run's journal entries (not the record of when it started).
+async fn replies(rt: &Runtime, id: &RunId) -> usize {
+    rt.runs()
+        .journal(id)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|e| !e.step.ends_with(rath_runtime::CLOCK_STEP))
+        .count()
+}
+
 async fn submit(rt: &Runtime, workflow: &str) -> RunId {
     let input = Session::user_with("Plan and write it.", Stamper::seeded(SEED));
     rt.submit(
@@ -295,7 +313,8 @@ async fn submit(rt: &Runtime, workflow: &str) -> RunId {
 /// The same run done in-process without faults, in a store of its own: the reference.
 async fn uninterrupted(workflow: &str) -> (Env, Session) {
     let (env, rt, id) = Env::sqlite_run(workflow).await;
-    let w = Worker::new(rt.clone(), WorkerOptions::named("reference"));
+    let opts = WorkerOptions::named("reference").session_clock(RunClock::manual(SESSION_MS));
+    let w = Worker::new(rt.clone(), opts);
     assert_eq!(
         w.run_once().await.unwrap().unwrap().1,
         Outcome::Moved(RunStatus::Succeeded)
@@ -386,7 +405,7 @@ async fn sigkill_at_step_resumes(env: Env) {
         std::os::unix::process::ExitStatusExt::signal(&status),
         Some(9)
     );
-    assert_eq!(rt.runs().journal(&id).await.unwrap().len(), 3);
+    assert_eq!(replies(&rt, &id).await, 3);
     // The second worker takes the run over once the killed one's lease has lapsed: two
     // attempts, the second on w2 (how soon is the runtime bench's SIGKILL-to-progress).
     let run = finish_on(&env, &rt, &id, "w2").await;
@@ -421,13 +440,15 @@ async fn crash_between_model_reply_and_its_recording() {
     // Reply 4 (the writer's first) arrived and was never recorded: asked again on resume.
     let mut first = env.worker("w1", 600, &[("RATH_RUNTIME_CRASH", "model_reply:4")]);
     first.wait().unwrap();
-    assert_eq!(rt.runs().journal(&id).await.unwrap().len(), 3);
+    assert_eq!(replies(&rt, &id).await, 3);
     finish_on(&env, &rt, &id, "w2").await;
     let out = output(&rt, &id).await;
     assert_same_session((&ref_env, &reference), (&env, &out));
+    assert_eq!(replies(&rt, &id).await, reference_replies());
+    // One record of when the run started: the second worker read it, wrote none.
     assert_eq!(
         rt.runs().journal(&id).await.unwrap().len(),
-        reference_replies()
+        reference_replies() + 1
     );
 }
 

@@ -114,6 +114,9 @@ struct Env {
     /// The run store's clock: the system clock, or (from [`env_manual`]) a manual one the
     /// test moves, so backoffs and deadlines pass when the test says, not with the machine.
     clock: RunClock,
+    /// When set, the time (ms) its workers' runs start at (`WorkerOptions::session_clock`):
+    /// the same sessions, times and ids in two environments.
+    session_ms: Option<i64>,
 }
 
 /// An environment whose run store reads a manual clock, started at the system time.
@@ -156,6 +159,7 @@ async fn env_with(dir: tempfile::TempDir, sessions: Arc<dyn SessionStore>, clock
         ctl,
         sessions,
         clock,
+        session_ms: None,
     }
 }
 
@@ -169,7 +173,11 @@ impl Env {
     }
 
     fn worker(&self) -> Worker {
-        Worker::new(self.rt.clone(), WorkerOptions::named("w1"))
+        let mut opts = WorkerOptions::named("w1");
+        if let Some(ms) = self.session_ms {
+            opts = opts.session_clock(RunClock::manual(ms));
+        }
+        Worker::new(self.rt.clone(), opts)
     }
 
     /// Every stored session but the inputs.
@@ -395,6 +403,9 @@ async fn a_running_run_past_its_deadline_times_out_with_its_session_kept() {
     assert_eq!(sessions.len(), 1, "{sessions:?}");
     let kinds: Vec<ChunkKind> = sessions[0].chunks().iter().map(|c| c.kind()).collect();
     assert!(kinds.contains(&ChunkKind::ToolResult), "{kinds:?}");
+    // It ends in its failure: a timeout (the loop saw its deadline as a cancellation).
+    let failure = sessions[0].failure().expect("a failure record");
+    assert_eq!(failure.kind, "timed_out", "{failure:?}");
     let events = env.rt.runs().events(&id, 0).await.unwrap();
     assert!(events.iter().any(|e| e.kind == "session"), "{events:?}");
     assert_eq!(events.last().unwrap().status(), Some(RunStatus::TimedOut));
@@ -432,6 +443,193 @@ async fn the_session_is_written_as_it_goes_and_never_by_a_fenced_worker() {
         env.rt.runs().get(&id).await.unwrap().status,
         RunStatus::Cancelled
     );
+}
+
+/// Issue 48 (4): `Runtime::cancel` ends the session a running run was working on in a
+/// `cancelled` failure record, written under the cancel's lease token: the fenced worker,
+/// released, cannot append after it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancel_marks_the_running_session_cancelled_and_the_worker_cannot_undo_it() {
+    let env = env().await;
+    let (id, task, session) = held_at_second_call(&env, 9).await;
+    // A guard against a hang (the session never written), not a measurement.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while env
+        .sessions
+        .stored_len(&session)
+        .await
+        .unwrap()
+        .unwrap_or(0)
+        < 3
+    {
+        assert!(Instant::now() < deadline, "round one never stored");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    env.rt.cancel(&id).await.unwrap();
+    let marked = env.sessions.load(&session).await.unwrap().session;
+    let failure = marked.failure().expect("the cancel's record");
+    assert!(failure.is_cancellation(), "{failure:?}");
+    env.ctl.gate.add_permits(1);
+    let (_, outcome) = task.await.unwrap().unwrap().unwrap();
+    assert_eq!(outcome, Outcome::Fenced);
+    let after = env.sessions.load(&session).await.unwrap().session;
+    assert_eq!(
+        after.len(),
+        marked.len(),
+        "nothing appended after the record"
+    );
+    assert!(after.failure().is_some_and(|f| f.is_cancellation()));
+    let run = env.rt.runs().get(&id).await.unwrap();
+    assert_eq!(run.status, RunStatus::Cancelled);
+    // A finished run cannot be cancelled, and nothing is marked.
+    assert!(matches!(
+        env.rt.cancel(&id).await,
+        Err(RuntimeError::BadState { .. })
+    ));
+}
+
+/// Each parent a stored session names that the store does not hold.
+async fn dangling_parents(sessions: &dyn SessionStore) -> Vec<String> {
+    let mut missing = Vec::new();
+    for s in sessions.list().await.unwrap() {
+        for p in &s.parents {
+            if sessions.stored_len(p).await.unwrap().is_none() {
+                missing.push(format!("{} names {p}", s.id));
+            }
+        }
+    }
+    missing
+}
+
+/// Issue 48 (3): the sessions a durable run stores name no parent the store lacks (the
+/// agent's system-prompt session was not stored), on SQLite (sessions written as they
+/// grow) and on a JSONL directory (written when the attempt ends), for a run that
+/// succeeds and one that fails.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_parent_of_a_stored_session_is_stored() {
+    let sqlite = env().await;
+    let dir = tempfile::tempdir().unwrap();
+    let jsonl: Arc<dyn SessionStore> = Arc::new(rath_persist::Store::at(dir.path().join("s")));
+    let jsonl = env_on(dir, jsonl).await;
+    for env in [&sqlite, &jsonl] {
+        let ok = env.submit(11, RunOptions::default()).await;
+        assert_eq!(
+            env.worker().run_once().await.unwrap().unwrap(),
+            (ok, Outcome::Moved(RunStatus::Succeeded))
+        );
+        *env.ctl.fail.lock().unwrap() = vec![env.ctl.calls.load(Ordering::SeqCst) + 2];
+        let failed = env.submit(12, RunOptions::default()).await;
+        assert_eq!(
+            env.worker().run_once().await.unwrap().unwrap(),
+            (failed, Outcome::Moved(RunStatus::Failed))
+        );
+        let stored = env.sessions.list().await.unwrap();
+        assert!(
+            stored.iter().any(|s| s.kind.as_str() == "leaf_system"),
+            "{stored:?}"
+        );
+        assert_eq!(dangling_parents(&*env.sessions).await, Vec::<String>::new());
+    }
+    // While a run is under way on SQLite too: its live writer stores a session's parents
+    // before the session.
+    let env = &sqlite;
+    env.ctl
+        .held
+        .store(env.ctl.calls.load(Ordering::SeqCst) + 2, Ordering::SeqCst);
+    let id = env.submit(13, RunOptions::default()).await;
+    let w = env.worker();
+    let task = tokio::spawn(async move { w.run_once().await });
+    env.ctl.reached.notified().await;
+    let session = first_session_event(&env.rt, &id).await;
+    assert!(env.sessions.stored_len(&session).await.unwrap().is_some());
+    assert_eq!(dangling_parents(&*env.sessions).await, Vec::<String>::new());
+    env.ctl.gate.add_permits(1);
+    let (_, outcome) = task.await.unwrap().unwrap().unwrap();
+    assert_eq!(outcome, Outcome::Moved(RunStatus::Succeeded));
+    assert_eq!(dangling_parents(&*env.sessions).await, Vec::<String>::new());
+}
+
+/// The header `created_at` (ms since the Unix epoch) of every stored session but the
+/// inputs (one chunk).
+async fn output_times_ms(sessions: &dyn SessionStore) -> Vec<i64> {
+    let mut out = Vec::new();
+    for s in sessions.list().await.unwrap() {
+        if s.chunk_count > 1 {
+            out.push(s.created_at.unix_micros() / 1000);
+        }
+    }
+    out
+}
+
+/// Issue 48 (2): a durable run's sessions carry the real time of its execution (they were
+/// stamped 2026-01-01T00:00:00, the seeded stamper's clock), on SQLite and on a JSONL
+/// directory.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runs_sessions_carry_the_time_it_ran() {
+    let sqlite = env().await;
+    let dir = tempfile::tempdir().unwrap();
+    let jsonl: Arc<dyn SessionStore> = Arc::new(rath_persist::Store::at(dir.path().join("s")));
+    let jsonl = env_on(dir, jsonl).await;
+    for env in [&sqlite, &jsonl] {
+        let before = now_ms();
+        env.submit(31, RunOptions::default()).await;
+        let (_, outcome) = env.worker().run_once().await.unwrap().unwrap();
+        assert_eq!(outcome, Outcome::Moved(RunStatus::Succeeded));
+        let after = now_ms();
+        let times = output_times_ms(&*env.sessions).await;
+        assert!(!times.is_empty());
+        for t in times {
+            // The run's clock is read once, between `before` and `after`; each reading of
+            // its stamper adds a millisecond, and a run of this size makes far fewer than
+            // a thousand: an exact bound, not a measurement.
+            assert!(
+                before <= t && t <= after + 1000,
+                "{before} <= {t} <= {after}"
+            );
+        }
+    }
+}
+
+/// Issue 48 (2): a run handed back mid-way and executed again on another worker keeps the
+/// times of its first execution (the journal holds them), whatever the clock says then.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_re_execution_keeps_the_times_of_the_first() {
+    let env = env().await;
+    let (first, second) = (1_800_000_000_000, 1_900_000_000_000);
+    env.ctl.held.store(2, Ordering::SeqCst);
+    let id = env.submit(32, RunOptions::default()).await;
+    let opts = WorkerOptions::named("w1")
+        .grace(Duration::ZERO)
+        .session_clock(RunClock::manual(first));
+    let w = Worker::new(env.rt.clone(), opts);
+    let shutdown = rath_flow::CancellationToken::new();
+    let task = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { w.run(shutdown).await }
+    });
+    env.ctl.reached.notified().await;
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+    env.ctl.gate.add_permits(1);
+    assert_eq!(
+        env.rt.runs().get(&id).await.unwrap().status,
+        RunStatus::Queued
+    );
+    let opts = WorkerOptions::named("w2").session_clock(RunClock::manual(second));
+    let (_, outcome) = Worker::new(env.rt.clone(), opts)
+        .run_once()
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcome, Outcome::Moved(RunStatus::Succeeded));
+    let times = output_times_ms(&*env.sessions).await;
+    assert!(!times.is_empty());
+    for t in times {
+        assert!(
+            (first..first + 1000).contains(&t),
+            "{t}: the first execution's time"
+        );
+    }
 }
 
 /// The worker's task on a run of `seed` whose second model call is held.
@@ -473,7 +671,10 @@ async fn first_session_event(rt: &Runtime, id: &RunId) -> SessionId {
 /// a fixed one on the other, so the chaos test's outputs differed by timing.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_stored_output_does_not_depend_on_which_write_created_it() {
-    let live = env().await;
+    // Both runs start at one time: the same run, the same sessions.
+    let start = now_ms();
+    let mut live = env().await;
+    live.session_ms = Some(start);
     let (id, task, early) = held_at_second_call(&live, 9).await;
     live.ctl.gate.add_permits(1);
     let (_, outcome) = task.await.unwrap().unwrap().unwrap();
@@ -484,7 +685,8 @@ async fn the_stored_output_does_not_depend_on_which_write_created_it() {
     let dir = tempfile::tempdir().unwrap();
     let files: Arc<dyn SessionStore> =
         Arc::new(rath_persist::Store::at(dir.path().join("sessions")));
-    let at_end = env_on(dir, files).await;
+    let mut at_end = env_on(dir, files).await;
+    at_end.session_ms = Some(start);
     let id_b = at_end.submit(9, RunOptions::default()).await;
     assert_eq!(id_b, id);
     let (_, outcome) = at_end.worker().run_once().await.unwrap().unwrap();

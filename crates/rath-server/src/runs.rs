@@ -378,7 +378,7 @@ pub(crate) async fn cancel(
 ) -> Result<axum::Json<RunView>, ServerError> {
     owned_run(&state, &who.tenant, &id).await?;
     let rid = RunId(id);
-    state.runtime.runs().cancel(&rid).await?;
+    state.runtime.cancel(&rid).await?;
     Ok(axum::Json(RunView::from(
         &state.runtime.runs().get(&rid).await?,
     )))

@@ -33,7 +33,7 @@ pub struct SessionQuery {
     pub kind: Option<String>,
     /// Only sessions made by this operator (`Session.fork`, ...).
     pub operator: Option<String>,
-    /// Only sessions in this status (`closed`, `open`, `failed`).
+    /// Only sessions in this status (`closed`, `open`, `failed`, `cancelled`).
     pub status: Option<String>,
     /// Only direct children of this session.
     pub parent: Option<String>,
@@ -56,7 +56,8 @@ pub struct SessionRow {
     pub chunk_count: u64,
     /// Evidence chunks.
     pub evidence_count: u64,
-    /// `closed`, `open` or `failed`.
+    /// `closed`, `open`, `failed` or `cancelled` (the session ends in a failure record, of
+    /// kind `cancelled` for the latter).
     pub status: String,
     /// Cumulative token usage, when counted.
     #[schema(value_type = Option<Object>)]
@@ -79,7 +80,8 @@ pub struct SessionDetail {
     pub id: String,
     /// When it was created (RFC 3339).
     pub created_at: String,
-    /// `closed`, `open` or `failed`.
+    /// `closed`, `open`, `failed` or `cancelled` (the session ends in a failure record, of
+    /// kind `cancelled` for the latter).
     pub status: String,
     /// Its lineage row, in Python OpenRath's field names.
     #[schema(value_type = Object)]
@@ -174,8 +176,10 @@ pub struct LineageQuery {
     pub format: Option<String>,
 }
 
-fn status_of(closed: bool, failed: bool) -> &'static str {
-    if failed {
+fn status_of(closed: bool, failure: Option<&rath_session::RunFailure>) -> &'static str {
+    if failure.is_some_and(rath_session::RunFailure::is_cancellation) {
+        "cancelled"
+    } else if failure.is_some() {
         "failed"
     } else if closed {
         "closed"
@@ -197,7 +201,7 @@ fn row_of(s: &SessionSummary) -> SessionRow {
         kind: s.kind.as_str().to_owned(),
         chunk_count: s.chunk_count,
         evidence_count: s.evidence_count,
-        status: status_of(s.closed, s.failure.is_some()).to_owned(),
+        status: status_of(s.closed, s.failure.as_ref()).to_owned(),
         usage: s.usage.as_ref().map(to_json),
     }
 }
@@ -293,7 +297,7 @@ fn matches(q: &SessionQuery, s: &SessionSummary) -> bool {
         && q.operator.as_deref().is_none_or(|o| s.operator == o)
         && q.status
             .as_deref()
-            .is_none_or(|st| status_of(s.closed, s.failure.is_some()) == st)
+            .is_none_or(|st| status_of(s.closed, s.failure.as_ref()) == st)
         && q.parent
             .as_deref()
             .is_none_or(|p| s.parents.iter().any(|x| x.as_str() == p))
@@ -404,7 +408,7 @@ fn detail(l: &LoadedSession, from: usize, limit: usize) -> Result<SessionDetail,
     Ok(SessionDetail {
         id: s.id().as_str().to_owned(),
         created_at: l.created_at.to_string(),
-        status: status_of(l.closed, s.failure().is_some()).to_owned(),
+        status: status_of(l.closed, s.failure()).to_owned(),
         lineage: to_json(&LineageRow::from_session(s)),
         usage: s.usage().as_ref().map(to_json),
         agent_usage: to_json(s.agent_usage()),

@@ -406,8 +406,9 @@ pub struct Note {
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct RunFailure {
-    /// What failed: `provider`, `budget_exhausted`, `cancelled`, `backend`, `persist`,
-    /// `session`, `memory` or `config`.
+    /// What failed: `provider`, `budget_exhausted`, `cancelled` ([`RunFailure::CANCELLED`]:
+    /// the run was stopped, not broken), `timed_out`, `backend`, `persist`, `session`,
+    /// `memory` or `config`.
     pub kind: String,
     /// The error, as the caller saw it (one line).
     pub message: String,
@@ -426,6 +427,25 @@ pub struct RunFailure {
     /// call failed).
     #[serde(default)]
     pub attempts: Vec<FailedAttempt>,
+}
+
+impl RunFailure {
+    /// The kind of a run that was cancelled (by its caller, a signal, an operator), not one
+    /// that failed: a session ending in it reads as `cancelled`, not `failed`.
+    pub const CANCELLED: &'static str = "cancelled";
+
+    /// True when this records a cancellation ([`RunFailure::CANCELLED`]).
+    ///
+    /// ```
+    /// use rath_session::RunFailure;
+    ///
+    /// let f = RunFailure { kind: RunFailure::CANCELLED.into(), ..RunFailure::default() };
+    /// assert!(f.is_cancellation());
+    /// assert!(!RunFailure { kind: "provider".into(), ..f }.is_cancellation());
+    /// ```
+    pub fn is_cancellation(&self) -> bool {
+        self.kind == Self::CANCELLED
+    }
 }
 
 /// One failed attempt of a provider call, in a [`RunFailure`].

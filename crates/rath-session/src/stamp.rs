@@ -349,6 +349,26 @@ impl Stamper {
         Self::new(SeededSource::new(seed))
     }
 
+    /// [`Stamper::seeded`] with a clock that starts at `start` and steps `step_micros` per
+    /// reading: the ids and tokens of `seeded(seed)` (their millisecond field from this
+    /// clock), and times from a start a caller chose, such as when a durable run first ran
+    /// (a re-execution passes the same start and gets the same ids and times).
+    ///
+    /// ```
+    /// use rath_session::{Stamper, Timestamp};
+    ///
+    /// let start = Timestamp::parse("2026-12-07T10:00:00Z").unwrap();
+    /// let (a, b) = (Stamper::seeded_at(7, start, 1_000), Stamper::seeded_at(7, start, 1_000));
+    /// assert_eq!(a.next_id(), b.next_id());
+    /// assert_eq!(a.now(), start.plus_micros(1_000)); // the id took the first reading
+    /// assert!(a.is_deterministic());
+    /// ```
+    pub fn seeded_at(seed: u64, start: Timestamp, step_micros: i64) -> Self {
+        let mut source = SeededSource::new(seed);
+        source.clock = CounterSource::new(start, step_micros);
+        Self::new(source)
+    }
+
     /// The stamper for one parallel branch forked from this one. For a deterministic source
     /// it is a private deterministic source tagged with one token read from this stamper now,
     /// so a branch's ids, tokens and times do not depend on how a scheduler interleaves it with
@@ -370,11 +390,13 @@ impl Stamper {
         if !self.is_deterministic() {
             return self.clone();
         }
+        // The branch's clock steps as this one does (a second for the counter).
+        let step = self.state().map_or(1_000_000, |s| s.clock_step);
         Stamper::new(BranchSource {
             tag: self.next_token("branch"),
             ids: AtomicU64::new(0),
             tokens: AtomicU64::new(0),
-            clock: CounterSource::new(self.now(), 1_000_000),
+            clock: CounterSource::new(self.now(), step),
         })
     }
 

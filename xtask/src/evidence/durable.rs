@@ -16,7 +16,8 @@ use rath_provider::{
     ScriptedResponse,
 };
 use rath_runtime::{
-    RunId, RunOptions, RunStatus, Runtime, Worker, WorkerOptions, WorkflowRegistry, current_call,
+    RunClock, RunId, RunOptions, RunStatus, Runtime, Worker, WorkerOptions, WorkflowRegistry,
+    current_call,
 };
 use rath_session::{Role, Session, Stamper};
 use serde_json::json;
@@ -25,6 +26,11 @@ use super::{Ctx, Packet, Report};
 
 /// Set (to the run's directory) when the xtask binary runs as the worker that is killed.
 pub const CHILD_ENV: &str = "RATH_EVIDENCE_DURABLE_CHILD";
+
+/// When the run starts in every worker here (`WorkerOptions::session_clock`), so the
+/// resumed session is byte-identical to the uninterrupted one wherever and whenever the
+/// packet is made: 2026-01-01T00:00:00Z, the deterministic stamper's epoch.
+const SESSION_MS: i64 = 1_767_225_600_000;
 
 /// The kill point: the third model reply recorded (the planner's last), before the
 /// workflow sees it.
@@ -169,7 +175,9 @@ pub fn child_main() -> Option<std::process::ExitCode> {
         rt.block_on(async {
             let place = Place { root };
             let runtime = place.runtime().await?;
-            let opts = WorkerOptions::named("worker-1").lease(Duration::from_millis(800));
+            let opts = WorkerOptions::named("worker-1")
+                .lease(Duration::from_millis(800))
+                .session_clock(RunClock::manual(SESSION_MS));
             Worker::new(runtime, opts).run_once().await?;
             Ok::<(), anyhow::Error>(())
         })
@@ -327,9 +335,8 @@ fn build_durable(ctx: &mut Ctx) -> Result<Report> {
     let (ref_id, ref_file, ref_record) = ctx.block_on(async {
         let rt = reference.runtime().await?;
         let id = submit(&rt).await?;
-        Worker::new(rt.clone(), WorkerOptions::named("reference"))
-            .run_once()
-            .await?;
+        let opts = WorkerOptions::named("reference").session_clock(RunClock::manual(SESSION_MS));
+        Worker::new(rt.clone(), opts).run_once().await?;
         let file = output_file(&rt, &reference, &id).await?;
         Ok::<_, anyhow::Error>((id.clone(), file, record(&rt, &id).await?))
     })??;
@@ -343,7 +350,8 @@ fn build_durable(ctx: &mut Ctx) -> Result<Report> {
     r.check("worker-1 killed at step 3", true, killed);
     let (outcome, file, rec) = ctx.block_on(async {
         let rt = crashed.runtime().await?;
-        let w2 = Worker::new(rt.clone(), WorkerOptions::named("worker-2"));
+        let opts = WorkerOptions::named("worker-2").session_clock(RunClock::manual(SESSION_MS));
+        let w2 = Worker::new(rt.clone(), opts);
         let (_, outcome) = wait_claim(&w2).await?;
         let file = output_file(&rt, &crashed, &id).await?;
         Ok::<_, anyhow::Error>((outcome, file, record(&rt, &id).await?))
@@ -367,12 +375,13 @@ fn build_durable(ctx: &mut Ctx) -> Result<Report> {
         .map(|a| a.iter().filter_map(|j| j["token"].as_i64()).collect())
         .unwrap_or_default();
     r.check_eq(
-        "journal rows: 3 by worker-1 (token 1), 3 by worker-2 (token 2)",
+        "journal rows: the run's start time and 3 replies by worker-1 (token 1), 3 replies by \
+         worker-2 (token 2), which read the start time back",
         (
             tokens.iter().filter(|t| **t == 1).count(),
             tokens.iter().filter(|t| **t == 2).count(),
         ),
-        (3, 3),
+        (4, 3),
     );
     r.check_eq(
         "ledger rows equal the reference's",

@@ -740,7 +740,7 @@ pub(crate) async fn cancel(
         Some("1" | "true" | "True")
     );
     let (_, run) = thread_run(&state, &who, &tid, &rid).await?;
-    state.runtime.runs().cancel(&run.id).await?;
+    state.runtime.cancel(&run.id).await?;
     if wait {
         let max = state.config.wait_max;
         state.runtime.wait(&run.id, max, state.config.poll).await?;
