@@ -7,6 +7,10 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+#[path = "common/postgres.rs"]
+mod postgres;
+use postgres::postgres_store;
+
 fn interop_home() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../../shared/interop/openrath-1.3.0/openrath_home")
@@ -146,43 +150,6 @@ fn rath_on(store: &str, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// A PostgreSQL store in a schema of its own on `RATH_TEST_POSTGRES_URL`'s database, emptied
-/// through the store itself; `None` (a skip, which fails under RATH_CI) without one.
-fn postgres_store(schema: &str) -> Option<String> {
-    let Some(base) = std::env::var("RATH_TEST_POSTGRES_URL")
-        .ok()
-        .filter(|v| !v.is_empty())
-    else {
-        rath_testkit::skip(
-            "RATH_TEST_POSTGRES_URL is not set (start PostgreSQL: .ci/install.d/60-postgres.sh)",
-        );
-        return None;
-    };
-    let sep = if base.contains('?') { '&' } else { '?' };
-    let url = format!("{base}{sep}schema={schema}");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let emptied = rt.block_on(async {
-        let store = rath_store_sql::open_store(&url).await?;
-        for s in store.list().await? {
-            store.delete(&s.id).await?;
-        }
-        store.gc().await?;
-        Ok::<_, rath_persist::PersistError>(())
-    });
-    match emptied {
-        Ok(()) => Some(url),
-        Err(e) => {
-            rath_testkit::skip(&format!(
-                "PostgreSQL at RATH_TEST_POSTGRES_URL unusable: {e}"
-            ));
-            None
-        }
-    }
 }
 
 /// Issue 48 (1): a SQL store exported through `--store sqlite://...` printed `[]`, read as

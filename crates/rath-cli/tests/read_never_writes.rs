@@ -12,6 +12,9 @@
 //!   their range (exit 2), never an internal error.
 
 mod common;
+#[path = "common/run.rs"]
+mod run;
+use run::rath;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,7 +27,7 @@ use sqlx::ConnectOptions as _;
 /// Runs `rath args` (as `uid` when given, through `setpriv`); returns (exit code, stdout,
 /// stderr).
 fn rath_as(uid: Option<u32>, args: &[&str]) -> (i32, String, String) {
-    let mut cmd = match uid {
+    let cmd = match uid {
         Some(uid) => {
             let mut c = Command::new("setpriv");
             c.arg(format!("--reuid={uid}"))
@@ -35,21 +38,7 @@ fn rath_as(uid: Option<u32>, args: &[&str]) -> (i32, String, String) {
         }
         None => Command::new(env!("CARGO_BIN_EXE_rath")),
     };
-    let out = cmd
-        .args(args)
-        .env_remove("OPENRATH_HOME")
-        .env_remove("OPENRATH_STORE")
-        .output()
-        .expect("run rath");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn rath(args: &[&str]) -> (i32, String, String) {
-    rath_as(None, args)
+    run::run(cmd, args)
 }
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeSet;
 use std::io::{BufRead as _, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -16,22 +15,10 @@ mod phoenix;
 
 #[path = "common/run.rs"]
 mod run;
+#[path = "common/served.rs"]
+mod served;
 use run::rath;
-
-/// The address `rath serve` announces on stderr (log lines may come first).
-fn served_at(lines: &mut impl Iterator<Item = std::io::Result<String>>) -> String {
-    for line in lines.by_ref() {
-        let line = line.expect("read rath serve's stderr");
-        if let Some(rest) = line.split("serving on http://").nth(1) {
-            return rest
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_owned();
-        }
-    }
-    panic!("rath serve exited without announcing its address");
-}
+use served::{serve, served_at};
 
 /// `method http://{addr}{path}` with `key` as the bearer token when given and `body` as
 /// JSON when given: the status and the answer (JSON, else its text as a string).
@@ -81,29 +68,6 @@ fn post(addr: &str, path: &str, key: &str, body: Value, want: u16) -> Value {
     let (status, v) = call(addr, reqwest::Method::POST, path, Some(key), Some(body));
     assert_eq!(status, want, "POST {path}: {v}");
     v
-}
-
-/// A `rath serve` on SQLite files in `dir`, with `env` (stderr piped).
-fn serve(dir: &std::path::Path, env: &[(&str, &str)]) -> std::process::Child {
-    let runs = format!("sqlite:{}", dir.join("runs.db").display());
-    let store = format!("sqlite:{}", dir.join("sessions.db").display());
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rath"));
-    cmd.args([
-        "--store",
-        &store,
-        "serve",
-        "--runs",
-        &runs,
-        "--bind",
-        "127.0.0.1:0",
-    ])
-    .env_remove("OPENRATH_HOME")
-    .env_remove("OPENRATH_STORE")
-    .stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.spawn().expect("spawn rath serve")
 }
 
 fn stop(child: &mut std::process::Child) -> std::process::ExitStatus {

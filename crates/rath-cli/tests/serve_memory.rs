@@ -5,8 +5,7 @@
 //! what the load took (it kept 4.5 GB for 30 s): its resident memory falls to within
 //! [`SETTLED_MIB`] of what it was before the load.
 
-use std::io::{BufRead as _, BufReader, Read as _};
-use std::process::{Command, Stdio};
+use std::io::{BufRead as _, BufReader};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -59,7 +58,10 @@ fn settle(pid: u32, limit: f64, what: &str) -> (f64, Duration) {
 
 #[path = "common/run.rs"]
 mod run;
+#[path = "common/served.rs"]
+mod served;
 use run::rath;
+use served::{serve, served_at};
 
 /// POSTs `body` and reads the answer in pieces: its status and size, and the answer itself
 /// when `keep`.
@@ -106,50 +108,15 @@ fn an_idle_server_gives_back_what_a_large_history_took() {
     }
     let dir = tempfile::tempdir().unwrap();
     let runs = format!("sqlite:{}", dir.path().join("runs.db").display());
-    let store = format!("sqlite:{}", dir.path().join("sessions.db").display());
     let (code, out, err) = rath(&["keys", "create", "--runs", &runs, "--tenant", "t"]);
     assert_eq!(code, 0, "{err}");
     let key = out.lines().next().unwrap().to_owned();
-    let mut child = Killed(
-        Command::new(env!("CARGO_BIN_EXE_rath"))
-            .args([
-                "--store",
-                &store,
-                "serve",
-                "--runs",
-                &runs,
-                "--bind",
-                "127.0.0.1:0",
-            ])
-            .env_remove("OPENRATH_HOME")
-            .env_remove("OPENRATH_STORE")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn rath serve"),
-    );
+    let mut child = Killed(serve(dir.path(), &[]));
     let pid = child.0.id();
-    let mut stderr = BufReader::new(child.0.stderr.take().unwrap());
-    let mut addr = String::new();
-    let mut line = String::new();
-    while stderr.read_line(&mut line).unwrap() > 0 {
-        if let Some(rest) = line.split("serving on http://").nth(1) {
-            addr = rest
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_owned();
-            break;
-        }
-        line.clear();
-    }
-    assert!(!addr.is_empty(), "rath serve did not announce its address");
+    let mut lines = BufReader::new(child.0.stderr.take().unwrap()).lines();
+    let addr = served_at(&mut lines);
     // Drain the server's log so it never blocks on a full pipe.
-    let logs = std::thread::spawn(move || {
-        let mut rest = String::new();
-        let _ = stderr.read_to_string(&mut rest);
-        rest
-    });
+    let logs = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
 
     let (status, _, thread) = post(&addr, "/threads", &key, &json!({}), true);
     assert_eq!(status, 200);
@@ -222,5 +189,5 @@ fn an_idle_server_gives_back_what_a_large_history_took() {
     // SAFETY: kill(2) on a child we spawned and have not reaped; no memory effects.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let status = child.0.wait().unwrap();
-    assert!(status.success(), "{status:?}: {}", logs.join().unwrap());
+    assert!(status.success(), "{status:?}: {:?}", logs.join().unwrap());
 }

@@ -6,7 +6,12 @@ use std::process::Command;
 
 /// Runs `rath args`: `(exit code, stdout, stderr)`, -1 when killed by a signal.
 pub fn rath(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rath"))
+    run(Command::new(env!("CARGO_BIN_EXE_rath")), args)
+}
+
+/// Runs `cmd` (`rath`, or a command that starts it) with `args`, as [`rath`] does.
+pub fn run(mut cmd: Command, args: &[&str]) -> (i32, String, String) {
+    let out = cmd
         .args(args)
         .env_remove("OPENRATH_HOME")
         .env_remove("OPENRATH_STORE")
