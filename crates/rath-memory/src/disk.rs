@@ -103,8 +103,10 @@ pub(crate) fn lock_dir(dir: &Path, wait: Duration) -> Result<File, MemoryError> 
     }
 }
 
+/// True when [`CRASH_POINT_ENV`] names `name`: the crash tests' hook, compiled in only with
+/// the `failpoints` feature (false otherwise, and the variable is never read).
 pub(crate) fn crash_point(name: &str) -> bool {
-    std::env::var_os(CRASH_POINT_ENV).is_some_and(|v| v == name)
+    cfg!(feature = "failpoints") && std::env::var_os(CRASH_POINT_ENV).is_some_and(|v| v == name)
 }
 
 /// Ends the process the way a power cut or `kill -9` would: no destructors, no flushing.

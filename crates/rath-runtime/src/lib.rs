@@ -56,6 +56,7 @@ mod canon;
 mod clock;
 mod error;
 pub mod events;
+mod failpoint;
 pub mod journal;
 mod live;
 mod model;
