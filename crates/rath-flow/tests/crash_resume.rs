@@ -6,7 +6,9 @@
 //! forwarded, the team finds from that session alone that step 1 was running: `lead` is not
 //! called again (its script is empty), the call runs once, and qa finishes.
 
-use std::path::{Path, PathBuf};
+#[path = "common/partials.rs"]
+mod partials;
+use partials::partial_files;
 
 use rath_flow::{Agent, FlowContext, Sequence, ToolSet, WorkflowExt, typed_tool};
 use rath_persist::{Store, load_file};
@@ -63,16 +65,6 @@ async fn crash_child() {
     let input = Session::user_with("Build the app.", Stamper::counter());
     let _ = FlowContext::new().forward(&wf, input).await;
     unreachable!("the tool ends the process");
-}
-
-fn partial_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
-        .expect("store dir")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.to_string_lossy().ends_with(".__partial__"))
-        .collect();
-    out.sort();
-    out
 }
 
 fn tool_results(s: &Session, id: &str) -> Vec<String> {

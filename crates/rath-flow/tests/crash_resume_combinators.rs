@@ -15,7 +15,11 @@
 //!   is not asked again.
 //! - `loop_of_parallel`: `LoopUntil` of `Parallel[a, b]`, cut in the second iteration's `b`.
 
-use std::path::{Path, PathBuf};
+#[path = "common/partials.rs"]
+mod partials;
+use partials::partial_files;
+
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -226,16 +230,6 @@ impl Workflow for SharedPersisted {
     fn named_agents(&self) -> Vec<(String, Agent)> {
         self.0.named_agents()
     }
-}
-
-fn partial_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
-        .expect("store dir")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.to_string_lossy().ends_with(".__partial__"))
-        .collect();
-    out.sort();
-    out
 }
 
 /// Runs `scenario`'s first process; returns the store directory.
