@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::LgError;
 use super::convert::Namer;
-use super::history::{Planned, WINDOW};
+use super::history::{Planned, window_of};
 use super::threads::Thread;
 use crate::{AppState, ServerError};
 
@@ -212,7 +212,7 @@ impl Writer {
                     self.cursor = None;
                     continue;
                 }
-                let end = (c.next + WINDOW).min(c.len);
+                let end = c.next.saturating_add(window_of(&self.state)).min(c.len);
                 let read = self
                     .state
                     .runtime

@@ -31,6 +31,18 @@ use rath_runtime::RunStatus;
 /// How many chunks a history read holds at once.
 pub(crate) const WINDOW: usize = 16_384;
 
+/// How many chunks to read at once from `state`'s session store: [`WINDOW`] from a store
+/// that reads part of a session (one that shares structure: the SQL stores), else the whole
+/// session in one read, since such a store loads it whole for any window (reading it a
+/// window at a time would load it once per window).
+pub(crate) fn window_of(state: &AppState) -> usize {
+    if state.runtime.sessions().capabilities().shared_structure {
+        WINDOW
+    } else {
+        usize::MAX
+    }
+}
+
 /// A run's input session, when the session the run reached extends it.
 struct Input {
     id: SessionId,
@@ -114,9 +126,10 @@ async fn extends(
     if state.runtime.sessions().known_to_extend(out, input).await? {
         return Ok(true);
     }
+    let step = window_of(state);
     let mut at = 0;
     while at < len {
-        let end = (at + WINDOW).min(len);
+        let end = at.saturating_add(step).min(len);
         let a = window(state, input, at..end).await?;
         let b = window(state, out, at..end).await?;
         if a.len() != end - at || a != b {
@@ -135,9 +148,10 @@ async fn conversation_at(
     to: usize,
 ) -> Result<Vec<usize>, LgError> {
     let mut found = Vec::new();
+    let step = window_of(state);
     let mut at = from;
     while at < to {
-        let chunks = window(state, out, at..(at + WINDOW).min(to)).await?;
+        let chunks = window(state, out, at..at.saturating_add(step).min(to)).await?;
         if chunks.is_empty() {
             break;
         }
