@@ -90,7 +90,7 @@ fn registry(tool_ms: u64) -> WorkflowRegistry {
         reg = reg.register(
             format!("steps_{k}"),
             &format!("steps v1: {k} model calls, a no-op tool between them"),
-            move |scope| {
+            move || {
                 let noop = typed_tool(
                     "noop",
                     "Do nothing.",
@@ -100,12 +100,13 @@ fn registry(tool_ms: u64) -> WorkflowRegistry {
                         }
                         Ok::<_, ToolError>(json!({}))
                     },
-                );
+                )
+                .idempotent(true);
                 // Every step is a tool round: the loop's default cap (16 rounds) would end a
                 // long run early. The no-op is declared idempotent (it is): a call a killed
                 // worker left unanswered is run again, not sent to review.
-                let agent = Agent::new("a", "Step.", scope.provider(StepsModel { steps: k }))
-                    .with_tool(scope.idempotent_tool(noop))?
+                let agent = Agent::new("a", "Step.", StepsModel { steps: k })
+                    .with_tool(noop)?
                     .with_options(LoopOptions::default().max_tool_rounds(k));
                 Ok(Arc::new(agent) as SharedWorkflow)
             },

@@ -279,11 +279,11 @@ async fn start_ours(dir: &Path, workers: usize, seed: bool) -> Result<Ours> {
     let runs = format!("sqlite:{}", dir.join("runs.db").display());
     let registry =
         rath_runtime::bundled::registry(&rath_runtime::bundled::BundledOptions::default())
-            .register("one-turn", ONE_TURN, |scope| {
+            .register("one-turn", ONE_TURN, || {
                 let model = rath_provider::ScriptedProvider::new(vec![
                     rath_provider::ScriptedResponse::text("done"),
                 ]);
-                let agent = rath_flow::Agent::new("agent", "Answer.", scope.provider(model));
+                let agent = rath_flow::Agent::new("agent", "Answer.", model);
                 Ok(std::sync::Arc::new(agent) as rath_flow::SharedWorkflow)
             });
     let config = rath_server::ServerConfig {

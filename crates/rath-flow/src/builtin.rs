@@ -98,6 +98,9 @@ pub struct ReadWorkspaceFile;
 
 #[async_trait]
 impl Tool for ReadWorkspaceFile {
+    fn idempotent(&self) -> bool {
+        true
+    }
     fn name(&self) -> &str {
         "read_workspace_file"
     }
@@ -180,6 +183,9 @@ pub struct WriteWorkspaceFile;
 
 #[async_trait]
 impl Tool for WriteWorkspaceFile {
+    fn idempotent(&self) -> bool {
+        true
+    }
     fn name(&self) -> &str {
         "write_workspace_file"
     }
@@ -214,6 +220,9 @@ pub struct ListWorkspaceFiles;
 
 #[async_trait]
 impl Tool for ListWorkspaceFiles {
+    fn idempotent(&self) -> bool {
+        true
+    }
     fn name(&self) -> &str {
         "list_workspace_files"
     }
@@ -238,6 +247,9 @@ pub struct WorkspacePathExists;
 
 #[async_trait]
 impl Tool for WorkspacePathExists {
+    fn idempotent(&self) -> bool {
+        true
+    }
     fn name(&self) -> &str {
         "workspace_path_exists"
     }

@@ -40,9 +40,10 @@ use rath_session::{
 };
 
 use crate::FlowError;
-use crate::context::{FlowContext, FlowEvent};
+use crate::context::FlowContext;
 use crate::error::{FailedAt, fail_from};
 use crate::layers::is_resumption;
+use crate::service::ModelCall;
 use crate::session_loop::carry_usage;
 use crate::workflow::Workflow;
 
@@ -228,18 +229,10 @@ impl SummaryCompressor {
         let mut req = ProviderRequest::new(input.stamper().next_token("req"), messages)
             .with_agent(self.name.clone());
         req.model = self.model.clone();
-        cx.emit(&FlowEvent::Request {
-            agent: Some(&self.name),
-            request: &req,
-        });
         let timer = input.stamper().start_timer();
-        let resp = self.provider.complete(&req).await;
-        cx.emit(&FlowEvent::Reply {
-            agent: Some(&self.name),
-            request: &req,
-            outcome: resp.as_ref(),
-        });
-        let resp = resp?;
+        let resp = cx
+            .call_model(ModelCall::new(self.provider.as_ref(), &req))
+            .await?;
         let summary = resp.text().unwrap_or("").trim().to_owned();
         let kept: Vec<Chunk> = input.chunks().iter().skip(cut).cloned().collect();
         let summary_chunk = Chunk::user(format!("{SUMMARY_HEADER}\n{summary}"));
@@ -253,10 +246,6 @@ impl SummaryCompressor {
         let mut out = compressed(input, chunks, true);
         if let Some(u) = resp.usage {
             out = out.with_usage(Some(&self.name), u);
-            cx.emit(&FlowEvent::Usage {
-                agent: Some(&self.name),
-                usage: u,
-            });
         }
         Ok(out)
     }

@@ -39,6 +39,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::FlowError;
+use crate::service::{Invoke, Layer, ModelCall, ModelService, Provide, ToolRequest, ToolService};
+use crate::tool::{ToolError, ToolOutput};
 use crate::workflow::Workflow;
 
 /// Something that happened during a run, for progress display, logging and tests.
@@ -277,6 +279,14 @@ pub struct FlowContext {
     /// A session a resuming fan-out took from the store for this branch, and whether it
     /// was cut off (its file left partial) rather than finished.
     recovered: Option<(SessionId, bool)>,
+    /// Every model call goes through this service: the installed layers around the
+    /// provider of the call ([`FlowContext::call_model`]).
+    model: Arc<dyn ModelService>,
+    /// Every tool call goes through this service: the installed layers around the tool
+    /// ([`FlowContext::call_tool`]).
+    tool: Arc<dyn ToolService>,
+    /// How many layers are installed (for `Debug`).
+    layers: usize,
 }
 
 impl fmt::Debug for FlowContext {
@@ -289,6 +299,7 @@ impl fmt::Debug for FlowContext {
             .field("sink", &self.sink.is_some())
             .field("budgets", &self.budgets)
             .field("journal", &self.journal.len())
+            .field("layers", &self.layers)
             .finish()
     }
 }
@@ -313,7 +324,59 @@ impl FlowContext {
             journal: LineageJournal::new(),
             position: Arc::from(Vec::new()),
             recovered: None,
+            model: Arc::new(Provide),
+            tool: Arc::new(Invoke),
+            layers: 0,
         }
+    }
+
+    /// Installs `layer` around every model and tool call made in this context and in the
+    /// contexts made from it (nested workflows, fan-out branches): the layer installed last
+    /// is outermost. See [`crate::service`].
+    pub fn with_layer(mut self, layer: impl Layer) -> Self {
+        self.model = layer.model(self.model);
+        self.tool = layer.tool(self.tool);
+        self.layers += 1;
+        self
+    }
+
+    /// The model chokepoint: every model call of a session loop, selector or compressor is
+    /// made here. It reports the request ([`FlowEvent::Request`]), sends `call` through the
+    /// installed layers to its provider, then reports the reply ([`FlowEvent::Reply`]) and
+    /// its usage ([`FlowEvent::Usage`]). Check [`FlowContext::admit`] first.
+    pub async fn call_model<'a>(
+        &'a self,
+        call: ModelCall<'a>,
+    ) -> Result<ProviderResponse, ProviderError> {
+        let (agent, request) = (call.request.agent.as_deref(), call.request);
+        self.emit(&FlowEvent::Request { agent, request });
+        let resp = self.model.call(call).await;
+        self.emit(&FlowEvent::Reply {
+            agent,
+            request,
+            outcome: resp.as_ref(),
+        });
+        if let Ok(ProviderResponse {
+            usage: Some(usage), ..
+        }) = &resp
+        {
+            self.emit(&FlowEvent::Usage {
+                agent,
+                usage: *usage,
+            });
+        }
+        resp
+    }
+
+    /// The tool chokepoint: every tool call a session loop answers is made here, through
+    /// the installed layers to the tool, within `timeout`. A timeout or a panic in the tool
+    /// (or a layer) is the call's error: the model sees it as the call's result.
+    pub async fn call_tool(
+        &self,
+        call: ToolRequest,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<ToolOutput, ToolError> {
+        crate::service::bounded(self.tool.as_ref(), call, timeout).await
     }
 
     /// Where in the workflow this context runs (see the `flow.at` lineage extra in the

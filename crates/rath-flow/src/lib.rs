@@ -58,6 +58,7 @@ mod memory;
 mod policy;
 pub mod resume;
 mod selector;
+pub mod service;
 mod session_loop;
 mod tool;
 mod workflow;
@@ -70,6 +71,7 @@ pub use layers::{Observed, WithBudget, WithMemory, WithSink};
 pub use memory::{MemoryHook, PolicyMemory};
 pub use policy::{ToolPolicy, Verdict, approve, decision_for, reject};
 pub use selector::{Candidate, DecideFn, Decision, ROUTE_TOOL, Selector};
+pub use service::{Layer, ModelCall, ModelService, ToolRequest, ToolService};
 pub use session_loop::{LoopOptions, SessionLoop, pending_reason, run_session_loop};
 pub use tool::{
     RawTool, RawToolFn, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput, ToolSet,

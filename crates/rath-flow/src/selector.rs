@@ -39,9 +39,10 @@ use serde_json::{Value, json};
 
 use crate::FlowError;
 use crate::agent::Agent;
-use crate::context::{FlowContext, FlowEvent};
+use crate::context::FlowContext;
 use crate::error::{FailedAt, failed};
 use crate::resume;
+use crate::service::ModelCall;
 use crate::session_loop::carry_usage;
 use crate::workflow::{EmptyWorkflow, SharedWorkflow, Workflow};
 
@@ -339,17 +340,8 @@ impl Selector {
         infos: &[Candidate],
         cx: &FlowContext,
     ) -> Result<(Session, Decision), FlowError> {
-        cx.emit(&FlowEvent::Request {
-            agent: Some(&self.name),
-            request: &req,
-        });
         let timer = session.stamper().start_timer();
-        let resp = provider.complete(&req).await;
-        cx.emit(&FlowEvent::Reply {
-            agent: Some(&self.name),
-            request: &req,
-            outcome: resp.as_ref(),
-        });
+        let resp = cx.call_model(ModelCall::new(provider, &req)).await;
         let resp = match resp {
             Ok(r) => r,
             Err(e) => return Err(self.failed(e.into(), session, Some(&req.request_id))),
@@ -357,10 +349,6 @@ impl Selector {
         let mut out = session.push(resp.model_call_chunk(&req, timer.elapsed_ms()));
         if let Some(u) = resp.usage {
             out = out.with_usage(Some(&self.name), u);
-            cx.emit(&FlowEvent::Usage {
-                agent: Some(&self.name),
-                usage: u,
-            });
         }
         Ok((out, parse_decision(&resp.chunk, infos)))
     }

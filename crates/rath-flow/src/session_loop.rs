@@ -27,12 +27,10 @@
 //! the new ones, and names both sessions as parents, so nothing is kept privately.
 
 use std::collections::HashMap;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
-use rath_provider::{Provider, ProviderRequest, ProviderResponse, StreamEvent, ToolChoice};
+use rath_provider::{Provider, ProviderRequest, ProviderResponse, ToolChoice};
 use rath_session::{
     Chunk, ChunkBody, Lineage, LineageKind, PendingCall, PolicyDecision, Session, ToolCall,
     ToolEvidence,
@@ -43,6 +41,7 @@ use crate::FlowError;
 use crate::context::{FlowContext, FlowEvent};
 use crate::error::{FailedAt, failed};
 use crate::policy::{ToolPolicy, Verdict, decision_for};
+use crate::service::{ModelCall, ToolRequest, text_deltas};
 use crate::tool::{Registered, ToolContext, ToolError, ToolErrorKind, ToolOutput, ToolSet};
 
 /// Pending-call reasons.
@@ -477,10 +476,6 @@ impl SessionLoop {
             return Err(self.fail(e, Some(out), self.at("model_call", rounds), cx));
         }
         req.request_id = out.stamper().next_token("req");
-        cx.emit(&FlowEvent::Request {
-            agent,
-            request: req,
-        });
         let timer = out.stamper().start_timer();
         let at = || self.at("model_call", rounds).request(&req.request_id);
         let resp = tokio::select! {
@@ -490,19 +485,11 @@ impl SessionLoop {
             }
             r = self.call_model(req, cx) => r,
         };
-        cx.emit(&FlowEvent::Reply {
-            agent,
-            request: req,
-            outcome: resp.as_ref(),
-        });
         let resp = match resp {
             Ok(r) => r,
             Err(e) => return Err(self.fail(e.into(), Some(out), at(), cx)),
         };
         let out = self.apply(out, req, &resp, timer.elapsed_ms());
-        if let Some(usage) = resp.usage {
-            cx.emit(&FlowEvent::Usage { agent, usage });
-        }
         Ok((out, resp))
     }
 
@@ -585,21 +572,16 @@ impl SessionLoop {
         req: &ProviderRequest,
         cx: &FlowContext,
     ) -> Result<ProviderResponse, rath_provider::ProviderError> {
+        let call = ModelCall::new(self.provider.as_ref(), req);
         match cx.observer() {
             Some(obs) if self.options.stream && cx.wants_text_deltas() => {
-                let obs = obs.clone();
-                let agent = self.agent.clone();
-                let mut sink = move |ev: StreamEvent| {
-                    if let StreamEvent::TextDelta { text } = &ev {
-                        obs.on_event(&FlowEvent::TextDelta {
-                            agent: agent.as_deref(),
-                            text,
-                        });
-                    }
-                };
-                self.provider.stream(req, &mut sink).await
+                let agent = self.agent.as_deref();
+                let mut sink = text_deltas(|text| {
+                    obs.on_event(&FlowEvent::TextDelta { agent, text });
+                });
+                cx.call_model(call.streamed(&mut sink)).await
             }
-            _ => self.provider.complete(req).await,
+            _ => cx.call_model(call).await,
         }
     }
 
@@ -901,7 +883,13 @@ impl SessionLoop {
             e.call.id.clone(),
         );
         let timer = out.stamper().start_timer();
-        let answer = self.invoke(&tcx, e).await;
+        let call = ToolRequest {
+            tool: e.reg.tool.clone(),
+            context: tcx.clone(),
+            args: std::mem::take(&mut e.args),
+        };
+        let timeout = e.reg.tool.timeout().or(self.options.tool_timeout);
+        let answer = cx.call_tool(call, timeout).await;
         let evidence = self.evidence(e.call, &answer, Some((&tcx, timer.elapsed_ms())));
         if let Some(obs) = cx.observer() {
             let content = match &answer {
@@ -916,32 +904,6 @@ impl SessionLoop {
             });
         }
         Outcome { answer, evidence }
-    }
-
-    /// Calls the tool with its timeout; a timeout or a panic is a tool error.
-    async fn invoke(&self, tcx: &ToolContext, e: &mut Exec<'_>) -> Result<ToolOutput, ToolError> {
-        let name = &e.call.function.name;
-        let timeout = e.reg.tool.timeout().or(self.options.tool_timeout);
-        let args = std::mem::take(&mut e.args);
-        let fut = AssertUnwindSafe(e.reg.tool.call(tcx, args)).catch_unwind();
-        let finished = match timeout {
-            Some(d) => tokio::time::timeout(d, fut).await.ok(),
-            None => Some(fut.await),
-        };
-        match finished {
-            None => Err(ToolError::new(
-                ToolErrorKind::ToolTimeout,
-                format!(
-                    "tool {name} did not finish within {}",
-                    fmt_duration(timeout.unwrap_or_default())
-                ),
-            )),
-            Some(Err(panic)) => Err(ToolError::exception(format!(
-                "tool {name} panicked: {}",
-                panic_message(panic.as_ref())
-            ))),
-            Some(Ok(answer)) => answer,
-        }
     }
 }
 
@@ -1059,7 +1021,7 @@ impl Conversation {
     }
 }
 
-fn fmt_duration(d: Duration) -> String {
+pub(crate) fn fmt_duration(d: Duration) -> String {
     if d.subsec_nanos() == 0 {
         format!("{}s", d.as_secs())
     } else {
@@ -1067,7 +1029,7 @@ fn fmt_duration(d: Duration) -> String {
     }
 }
 
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = panic.downcast_ref::<String>() {

@@ -221,6 +221,14 @@ pub trait Tool: Send + Sync {
     fn timeout(&self) -> Option<Duration> {
         None
     }
+    /// True when running a call twice with the same arguments does no more than running it
+    /// once (a lookup, a read, a write keyed by an idempotency key the tool hands on). A
+    /// durable run that finds a call of a tool dispatched but unanswered after a crash runs
+    /// it again when it is idempotent, and otherwise stops for review: it cannot know
+    /// whether the effect happened. Not idempotent by default.
+    fn idempotent(&self) -> bool {
+        false
+    }
     /// Runs the call with validated arguments.
     async fn call(&self, cx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError>;
 }
@@ -254,6 +262,7 @@ pub struct TypedTool<A, F> {
     description: String,
     parameters: Value,
     parallel_safe: bool,
+    idempotent: bool,
     resource_arg: Option<String>,
     timeout: Option<Duration>,
     f: F,
@@ -286,6 +295,7 @@ where
         description: description.into(),
         parameters: parameters_for::<A>(),
         parallel_safe: false,
+        idempotent: false,
         resource_arg: None,
         timeout: None,
         f,
@@ -297,6 +307,12 @@ impl<A, F> TypedTool<A, F> {
     /// Declares the tool parallel-safe (or not).
     pub fn parallel_safe(mut self, yes: bool) -> Self {
         self.parallel_safe = yes;
+        self
+    }
+
+    /// Declares the tool idempotent (or not): see [`Tool::idempotent`].
+    pub fn idempotent(mut self, yes: bool) -> Self {
+        self.idempotent = yes;
         self
     }
 
@@ -339,6 +355,9 @@ where
     fn parallel_safe(&self) -> bool {
         self.parallel_safe
     }
+    fn idempotent(&self) -> bool {
+        self.idempotent
+    }
     fn resource_key(&self, args: &Value) -> Option<String> {
         let arg = self.resource_arg.as_ref()?;
         args.get(arg).map(|v| match v {
@@ -379,6 +398,7 @@ pub struct RawTool {
     description: String,
     parameters: Value,
     parallel_safe: bool,
+    idempotent: bool,
     timeout: Option<Duration>,
     f: Box<RawToolFn>,
 }
@@ -410,6 +430,7 @@ impl RawTool {
             description: description.into(),
             parameters,
             parallel_safe: false,
+            idempotent: false,
             timeout: None,
             f: Box::new(f),
         }
@@ -418,6 +439,12 @@ impl RawTool {
     /// Declares the tool parallel-safe (or not).
     pub fn parallel_safe(mut self, yes: bool) -> Self {
         self.parallel_safe = yes;
+        self
+    }
+
+    /// Declares the tool idempotent (or not): see [`Tool::idempotent`].
+    pub fn idempotent(mut self, yes: bool) -> Self {
+        self.idempotent = yes;
         self
     }
 
@@ -441,6 +468,9 @@ impl Tool for RawTool {
     }
     fn parallel_safe(&self) -> bool {
         self.parallel_safe
+    }
+    fn idempotent(&self) -> bool {
+        self.idempotent
     }
     fn timeout(&self) -> Option<Duration> {
         self.timeout

@@ -107,6 +107,10 @@ pub struct McpToolInfo {
     pub input_schema: Value,
     /// The `readOnlyHint` annotation.
     pub read_only: bool,
+    /// True when a second call with the same arguments has no further effect: the tool is
+    /// read-only or says `idempotentHint` (a durable run may then repeat a call it cannot
+    /// tell finished).
+    pub idempotent: bool,
 }
 
 /// What a `tools/call` returned, before it becomes a tool result.
@@ -457,11 +461,8 @@ impl McpClient {
                     .or_else(|| t.title.clone())
                     .unwrap_or_default(),
                 input_schema: Value::Object(t.input_schema.as_ref().clone()),
-                read_only: t
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.read_only_hint)
-                    .unwrap_or(false),
+                read_only: hint(&t, |a| a.read_only_hint),
+                idempotent: hint(&t, |a| a.read_only_hint) || hint(&t, |a| a.idempotent_hint),
             })
             .collect())
     }
@@ -637,6 +638,14 @@ pub(crate) fn evidence_detail(client: &McpClient, tool: &str) -> BTreeMap<String
     }
     d.insert("mcp_tool".to_owned(), Value::from(tool));
     d
+}
+
+/// One boolean annotation of `tool` (false when the server gives none).
+fn hint(
+    tool: &rmcp::model::Tool,
+    get: impl Fn(&rmcp::model::ToolAnnotations) -> Option<bool>,
+) -> bool {
+    tool.annotations.as_ref().and_then(get).unwrap_or(false)
 }
 
 #[cfg(test)]

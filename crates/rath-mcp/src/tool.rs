@@ -125,6 +125,10 @@ impl Tool for McpTool {
         self.info.read_only
     }
 
+    fn idempotent(&self) -> bool {
+        self.info.idempotent
+    }
+
     fn timeout(&self) -> Option<Duration> {
         Some(self.call_timeout() + LOOP_GRACE)
     }

@@ -105,13 +105,13 @@ struct SlowArgs {
 /// `gated`: one agent whose `slow` tool needs an approval and takes 250 ms (long enough for
 /// heartbeats every 100 ms), traced into `exporter`.
 fn registry(exporter: OtlpExporter) -> WorkflowRegistry {
-    WorkflowRegistry::new().register("gated", "gated v1", move |scope| {
+    WorkflowRegistry::new().register("gated", "gated v1", move || {
         let slow = typed_tool("slow", "Take a while.", |_cx, a: SlowArgs| async move {
             tokio::time::sleep(Duration::from_millis(a.ms)).await;
             Ok(json!({"slept_ms": a.ms}))
         });
-        let agent = Agent::new("clerk", "Do it.", scope.provider(OneToolModel))
-            .with_tool(scope.tool(slow))?
+        let agent = Agent::new("clerk", "Do it.", OneToolModel)
+            .with_tool(slow)?
             .with_policy(ToolPolicy::allow_all().require_approval("slow"));
         let traced =
             Traced::new(agent, exporter.clone()).with_options(TraceOptions::from_lookup(|_| None));

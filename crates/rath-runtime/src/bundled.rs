@@ -60,28 +60,28 @@ pub fn registry(options: &BundledOptions) -> WorkflowRegistry {
     let team = options.clone();
     let gated = options.clone();
     WorkflowRegistry::new()
-        .register("team", TEAM_DEFINITION, move |scope| {
+        .register("team", TEAM_DEFINITION, move || {
             let planner = Agent::new(
                 "planner",
                 "Look up what the task needs.",
-                scope.provider(RuleModel::new("lookup", team.think)),
+                RuleModel::new("lookup", team.think),
             )
-            .with_tool(scope.idempotent_tool(lookup_tool()))?;
+            .with_tool(lookup_tool())?;
             let writer = Agent::new(
                 "writer",
                 "Record the results.",
-                scope.provider(RuleModel::new("record", team.think)),
+                RuleModel::new("record", team.think),
             )
-            .with_tool(scope.tool(record_tool(team.effects.clone())))?;
+            .with_tool(record_tool(team.effects.clone()))?;
             Ok(Arc::new(Sequence::new("team").then(planner).then(writer)) as SharedWorkflow)
         })
-        .register("gated", GATED_DEFINITION, move |scope| {
+        .register("gated", GATED_DEFINITION, move || {
             let writer = Agent::new(
                 "writer",
                 "Record the results.",
-                scope.provider(RuleModel::new("record", gated.think)),
+                RuleModel::new("record", gated.think),
             )
-            .with_tool(scope.tool(record_tool(gated.effects.clone())))?
+            .with_tool(record_tool(gated.effects.clone()))?
             .with_policy(ToolPolicy::allow_all().require_approval("record"));
             Ok(Arc::new(writer) as SharedWorkflow)
         })
@@ -110,6 +110,7 @@ fn lookup_tool() -> RawTool {
             Ok(ToolOutput::json(&json!({"len": text.len()})))
         })
     })
+    .idempotent(true)
 }
 
 /// `record`: appends the idempotency key of the call to `effects` (the side effect), then

@@ -1,9 +1,6 @@
-//! The replay journal and the effect ledger as a provider layer and a tool layer.
-//!
-//! A worker hands its workflow constructor a [`RunScope`]; the constructor wraps its
-//! providers with [`RunScope::provider`] and its tools with [`RunScope::tool`] (or
-//! [`RunScope::idempotent_tool`]). Wrapping gives back the same kind of thing: a
-//! [`JournaledProvider`] is a `Provider`, a [`JournaledTool`] a `Tool`.
+//! The replay journal and the effect ledger as one [`Layer`] a worker installs on each
+//! run's context: a registered workflow is plain flow code, and every model and tool call
+//! it makes (agents, selectors, compressors, nested workflows) goes through them.
 //!
 //! - A model reply is recorded under `segment/agent#n` (the agent's n-th call in this
 //!   segment of the run) with the sha256 of the normalized request, committed (fenced)
@@ -14,10 +11,12 @@
 //!   under `segment/agent` and its call id, with the idempotency key
 //!   (sha256 of run, step path, call id and canonical arguments) that the tool reads with
 //!   [`current_call`]. A recorded answer is served back; a call found `dispatched` (its
-//!   worker died before recording the answer) is re-run when the tool was declared
-//!   idempotent and is otherwise [`RuntimeError::Ambiguous`]: the run goes to review.
+//!   worker died before recording the answer) is re-run when the tool declares itself
+//!   idempotent ([`rath_flow::Tool::idempotent`]) and is otherwise
+//!   [`RuntimeError::Ambiguous`]: the run goes to review.
 //!
-//! Crash points for tests: `RATH_RUNTIME_CRASH=<point>:<n>` SIGKILLs the process at the
+//! Crash points for tests (compiled in only with the `failpoints` feature):
+//! `RATH_RUNTIME_CRASH=<point>:<n>` SIGKILLs the process at the
 //! n-th `<point>` it reaches (`model_reply`: a reply received, not recorded, everything
 //! before it committed; `tool_effect`: a tool ran, its answer not recorded; `step`: a reply
 //! recorded, before the workflow sees it); `RATH_RUNTIME_STOP=<point>:<n>` SIGSTOPs it
@@ -27,13 +26,14 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use async_trait::async_trait;
-use rath_flow::{CancellationToken, Tool, ToolContext, ToolError, ToolOutput};
+use rath_flow::service::BoxFuture;
+use rath_flow::{
+    CancellationToken, Layer, ModelCall, ModelService, ToolError, ToolOutput, ToolRequest,
+    ToolService,
+};
 use rath_provider::{
-    Provider, ProviderError, ProviderManifest, ProviderRequest, ProviderResponse, StreamAssembler,
-    StreamSink, ToolChoice, ToolSchema,
+    ProviderError, ProviderRequest, ProviderResponse, StreamAssembler, ToolChoice, ToolSchema,
 };
 use rath_session::ChatMessage;
 use serde_json::Value;
@@ -61,7 +61,7 @@ tokio::task_local! {
     static CALL: CallInfo;
 }
 
-/// The call a tool is running for, when it runs under a [`JournaledTool`].
+/// The call a tool is running for, when it runs in a durable run (under the ledger).
 pub fn current_call() -> Option<CallInfo> {
     CALL.try_with(Clone::clone).ok()
 }
@@ -449,34 +449,6 @@ impl RunScope {
         &self.lease
     }
 
-    /// Wraps a provider into the replay journal.
-    pub fn provider(&self, inner: impl Provider + 'static) -> JournaledProvider {
-        JournaledProvider {
-            scope: self.clone(),
-            inner: Arc::new(inner),
-            tools: Arc::default(),
-            prefix: Arc::default(),
-        }
-    }
-
-    /// Wraps a tool into the effect ledger; an ambiguous call of it goes to review.
-    pub fn tool(&self, inner: impl Tool + 'static) -> JournaledTool {
-        JournaledTool {
-            scope: self.clone(),
-            inner: Arc::new(inner),
-            idempotent: false,
-        }
-    }
-
-    /// Wraps a tool declared idempotent: an ambiguous call of it is simply run again.
-    pub fn idempotent_tool(&self, inner: impl Tool + 'static) -> JournaledTool {
-        JournaledTool {
-            scope: self.clone(),
-            inner: Arc::new(inner),
-            idempotent: true,
-        }
-    }
-
     /// What stopped the run (fenced, replay mismatch, an ambiguous call), if anything.
     pub fn take_fatal(&self) -> Option<RuntimeError> {
         self.lock().fatal.take()
@@ -499,7 +471,7 @@ impl RunScope {
     }
 
     /// Stops the run when one of its writes is already known refused (no wait: a model may
-    /// be asked while the run's last writes commit, see [`JournaledProvider`]).
+    /// be asked while the run's last writes commit, see [`JournaledModel`]).
     pub(crate) fn not_failed(&self) -> Result<(), String> {
         match self.barrier.failed() {
             Some(e) => Err(self.stop(e)),
@@ -542,16 +514,40 @@ impl RunScope {
     }
 }
 
-/// A provider whose replies are recorded in, and on re-execution served from, the run's
+/// The scope as a layer: the journal around the model service, the ledger around the tool
+/// service. A worker installs it on the context of each run it executes.
+impl Layer for RunScope {
+    fn model(&self, inner: Arc<dyn ModelService>) -> Arc<dyn ModelService> {
+        Arc::new(JournaledModel {
+            scope: self.clone(),
+            inner,
+            hashing: Mutex::default(),
+        })
+    }
+
+    fn tool(&self, inner: Arc<dyn ToolService>) -> Arc<dyn ToolService> {
+        Arc::new(JournaledTools {
+            scope: self.clone(),
+            inner,
+        })
+    }
+}
+
+/// Model calls whose replies are recorded in, and on re-execution served from, the run's
 /// journal (see the [module docs](self)).
-#[derive(Clone)]
-pub struct JournaledProvider {
+struct JournaledModel {
     scope: RunScope,
-    inner: Arc<dyn Provider>,
-    /// The text of the tools its last request offered (see [`request_text`]).
-    tools: Arc<Mutex<ToolsText>>,
-    /// Its last request hashed through its messages (see [`request_hash`]).
-    prefix: Arc<Mutex<HashedPrefix>>,
+    inner: Arc<dyn ModelService>,
+    /// Per step (`segment/agent`): the text of the tools its last request offered (see
+    /// [`request_text`]) and its last request hashed through its messages (see
+    /// [`request_hash`]), so a growing conversation is hashed a message at a time.
+    hashing: Mutex<HashMap<String, Arc<Hashing>>>,
+}
+
+#[derive(Default)]
+struct Hashing {
+    tools: Mutex<ToolsText>,
+    prefix: Mutex<HashedPrefix>,
 }
 
 enum Served {
@@ -563,13 +559,20 @@ enum Served {
     },
 }
 
-impl JournaledProvider {
+impl JournaledModel {
     fn lookup(&self, req: &ProviderRequest) -> Result<Served, ProviderError> {
         if let Some(why) = self.scope.stopped() {
             return Err(ProviderError::Config(format!("durable run stopped: {why}")));
         }
         let step = self.scope.step(req.agent.as_deref());
-        let hash = request_hash(req, &self.tools, &self.prefix);
+        let hashing = self
+            .hashing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(step.clone())
+            .or_default()
+            .clone();
+        let hash = request_hash(req, &hashing.tools, &hashing.prefix);
         let mut s = self.scope.lock();
         let seq = {
             let c = s.counters.entry(step.clone()).or_insert(0);
@@ -633,61 +636,42 @@ impl JournaledProvider {
     }
 }
 
-#[async_trait]
-impl Provider for JournaledProvider {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    async fn complete(&self, req: &ProviderRequest) -> Result<ProviderResponse, ProviderError> {
-        match self.lookup(req)? {
-            Served::Recorded(r) => Ok(r),
-            Served::Live { step, seq, hash } => {
-                // A model call is no side effect: it does not wait for the run's last
-                // writes (the last tool answer) to commit. Its reply is recorded behind
-                // them on the run's lane, so it commits with them or after them, and the
-                // next tool dispatch waits for all of it. A write already known refused
-                // (the lease passed on) stops the run before the model is asked.
-                self.scope.not_failed().map_err(ProviderError::Config)?;
-                let resp = self.inner.complete(req).await?;
-                self.record(step, seq, hash, &resp).await?;
-                Ok(resp)
-            }
-        }
-    }
-
-    async fn stream(
-        &self,
-        req: &ProviderRequest,
-        sink: &mut StreamSink<'_>,
-    ) -> Result<ProviderResponse, ProviderError> {
-        match self.lookup(req)? {
-            Served::Recorded(r) => {
-                for ev in StreamAssembler::events_for(&r) {
-                    sink(ev);
+impl ModelService for JournaledModel {
+    fn call<'a>(
+        &'a self,
+        call: ModelCall<'a>,
+    ) -> BoxFuture<'a, Result<ProviderResponse, ProviderError>> {
+        Box::pin(async move {
+            match self.lookup(call.request)? {
+                Served::Recorded(r) => {
+                    if let Some(sink) = call.stream {
+                        for ev in StreamAssembler::events_for(&r) {
+                            sink(ev);
+                        }
+                    }
+                    Ok(r)
                 }
-                Ok(r)
+                Served::Live { step, seq, hash } => {
+                    // A model call is no side effect: it does not wait for the run's last
+                    // writes (the last tool answer) to commit. Its reply is recorded behind
+                    // them on the run's lane, so it commits with them or after them, and
+                    // the next tool dispatch waits for all of it. A write already known
+                    // refused (the lease passed on) stops the run before the model is asked.
+                    self.scope.not_failed().map_err(ProviderError::Config)?;
+                    let resp = self.inner.call(call).await?;
+                    self.record(step, seq, hash, &resp).await?;
+                    Ok(resp)
+                }
             }
-            Served::Live { step, seq, hash } => {
-                self.scope.not_failed().map_err(ProviderError::Config)?;
-                let resp = self.inner.stream(req, sink).await?;
-                self.record(step, seq, hash, &resp).await?;
-                Ok(resp)
-            }
-        }
-    }
-
-    fn manifest(&self) -> ProviderManifest {
-        self.inner.manifest()
+        })
     }
 }
 
-/// A tool whose calls go through the run's effect ledger (see the [module docs](self)).
+/// Tool calls that go through the run's effect ledger (see the [module docs](self)).
 #[derive(Clone)]
-pub struct JournaledTool {
+struct JournaledTools {
     scope: RunScope,
-    inner: Arc<dyn Tool>,
-    idempotent: bool,
+    inner: Arc<dyn ToolService>,
 }
 
 fn answer_json(r: &Result<ToolOutput, ToolError>) -> String {
@@ -708,7 +692,7 @@ fn answer_from(text: &str) -> Result<Result<ToolOutput, ToolError>, String> {
     }
 }
 
-impl JournaledTool {
+impl JournaledTools {
     fn fail(&self, e: RuntimeError) -> ToolError {
         ToolError::exception(self.scope.stop(e))
     }
@@ -737,31 +721,19 @@ impl JournaledTool {
     }
 }
 
-#[async_trait]
-impl Tool for JournaledTool {
-    fn name(&self) -> &str {
-        self.inner.name()
+impl ToolService for JournaledTools {
+    fn call(&self, call: ToolRequest) -> BoxFuture<'_, Result<ToolOutput, ToolError>> {
+        Box::pin(self.ledgered(call))
     }
-    fn description(&self) -> &str {
-        self.inner.description()
-    }
-    fn parameters(&self) -> &Value {
-        self.inner.parameters()
-    }
-    fn parallel_safe(&self) -> bool {
-        self.inner.parallel_safe()
-    }
-    fn resource_key(&self, args: &Value) -> Option<String> {
-        self.inner.resource_key(args)
-    }
-    fn timeout(&self) -> Option<Duration> {
-        self.inner.timeout()
-    }
+}
 
-    async fn call(&self, cx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+impl JournaledTools {
+    /// Serves a recorded answer, refuses an ambiguous call, or dispatches a new one.
+    async fn ledgered(&self, call: ToolRequest) -> Result<ToolOutput, ToolError> {
         if let Some(why) = self.scope.stopped() {
             return Err(ToolError::exception(format!("durable run stopped: {why}")));
         }
+        let cx = &call.context;
         let step = self.scope.step(cx.agent());
         let call_id = cx.call_id().to_owned();
         let recorded = self
@@ -770,14 +742,14 @@ impl Tool for JournaledTool {
             .effects
             .get(&(step.clone(), call_id.clone()))
             .cloned();
-        let key = idempotency_key(self.scope.run(), &step, &call_id, &args);
+        let key = idempotency_key(self.scope.run(), &step, &call_id, &call.args);
         let mut effect = Effect {
             run: self.scope.run().clone(),
             step: step.clone(),
             call_id: call_id.clone(),
-            tool: self.inner.name().to_owned(),
+            tool: call.name().to_owned(),
             idempotency_key: key.clone(),
-            args: canonical_json(&args),
+            args: canonical_json(&call.args),
             state: EffectState::Prepared,
             result: None,
         };
@@ -787,7 +759,9 @@ impl Tool for JournaledTool {
                 return answer_from(text)
                     .unwrap_or_else(|m| Err(self.fail(crate::error::corrupt("effect answer", m))));
             }
-            Some((EffectState::Dispatched | EffectState::Ambiguous, _)) if !self.idempotent => {
+            Some((EffectState::Dispatched | EffectState::Ambiguous, _))
+                if !call.tool.idempotent() =>
+            {
                 effect.state = EffectState::Ambiguous;
                 let _ = self.put(&effect).await;
                 return Err(self.fail(RuntimeError::Ambiguous {
@@ -808,21 +782,19 @@ impl Tool for JournaledTool {
         // not aborted when this future is dropped, and `RunScope::settle` waits for it.
         let permit = self.scope.inflight.clone().acquire_owned().await.ok();
         let me = self.clone();
-        let cx = cx.clone();
         let task = tokio::spawn(async move {
             let _permit = permit;
-            me.dispatch(&cx, args, effect, step, key).await
+            me.dispatch(call, effect, step, key).await
         });
         task.await
             .unwrap_or_else(|e| Err(ToolError::exception(format!("tool task: {e}"))))
     }
 }
 
-impl JournaledTool {
+impl JournaledTools {
     async fn dispatch(
         &self,
-        cx: &ToolContext,
-        args: Value,
+        call: ToolRequest,
         mut effect: Effect,
         step: String,
         key: String,
@@ -838,7 +810,7 @@ impl JournaledTool {
             call_id: effect.call_id.clone(),
             idempotency_key: key,
         };
-        let answer = CALL.scope(info, self.inner.call(cx, args)).await;
+        let answer = CALL.scope(info, self.inner.call(call)).await;
         crash_point(CrashPoint::ToolEffect).await;
         effect.state = if answer.is_ok() {
             EffectState::Succeeded

@@ -10,8 +10,8 @@
 //!
 //! # tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(async {
 //! let dir = tempfile::tempdir()?;
-//! let registry = WorkflowRegistry::new().register("greet", "greet v1", |scope| {
-//!     let model = scope.provider(ScriptedProvider::new(vec![ScriptedResponse::text("hello")]));
+//! let registry = WorkflowRegistry::new().register("greet", "greet v1", || {
+//!     let model = ScriptedProvider::new(vec![ScriptedResponse::text("hello")]);
 //!     Ok(Arc::new(Agent::new("greeter", "Greet.", model)) as SharedWorkflow)
 //! });
 //! let sessions = Arc::new(rath_persist::Store::at(dir.path().join("sessions")));
@@ -32,16 +32,17 @@
 //! **The journal is the session.** A run is its input session, its workflow (by name and
 //! definition hash) and what its providers and tools answered. A worker that claims a run
 //! forwards the input again with ids and clock from a stamper seeded by the run id; the
-//! [`journal`] layers serve every reply and tool answer recorded by earlier claims under
-//! their keys, so the re-executed session is byte-identical up to where the last worker
+//! [`journal`] layer it installs on the run's context serves every reply and tool answer
+//! recorded by earlier claims under their keys, so the re-executed session is byte-identical up to where the last worker
 //! stopped, and the run goes on live from there without asking a model twice or repeating
 //! a side effect. The output session lands in any [`rath_persist::SessionStore`].
 //!
 //! - [`RunStore`]: runs, leases with fencing tokens, journal, ledger and events (`rt_*`
 //!   tables with their own migrations) in SQLite or PostgreSQL through sqlx.
 //! - [`Worker`]: claim, heartbeat, run, persist, release; a pool of `concurrency` loops.
-//! - [`journal`]: [`JournaledProvider`], [`JournaledTool`], [`current_call`] (the
-//!   idempotency key a tool hands to the outside world) and the test crash points.
+//! - [`journal`]: [`RunScope`], the layer of journal and ledger every model and tool call
+//!   of a run goes through, [`current_call`] (the idempotency key a tool hands to the
+//!   outside world) and the test crash points.
 //! - [`events`]: a run's events pushed to an [`EventSubscription`] (PostgreSQL
 //!   `LISTEN/NOTIFY`, an in-process hub), resumable after any event id.
 //! - [`Runtime`]: submit, wait, output, approve/reject a waiting run, over both stores.
@@ -75,9 +76,7 @@ use sha2::{Digest, Sha256};
 pub use clock::RunClock;
 pub use error::RuntimeError;
 pub use events::EventSubscription;
-pub use journal::{
-    CLOCK_STEP, CallInfo, JournaledProvider, JournaledTool, RunScope, current_call, idempotency_key,
-};
+pub use journal::{CLOCK_STEP, CallInfo, RunScope, current_call, idempotency_key};
 pub use model::{
     Effect, EffectState, Lease, RetryPolicy, Run, RunEvent, RunId, RunOptions, RunStatus,
 };
@@ -198,8 +197,8 @@ impl Runtime {
     /// # use rath_session::{Session, Stamper};
     /// # tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(async {
     /// # let dir = tempfile::tempdir()?;
-    /// # let registry = WorkflowRegistry::new().register("greet", "greet v1", |scope| {
-    /// #     let model = scope.provider(ScriptedProvider::new(vec![ScriptedResponse::text("hello")]));
+    /// # let registry = WorkflowRegistry::new().register("greet", "greet v1", || {
+    /// #     let model = ScriptedProvider::new(vec![ScriptedResponse::text("hello")]);
     /// #     Ok(Arc::new(Agent::new("greeter", "Greet.", model)) as SharedWorkflow)
     /// # });
     /// # let sessions = Arc::new(rath_persist::Store::at(dir.path().join("sessions")));

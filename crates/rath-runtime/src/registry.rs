@@ -6,11 +6,10 @@ use std::sync::Arc;
 
 use rath_flow::{FlowError, SharedWorkflow};
 
-use crate::journal::RunScope;
-
-/// Builds a run's workflow, wrapping its providers and tools with the scope's journal and
-/// ledger layers ([`RunScope::provider`], [`RunScope::tool`]).
-pub type Constructor = Arc<dyn Fn(&RunScope) -> Result<SharedWorkflow, FlowError> + Send + Sync>;
+/// Builds a run's workflow: plain flow code, built afresh for each execution (so scripted
+/// state starts over). The worker runs it in a context whose journal and ledger layer
+/// ([`crate::RunScope`]) every model and tool call goes through.
+pub type Constructor = Arc<dyn Fn() -> Result<SharedWorkflow, FlowError> + Send + Sync>;
 
 /// A registered workflow.
 #[derive(Clone)]
@@ -56,7 +55,7 @@ impl WorkflowRegistry {
         mut self,
         name: impl Into<String>,
         definition: &str,
-        constructor: impl Fn(&RunScope) -> Result<SharedWorkflow, FlowError> + Send + Sync + 'static,
+        constructor: impl Fn() -> Result<SharedWorkflow, FlowError> + Send + Sync + 'static,
     ) -> Self {
         let name = name.into();
         self.defs.insert(

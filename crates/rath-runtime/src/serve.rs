@@ -47,7 +47,7 @@ pub struct ServeReport {
 /// use rath_runtime::{Runtime, WorkerOptions, WorkflowRegistry, serve_worker};
 ///
 /// # async fn main_() -> Result<(), rath_runtime::RuntimeError> {
-/// let registry = WorkflowRegistry::new(); // .register("mine", "mine v1", |scope| ...)
+/// let registry = WorkflowRegistry::new(); // .register("mine", "mine v1", || ...)
 /// let sessions = Arc::new(rath_persist::Store::at("sessions"));
 /// let rt = Runtime::connect("sqlite:runs.db", sessions, registry).await?;
 /// serve_worker(rt, WorkerOptions::named("w1").concurrency(4)).await?;

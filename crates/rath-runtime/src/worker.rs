@@ -412,7 +412,7 @@ impl Worker {
         );
         let session = loaded.session.with_stamper(stamper);
 
-        let workflow = match (def.constructor)(&scope) {
+        let workflow = match (def.constructor)() {
             Ok(w) => w,
             Err(e) => return self.fail_final(lease, &RuntimeError::Flow(e)).await,
         };
@@ -443,9 +443,12 @@ impl Worker {
                 cancel.clone(),
             )
         });
+        // Every model and tool call of the workflow goes through the scope's journal and
+        // ledger: the workflow cannot make one that a re-execution would repeat.
         let mut cx = FlowContext::new()
             .with_journal(journal.clone())
-            .with_cancel(cancel.clone());
+            .with_cancel(cancel.clone())
+            .with_layer(scope.clone());
         if let Some((sink, _)) = &live {
             cx = cx.with_shared_sink(sink.clone());
         }

@@ -109,45 +109,30 @@ fn registry(effects: PathBuf) -> WorkflowRegistry {
         .register(
             "team",
             "team v1: planner(lookup x2) then writer(record x2)",
-            move |scope| {
+            move || {
                 let lookup = typed_tool(
                     "lookup",
                     "Look a text up.",
                     |_cx: ToolContext, a: Args| async move {
                         Ok::<_, ToolError>(json!({"len": a.text.len()}))
                     },
-                );
+                )
+                .idempotent(true);
                 let record = record_tool(e1.clone());
-                let planner = Agent::new(
-                    "planner",
-                    "Plan.",
-                    scope.provider(RuleModel { tool: "lookup" }),
-                )
-                .with_tool(scope.idempotent_tool(lookup))?;
-                let writer = Agent::new(
-                    "writer",
-                    "Write.",
-                    scope.provider(RuleModel { tool: "record" }),
-                )
-                .with_tool(scope.tool(record))?;
+                let planner = Agent::new("planner", "Plan.", RuleModel { tool: "lookup" })
+                    .with_tool(lookup)?;
+                let writer = Agent::new("writer", "Write.", RuleModel { tool: "record" })
+                    .with_tool(record)?;
                 Ok(Arc::new(Sequence::new("team").then(planner).then(writer)) as SharedWorkflow)
             },
         )
-        .register(
-            "gated",
-            "gated v1: writer(record, approval)",
-            move |scope| {
-                let record = record_tool(effects.clone());
-                let writer = Agent::new(
-                    "writer",
-                    "Write.",
-                    scope.provider(RuleModel { tool: "record" }),
-                )
-                .with_tool(scope.tool(record))?
+        .register("gated", "gated v1: writer(record, approval)", move || {
+            let record = record_tool(effects.clone());
+            let writer = Agent::new("writer", "Write.", RuleModel { tool: "record" })
+                .with_tool(record)?
                 .with_policy(ToolPolicy::allow_all().require_approval("record"));
-                Ok(Arc::new(writer) as SharedWorkflow)
-            },
-        )
+            Ok(Arc::new(writer) as SharedWorkflow)
+        })
 }
 
 struct Env {
@@ -456,11 +441,16 @@ fn reference_replies() -> usize {
     6 // planner: 2 tool rounds + text; writer: the same
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn crash_between_tool_effect_and_its_recording() {
+/// A worker SIGKILLed right after a tool's effect, before the step commits (its answer is
+/// not recorded). The workflows of these tests are plain flow code: no tool or provider is
+/// wrapped by its author; the worker's journal and ledger layer sees every call.
+/// `envs` are two fresh environments on one kind of store.
+async fn unwrapped_tool_effect_survives_sigkill(envs: [Env; 2]) {
+    let [env, second_env] = envs;
     let (ref_env, reference) = uninterrupted("team").await;
     // The idempotent lookup (effect 1): run again on resume, the run succeeds.
-    let (env, rt, id) = Env::sqlite_run("team").await;
+    let rt = env.runtime().await;
+    let id = submit(&rt, "team").await;
     env.worker("w1", 600, &[("RATH_RUNTIME_CRASH", "tool_effect:1")])
         .wait()
         .unwrap();
@@ -471,10 +461,17 @@ async fn crash_between_tool_effect_and_its_recording() {
     assert_same_session((&ref_env, &reference), (&env, &output(&rt, &id).await));
 
     // The non-idempotent record (effect 3): ambiguous, the run goes to review with the call.
-    let (env, rt, id) = Env::sqlite_run("team").await;
-    env.worker("w1", 600, &[("RATH_RUNTIME_CRASH", "tool_effect:3")])
+    let env = second_env;
+    let rt = env.runtime().await;
+    let id = submit(&rt, "team").await;
+    let status = env
+        .worker("w1", 600, &[("RATH_RUNTIME_CRASH", "tool_effect:3")])
         .wait()
         .unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9)
+    );
     assert_eq!(env.effect_lines().len(), 1, "the effect happened once");
     let second = env.worker("w2", 600, &[]);
     let run = wait_for(&rt, &id, RunStatus::NeedsReview).await;
@@ -502,10 +499,27 @@ async fn crash_between_tool_effect_and_its_recording() {
         .unwrap();
     wait_for(&rt, &id, RunStatus::Succeeded).await;
     kill(second);
+    // The effect counter: each record call's effect happened once, the interrupted one too.
     let keys = env.effect_lines();
     assert_eq!(keys.len(), 2);
     assert!(has_no_duplicates(&keys));
     assert_same_session((&ref_env, &reference), (&env, &output(&rt, &id).await));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unwrapped_tool_effect_is_not_repeated_after_sigkill_on_sqlite() {
+    unwrapped_tool_effect_survives_sigkill([Env::sqlite(), Env::sqlite()]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unwrapped_tool_effect_is_not_repeated_after_sigkill_on_postgres() {
+    let (Some(a), Some(b)) = (
+        Env::postgres("effect_lookup").await,
+        Env::postgres("effect_record").await,
+    ) else {
+        return;
+    };
+    unwrapped_tool_effect_survives_sigkill([a, b]).await;
 }
 
 fn state_of(pid: u32) -> char {
@@ -711,7 +725,7 @@ async fn fencing_refuses_stale_writes_on_postgres() {
 async fn a_changed_definition_is_refused_unless_accepted() {
     let (env, rt, id) = Env::sqlite_run("team").await;
     let store: Arc<dyn SessionStore> = Arc::new(Store::at(env.sessions()));
-    let changed = WorkflowRegistry::new().register("team", "team v2", |_| {
+    let changed = WorkflowRegistry::new().register("team", "team v2", || {
         Ok(Arc::new(rath_flow::EmptyWorkflow) as SharedWorkflow)
     });
     let rt2 = Runtime::new(RunStore::connect(&env.url).await.unwrap(), store, changed);

@@ -90,18 +90,14 @@ impl Provider for ControlModel {
 struct NoArgs {}
 
 fn registry(ctl: Arc<Control>) -> WorkflowRegistry {
-    WorkflowRegistry::new().register("flow", "flow v1: agent(noop x2)", move |scope| {
+    WorkflowRegistry::new().register("flow", "flow v1: agent(noop x2)", move || {
         let noop = typed_tool(
             "noop",
             "Do nothing.",
             |_cx: ToolContext, _a: NoArgs| async { Ok::<_, ToolError>(json!({})) },
-        );
-        let agent = Agent::new(
-            "a",
-            "Work.",
-            scope.provider(ControlModel { ctl: ctl.clone() }),
         )
-        .with_tool(scope.idempotent_tool(noop))?;
+        .idempotent(true);
+        let agent = Agent::new("a", "Work.", ControlModel { ctl: ctl.clone() }).with_tool(noop)?;
         Ok(Arc::new(agent) as SharedWorkflow)
     })
 }
@@ -835,7 +831,7 @@ async fn an_output_session_stored_before_the_run_is_appended_to() {
             .await
             .unwrap(),
     );
-    let registry = WorkflowRegistry::new().register("returns", "returns v1", |_scope| {
+    let registry = WorkflowRegistry::new().register("returns", "returns v1", || {
         Ok(Arc::new(Returns { seed: 77 }) as SharedWorkflow)
     });
     let url = format!("sqlite:{}", dir.path().join("runs.db").display());

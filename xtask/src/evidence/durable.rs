@@ -92,14 +92,15 @@ fn registry(effects: PathBuf) -> WorkflowRegistry {
     WorkflowRegistry::new().register(
         "plan_and_file",
         "plan_and_file v1: planner(lookup x2) then filer(file x2)",
-        move |scope| {
+        move || {
             let lookup = typed_tool(
                 "lookup",
                 "Look an item up.",
                 |_cx: ToolContext, a: Item| async move {
                     Ok::<_, ToolError>(json!({"found": a.text.len()}))
                 },
-            );
+            )
+            .idempotent(true);
             let effects = effects.clone();
             let file = typed_tool("file", "File an item.", move |_cx: ToolContext, a: Item| {
                 let effects = effects.clone();
@@ -121,21 +122,21 @@ fn registry(effects: PathBuf) -> WorkflowRegistry {
             let planner = Agent::new(
                 "planner",
                 "Plan.",
-                scope.provider(RoundsModel {
+                RoundsModel {
                     tool: "lookup",
                     rounds: 2,
-                }),
+                },
             )
-            .with_tool(scope.idempotent_tool(lookup))?;
+            .with_tool(lookup)?;
             let filer = Agent::new(
                 "filer",
                 "File.",
-                scope.provider(RoundsModel {
+                RoundsModel {
                     tool: "file",
                     rounds: 2,
-                }),
+                },
             )
-            .with_tool(scope.tool(file))?;
+            .with_tool(file)?;
             Ok(
                 Arc::new(Sequence::new("plan_and_file").then(planner).then(filer))
                     as SharedWorkflow,

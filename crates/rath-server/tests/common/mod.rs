@@ -97,18 +97,17 @@ struct Args {
 /// every request (a run that fails).
 pub fn registry() -> WorkflowRegistry {
     WorkflowRegistry::new()
-        .register("echo", "echo v1", |scope| {
-            let model =
-                scope.provider(ScriptedProvider::new(vec![ScriptedResponse::text("hello")]));
+        .register("echo", "echo v1", || {
+            let model = ScriptedProvider::new(vec![ScriptedResponse::text("hello")]);
             Ok(Arc::new(Agent::new("greeter", "Greet.", model)) as SharedWorkflow)
         })
-        .register("slow", "slow v1", |scope| {
-            Ok(Arc::new(Agent::new("thinker", "Think.", scope.provider(Slow))) as SharedWorkflow)
+        .register("slow", "slow v1", || {
+            Ok(Arc::new(Agent::new("thinker", "Think.", Slow)) as SharedWorkflow)
         })
-        .register("broken", "broken v1: its model refuses", |scope| {
-            Ok(Arc::new(Agent::new("broken", "Fail.", scope.provider(Refuses))) as SharedWorkflow)
+        .register("broken", "broken v1: its model refuses", || {
+            Ok(Arc::new(Agent::new("broken", "Fail.", Refuses)) as SharedWorkflow)
         })
-        .register("gated", "gated v1: record needs approval", |scope| {
+        .register("gated", "gated v1: record needs approval", || {
             let record = typed_tool(
                 "record",
                 "Record a text.",
@@ -116,8 +115,8 @@ pub fn registry() -> WorkflowRegistry {
                     Ok::<_, ToolError>(json!({"recorded": a.text}))
                 },
             );
-            let agent = Agent::new("writer", "Write.", scope.provider(OneCall))
-                .with_tool(scope.tool(record))?
+            let agent = Agent::new("writer", "Write.", OneCall)
+                .with_tool(record)?
                 .with_policy(ToolPolicy::allow_all().require_approval("record"));
             Ok(Arc::new(agent) as SharedWorkflow)
         })
