@@ -21,6 +21,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use tokio::sync::{mpsc, oneshot};
 use utoipa::ToSchema;
 
+use rath_group_commit::{Group, Lane, LaneOptions};
+
 use crate::ServerError;
 use crate::cache::{KeyCache, OwnerCache};
 
@@ -177,8 +179,10 @@ impl ServerDb {
                 "the runs URL is neither sqlite:<file> nor postgres://...".into(),
             ));
         };
-        let (owners, jobs) = mpsc::unbounded_channel();
-        tokio::spawn(own_lane(pool.clone(), jobs));
+        let owners = Lane::spawn(
+            OwnGroup { pool: pool.clone() },
+            LaneOptions::default().max(OWN_GROUP_MAX),
+        );
         let db = ServerDb {
             pool,
             owners,
@@ -501,30 +505,44 @@ struct OwnJob {
     done: oneshot::Sender<Result<(), ServerError>>,
 }
 
-/// Writes ownership records: each time, every job waiting (up to 256) in one transaction.
-/// When that transaction fails, each job is written again on its own, so a job is told its
-/// own outcome. Ends when every [`ServerDb`] clone is gone.
-async fn own_lane(pool: Pool, mut rx: mpsc::UnboundedReceiver<OwnJob>) {
-    let mut jobs = Vec::new();
-    while rx.recv_many(&mut jobs, 256).await > 0 {
-        let answers = match own_in_tx(&pool, &jobs).await {
-            Ok(answers) => answers,
-            Err(_) if jobs.len() > 1 => {
-                let mut answers = Vec::with_capacity(jobs.len());
-                for job in &jobs {
-                    answers.push(match own_in_tx(&pool, std::slice::from_ref(job)).await {
-                        Ok(mut a) => a.pop().unwrap_or(Ok(())),
-                        Err(e) => Err(e),
-                    });
-                }
-                answers
-            }
-            Err(e) => vec![Err(e)],
-        };
-        for (job, answer) in jobs.drain(..).zip(answers) {
-            // A request that went away does not wait for its answer.
-            let _ = job.done.send(answer);
-        }
+/// Ownership jobs one transaction takes at most.
+const OWN_GROUP_MAX: usize = 256;
+
+/// Writes ownership records on the group-commit lane: every job waiting (up to
+/// [`OWN_GROUP_MAX`]) in one transaction. When that transaction fails, each job is written
+/// again on its own, so a job is told its own outcome. The lane ends when every
+/// [`ServerDb`] clone is gone.
+struct OwnGroup {
+    pool: Pool,
+}
+
+impl Group for OwnGroup {
+    type Job = OwnJob;
+    type Answer = ();
+    type Error = ServerError;
+
+    async fn together(
+        &mut self,
+        jobs: &[OwnJob],
+    ) -> Result<Vec<Result<(), ServerError>>, ServerError> {
+        own_in_tx(&self.pool, jobs).await
+    }
+
+    async fn alone(&mut self, job: &OwnJob) -> Result<(), ServerError> {
+        own_in_tx(&self.pool, std::slice::from_ref(job))
+            .await?
+            .pop()
+            .unwrap_or(Ok(()))
+    }
+
+    fn answer(&mut self, job: OwnJob, answer: Result<(), ServerError>) {
+        // A request that went away does not wait for its answer.
+        let _ = job.done.send(answer);
+    }
+
+    /// A lone job's group is the same transaction as its own: it is not done twice.
+    fn redo_single(&self) -> bool {
+        false
     }
 }
 

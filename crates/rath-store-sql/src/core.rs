@@ -1,6 +1,6 @@
 //! The store logic, written once and instantiated for each database by [`sql_store!`]: the
 //! two differ only in a few statements (transaction start, table locks, row locks, byte
-//! length), passed in as strings. Every query is checked at run time (no database at build
+//! length), which the store takes from its [`crate::dialect::Dialect`]. Every query is checked at run time (no database at build
 //! time).
 
 /// Instantiates the store logic for one sqlx database inside the calling module: free
@@ -8,22 +8,8 @@
 macro_rules! sql_store {
     (
         db: $db:ty,
-        migrations: $migrations:expr,
-        begin_write: $begin_write:expr,
-        begin_locked: $begin_locked:expr,
-        gc_lock: $gc_lock:expr,
-        migrate_lock: $migrate_lock:expr,
-        for_update: $for_update:expr,
-        for_share: $for_share:expr,
-        octets: $octets:expr,
-        hash_in: $hash_in:expr,
-        hash_out: $hash_out:expr,
-        blob: $blob:expr,
-        json_ids: $json_ids:expr,
-        fence_rows: $fence_rows:expr,
-        pg: $pg:expr,
         rows: $rows:ty,
-        kind: $kind:expr $(,)?
+        dialect: $dialect:expr $(,)?
     ) => {
         use std::path::PathBuf;
 
@@ -43,13 +29,16 @@ macro_rules! sql_store {
         use crate::known::{Known, KnownSessions};
         use crate::schema::SCHEMA_VERSION;
 
+        /// What this database says differently (see [`crate::dialect`]).
+        const DIALECT: crate::dialect::Dialect = $dialect;
+
         type Pool = sqlx::Pool<$db>;
         type Tx<'c> = sqlx::Transaction<'c, $db>;
         type Conn = sqlx::pool::PoolConnection<$db>;
 
         /// The SQL that turns parameter `p` (16 bytes) into a stored chunk address.
         fn hash_in(p: &str) -> String {
-            $hash_in.replace("{}", p)
+            DIALECT.hash_in.replace("{}", p)
         }
 
         /// The store's error for a driver error: a lock kept past the busy timeout is
@@ -60,10 +49,10 @@ macro_rules! sql_store {
                 // SQLite's result codes (primary code, the low byte of an extended one):
                 // 5 SQLITE_BUSY, 6 SQLITE_LOCKED, 26 SQLITE_NOTADB.
                 let code = d.code().and_then(|c| c.parse::<i64>().ok()).map(|c| c & 0xff);
-                if !$pg && matches!(code, Some(5 | 6)) {
+                if !DIALECT.pg && matches!(code, Some(5 | 6)) {
                     return PersistError::Busy { store: store.to_owned(), op };
                 }
-                if !$pg && code == Some(26) {
+                if !DIALECT.pg && code == Some(26) {
                     return PersistError::NotAStore {
                         store: store.to_owned(),
                         reason: "the file is not an SQLite database".into(),
@@ -206,8 +195,8 @@ macro_rules! sql_store {
 
         /// Applies the migrations this store lacks, in one transaction; refuses a newer store.
         pub(crate) async fn migrate(pool: &Pool, name: &str) -> Result<i64, PersistError> {
-            let mut tx = begin(pool, name, $begin_write).await?;
-            exec(&mut tx, name, "migrate", $migrate_lock).await?;
+            let mut tx = begin(pool, name, DIALECT.begin_write).await?;
+            exec(&mut tx, name, "migrate", DIALECT.migrate_lock).await?;
             exec(
                 &mut tx,
                 name,
@@ -228,7 +217,7 @@ macro_rules! sql_store {
                     supported: SCHEMA_VERSION,
                 });
             }
-            let migrations: &[&[&str]] = $migrations;
+            let migrations: &[&[&str]] = DIALECT.migrations;
             for step in &migrations[found as usize..] {
                 for sql in *step {
                     exec(&mut tx, name, "migrate", sql).await?;
@@ -304,8 +293,8 @@ macro_rules! sql_store {
             let sql = format!(
                 "SELECT key, len, digest, {} AS last_hash, content, created_us FROM rath_sessions \
                  WHERE id = $1{}",
-                $hash_out,
-                $for_update
+                DIALECT.hash_out,
+                DIALECT.for_update
             );
             let row = sqlx::query(&sql)
                 .bind(id)
@@ -370,7 +359,7 @@ macro_rules! sql_store {
             let parents = format!(
                 "SELECT key, len, digest, id, 0 AS same FROM (SELECT key, len, digest, id FROM \
                  rath_sessions WHERE id IN ({}){}) p",
-                $json_ids, $for_share
+                DIALECT.json_ids, DIALECT.for_share
             );
             let sql = if same.is_some() {
                 format!(
@@ -510,7 +499,7 @@ macro_rules! sql_store {
             s: &Session,
             chunks: &[EncodedChunk],
         ) -> Result<Option<(i64, usize)>, PersistError> {
-            let sql = format!("SELECT key FROM rath_sessions WHERE id = $1{}", $for_share);
+            let sql = format!("SELECT key FROM rath_sessions WHERE id = $1{}", DIALECT.for_share);
             let mut best: Option<(i64, usize)> = None;
             for parent in s.lineage().parents.iter() {
                 let key: Option<i64> = sqlx::query_scalar(&sql)
@@ -555,7 +544,7 @@ macro_rules! sql_store {
             format!(
                 "SELECT key, len, digest, id FROM rath_sessions WHERE saved_digest = {digest} \
                  AND digest = {digest} AND len = {len} ORDER BY key LIMIT 1{}",
-                $for_share
+                DIALECT.for_share
             )
         }
 
@@ -586,7 +575,7 @@ macro_rules! sql_store {
             };
             let sql = format!(
                 "SELECT len, digest FROM rath_sessions WHERE key = $1{}",
-                $for_share
+                DIALECT.for_share
             );
             let row = sqlx::query(&sql)
                 .bind(k.key)
@@ -857,7 +846,7 @@ macro_rules! sql_store {
                 "INSERT INTO rath_meta (key, value) {} ON CONFLICT (key) DO UPDATE \
                  SET value = CASE WHEN rath_meta.value < excluded.value THEN excluded.value \
                  ELSE rath_meta.value END RETURNING key, value",
-                $fence_rows
+                DIALECT.fence_rows
             );
             let current: std::collections::HashMap<String, i64> = sqlx::query_as::<_, (String, i64)>(&sql)
                 .bind(serde_json::Value::Array(rows).to_string())
@@ -925,7 +914,7 @@ macro_rules! sql_store {
             batch: WriteBatch<'_>,
         ) -> Result<Vec<WriteReport>, PersistError> {
             let mut learned = Learned::new();
-            let mut tx = begin(pool, name, $begin_locked).await?;
+            let mut tx = begin(pool, name, DIALECT.begin_locked).await?;
             let reports = batch_in(&mut tx, name, known, &mut learned, &batch, false).await?;
             tx.commit().await.map_err(|e| backend(name, "commit", e))?;
             for (id, k) in learned {
@@ -979,98 +968,83 @@ macro_rules! sql_store {
         /// session's id picks, so writes of one session keep their order).
         pub(crate) type Group = std::sync::Arc<[tokio::sync::mpsc::UnboundedSender<Pending>]>;
 
-        /// Starts the group committer of a store (on the current tokio runtime): it takes
-        /// every batch waiting and does them in one transaction; should one fail (a
-        /// conflict, a fence), each is done again in a transaction of its own, so the
-        /// failing batch fails alone and the others commit. Each batch is atomic and sees the batches before it, as if
-        /// done one after another; each waiter is told once the transaction committed.
-        /// `lanes` committers run side by side (PostgreSQL: each waits on its own round
-        /// trips; SQLite has one writer at a time, so one).
+        /// Starts the group committers of a store (on the current tokio runtime), each a
+        /// lane of `rath_group_commit` running a [`Committer`]: it takes every batch
+        /// waiting and does them in one transaction; should one fail (a conflict, a
+        /// fence), each is done again in a transaction of its own, so the failing batch
+        /// fails alone and the others commit. Each batch is atomic and sees the batches
+        /// before it, as if done one after another; each waiter is told once the
+        /// transaction committed. `lanes` committers run side by side (PostgreSQL: each
+        /// waits on its own round trips; SQLite has one writer at a time, so one).
         pub(crate) fn group(pool: Pool, name: String, known: std::sync::Arc<KnownSessions>, lanes: usize) -> Group {
+            let options = rath_group_commit::LaneOptions::default().max(GROUP_MAX).keep_idle(KEEP_IDLE);
             (0..lanes.max(1))
-                .map(|_| lane(pool.clone(), name.clone(), known.clone()))
+                .map(|_| {
+                    let committer = Committer::new(pool.clone(), name.clone(), known.clone(), true);
+                    rath_group_commit::Lane::spawn(committer, options)
+                })
                 .collect()
         }
 
-        fn lane(pool: Pool, name: String, known: std::sync::Arc<KnownSessions>) -> tokio::sync::mpsc::UnboundedSender<Pending> {
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Pending>();
-            tokio::spawn(async move {
-                // The committer's own connection (see `begin_on`): one checkout for a burst
-                // of groups, not one each (sqlx tests a connection with a round trip when it
-                // is handed out and again when it comes back).
-                let mut conn: Option<Conn> = None;
-                loop {
-                    // A kept connection goes back to the pool once no write came for
-                    // `KEEP_IDLE`, or at once when the pool closes (which waits for it).
-                    let next = if conn.is_some() {
-                        tokio::select! {
-                            next = rx.recv() => next,
-                            () = tokio::time::sleep(KEEP_IDLE) => {
-                                conn = None;
-                                rx.recv().await
-                            }
-                            () = pool.close_event() => {
-                                conn = None;
-                                rx.recv().await
-                            }
-                        }
-                    } else {
-                        rx.recv().await
-                    };
-                    let Some(first) = next else {
-                        break;
-                    };
-                    let mut jobs = vec![first];
-                    while jobs.len() < GROUP_MAX {
-                        match rx.try_recv() {
-                            Ok(j) => jobs.push(j),
-                            Err(_) => break,
-                        }
-                    }
-                    group_in(&mut conn, &pool, &name, &known, jobs).await;
-                }
-            });
-            tx
-        }
-
-        /// One group transaction (see [`group`]): every batch in order in one transaction,
-        /// without a savepoint each. Should one fail (a conflict, a fence, a backend error),
-        /// the transaction is rolled back and each batch is done again alone, in order: the
-        /// failing one then fails by itself and the others commit, as if each had been done
-        /// after the one before.
-        async fn group_in(conn: &mut Option<Conn>, pool: &Pool, name: &str, known: &KnownSessions, jobs: Vec<Pending>) {
-            group_in_with(conn, pool, name, known, jobs, true).await;
-        }
-
-        /// [`group_in`]; `set_path: false` does every batch one after another in the group's
-        /// transaction (what the set path must come out the same as; tests compare them).
-        async fn group_in_with(
-            conn: &mut Option<Conn>,
-            pool: &Pool,
-            name: &str,
-            known: &KnownSessions,
-            jobs: Vec<Pending>,
+        /// A store's side of its group-commit lane.
+        struct Committer {
+            pool: Pool,
+            name: String,
+            known: std::sync::Arc<KnownSessions>,
+            /// The committer's own connection (see `begin_on`): one checkout for a burst of
+            /// groups, not one each (sqlx tests a connection with a round trip when it is
+            /// handed out and again when it comes back).
+            conn: Option<Conn>,
+            /// Whether a group takes the set path (false: every batch one after another in
+            /// the group's transaction, what the set path must come out the same as).
             set_path: bool,
-        ) {
-            let done = group_all(conn, pool, name, &jobs, known, set_path).await;
-            if done.is_err() {
-                *conn = None;
+        }
+
+        impl Committer {
+            fn new(pool: Pool, name: String, known: std::sync::Arc<KnownSessions>, set_path: bool) -> Self {
+                Committer { pool, name, known, conn: None, set_path }
             }
-            match done {
-                Ok(results) => {
-                    for (j, (reports, learned)) in jobs.into_iter().zip(results) {
-                        for (id, k) in learned {
-                            known.remember(&id, k);
-                        }
-                        let _ = j.done.send(Ok(reports));
+        }
+
+        /// A group is one transaction ([`group_all`]); a batch after a failed group is done
+        /// alone ([`write_in`]), so the failing one fails by itself and the others commit,
+        /// as if each had been done after the one before.
+        impl rath_group_commit::Group for Committer {
+            type Job = Pending;
+            type Answer = (Vec<WriteReport>, Learned);
+            type Error = PersistError;
+
+            async fn together(&mut self, jobs: &[Pending]) -> Result<Vec<Result<(Vec<WriteReport>, Learned), PersistError>>, PersistError> {
+                let done = group_all(&mut self.conn, &self.pool, &self.name, jobs, &self.known, self.set_path).await?;
+                Ok(done.into_iter().map(Ok).collect())
+            }
+
+            async fn alone(&mut self, job: &Pending) -> Result<(Vec<WriteReport>, Learned), PersistError> {
+                let reports = write_in(&self.pool, &self.name, &self.known, job.batch()).await?;
+                Ok((reports, Learned::new()))
+            }
+
+            fn answer(&mut self, job: Pending, answer: Result<(Vec<WriteReport>, Learned), PersistError>) {
+                let answer = answer.map(|(reports, learned)| {
+                    for (id, k) in learned {
+                        self.known.remember(&id, k);
                     }
-                }
-                Err(_) => {
-                    for j in jobs {
-                        let r = write_in(pool, name, known, j.batch()).await;
-                        let _ = j.done.send(r);
-                    }
-                }
+                    reports
+                });
+                let _ = job.done.send(answer);
+            }
+
+            fn holds_connection(&self) -> bool {
+                self.conn.is_some()
+            }
+
+            fn release(&mut self) {
+                self.conn = None;
+            }
+
+            /// A pool's close waits for every connection: the kept one goes back at once.
+            fn closing(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+                self.pool.close_event()
             }
         }
 
@@ -1084,7 +1058,7 @@ macro_rules! sql_store {
             known: &KnownSessions,
             set_path: bool,
         ) -> Result<Vec<(Vec<WriteReport>, Learned)>, PersistError> {
-            let mut tx = begin_on(conn, pool, name, $begin_locked).await?;
+            let mut tx = begin_on(conn, pool, name, DIALECT.begin_locked).await?;
             // The fences of batches guarding different keys are checked in one statement
             // (each key's check is independent of the other batches' writes).
             let fences: Vec<&rath_persist::Fence> = jobs.iter().filter_map(|j| j.fence.as_ref()).collect();
@@ -1248,7 +1222,7 @@ macro_rules! sql_store {
             // holding exactly those chunks), one row per pair however many sessions hold
             // the same chunks. Each row says which of the three it is.
             let ids: Vec<&str> = writes.iter().map(|(s, _)| s.id().as_str()).collect();
-            let (wanted, null_text, null_bytes, null_int) = if $pg {
+            let (wanted, null_text, null_bytes, null_int) = if DIALECT.pg {
                 (
                     "SELECT decode(w->>'d', 'hex') AS d, (w->>'n')::bigint AS n \
                      FROM json_array_elements($3::json) w",
@@ -1275,11 +1249,11 @@ macro_rules! sql_store {
                  SELECT 0 AS what, id, key, len, digest, last_hash, content, created_us, {null_bytes} AS saved_digest FROM mine \
                  UNION ALL SELECT 1, id, key, len, digest, {null_bytes}, {null_bytes}, {null_int}, {null_bytes} FROM parents \
                  UNION ALL SELECT 2, {null_text}, key, len, digest, {null_bytes}, {null_bytes}, {null_int}, saved_digest FROM holders",
-                hash_out = $hash_out,
-                mine_ids = $json_ids,
-                parent_ids = $json_ids.replace("$1", "$2"),
-                update = $for_update,
-                share = $for_share,
+                hash_out = DIALECT.hash_out,
+                mine_ids = DIALECT.json_ids,
+                parent_ids = DIALECT.json_ids.replace("$1", "$2"),
+                update = DIALECT.for_update,
+                share = DIALECT.for_share,
             );
             let mut rows: std::collections::HashMap<String, Stored> = std::collections::HashMap::new();
             let mut found: std::collections::HashMap<String, (i64, usize, Vec<u8>)> =
@@ -1569,7 +1543,7 @@ macro_rules! sql_store {
         pub(crate) async fn group_now(
             pool: &Pool,
             name: &str,
-            known: &KnownSessions,
+            known: &std::sync::Arc<KnownSessions>,
             batches: &[WriteBatch<'_>],
             set_path: bool,
         ) -> Vec<Result<Vec<WriteReport>, PersistError>> {
@@ -1590,7 +1564,8 @@ macro_rules! sql_store {
                 jobs.push(Pending { writes, fence: b.fence.clone(), done });
                 answers.push(answer);
             }
-            group_in_with(&mut None, pool, name, known, jobs, set_path).await;
+            let mut committer = Committer::new(pool.clone(), name.to_owned(), known.clone(), set_path);
+            rath_group_commit::commit(&mut committer, &mut jobs).await;
             let mut out = Vec::new();
             for a in answers {
                 out.push(a.await.unwrap_or_else(|_| {
@@ -1608,7 +1583,7 @@ macro_rules! sql_store {
                 "SELECT key, id, base_key, base_len, len, digest, saved_digest, {} AS last_hash, content, \
                  created_us, header, trailer, failure, conversation, evidence, graft_key, graft_len \
                  FROM rath_sessions ORDER BY key",
-                $hash_out
+                DIALECT.hash_out
             );
             for r in sqlx::query(&sql).fetch_all(pool).await.unwrap_or_default() {
                 out.push(format!(
@@ -1826,8 +1801,8 @@ macro_rules! sql_store {
                  FROM chain c JOIN rath_segments g ON g.session_key = c.key AND g.pos >= c.own AND g.pos < c.hi) s \
                  ORDER BY root, at",
                 chain_cte_rooted("key IN (SELECT key FROM me)", true),
-                json_ids = $json_ids,
-                blob = $blob,
+                json_ids = DIALECT.json_ids,
+                blob = DIALECT.blob,
             )
         }
 
@@ -2153,7 +2128,7 @@ macro_rules! sql_store {
             id: &SessionId,
         ) -> Result<bool, PersistError> {
             known.forget(id.as_str());
-            let mut tx = begin(pool, name, $begin_locked).await?;
+            let mut tx = begin(pool, name, DIALECT.begin_locked).await?;
             let Some(row) = stored_row(&mut tx, name, id.as_str()).await? else {
                 return Ok(false);
             };
@@ -2172,7 +2147,7 @@ macro_rules! sql_store {
             let get = |e: sqlx::Error| backend(name, "gc", e);
             let sql = format!(
                 "DELETE FROM rath_segments WHERE session_key = $1 RETURNING n, {}",
-                $octets
+                DIALECT.octets
             );
             let freed: Vec<(i32, i64)> = sqlx::query_as(&sql)
                 .bind(key)
@@ -2192,8 +2167,8 @@ macro_rules! sql_store {
         /// Removes deleted sessions nothing shares any more (no base or graft link points at
         /// them), with their segments, until none is left.
         async fn gc_in(pool: &Pool, name: &str) -> Result<GcReport, PersistError> {
-            let mut tx = begin(pool, name, $begin_write).await?;
-            exec(&mut tx, name, "lock", $gc_lock).await?;
+            let mut tx = begin(pool, name, DIALECT.begin_write).await?;
+            exec(&mut tx, name, "lock", DIALECT.gc_lock).await?;
             let get = |e: sqlx::Error| backend(name, "gc", e);
             let mut report = GcReport::default();
             loop {
@@ -2228,7 +2203,7 @@ macro_rules! sql_store {
             known: &KnownSessions,
             batch: WriteBatch<'_>,
         ) -> Result<Vec<WriteReport>, PersistError> {
-            let span = spans::write_op($kind, &batch);
+            let span = spans::write_op(DIALECT.kind, &batch);
             let result = write_via(group, pool, name, known, batch).instrument(span.clone()).await;
             spans::record_written(&span, &result);
             result
@@ -2242,7 +2217,7 @@ macro_rules! sql_store {
             known: &KnownSessions,
             id: &SessionId,
         ) -> Result<LoadedSession, PersistError> {
-            let span = spans::session_op($kind, "load", id.as_str());
+            let span = spans::session_op(DIALECT.kind, "load", id.as_str());
             let result = load_in(pool, loads, name, known, id).instrument(span.clone()).await;
             spans::record_loaded(&span, result.as_ref().ok().map(|l| l.session.len()));
             spans::record_outcome(&span, &result);
@@ -2251,7 +2226,7 @@ macro_rules! sql_store {
 
         /// The stored length of a session, in a `stored_len rath_sessions` span.
         pub(crate) async fn stored_len(pool: &Pool, name: &str, id: &SessionId) -> Result<Option<usize>, PersistError> {
-            let span = spans::session_op($kind, "stored_len", id.as_str());
+            let span = spans::session_op(DIALECT.kind, "stored_len", id.as_str());
             let result = stored_len_in(pool, name, id).instrument(span.clone()).await;
             spans::record_outcome(&span, &result);
             result
@@ -2275,7 +2250,7 @@ macro_rules! sql_store {
             id: &SessionId,
             range: std::ops::Range<usize>,
         ) -> Result<Vec<rath_session::Chunk>, PersistError> {
-            let span = spans::session_op($kind, "read_chunks", id.as_str());
+            let span = spans::session_op(DIALECT.kind, "read_chunks", id.as_str());
             let result = read_chunks_in(pool, name, id, range).instrument(span.clone()).await;
             spans::record_loaded(&span, result.as_ref().ok().map(Vec::len));
             spans::record_outcome(&span, &result);
@@ -2290,7 +2265,7 @@ macro_rules! sql_store {
 
         /// Lists the named sessions, in a `list rath_sessions` span.
         pub(crate) async fn list(pool: &Pool, name: &str) -> Result<Vec<SessionSummary>, PersistError> {
-            let span = spans::store_op($kind, "list");
+            let span = spans::store_op(DIALECT.kind, "list");
             let result = list_in(pool, name).instrument(span.clone()).await;
             spans::record_outcome(&span, &result);
             result
@@ -2303,7 +2278,7 @@ macro_rules! sql_store {
             known: &KnownSessions,
             id: &SessionId,
         ) -> Result<bool, PersistError> {
-            let span = spans::session_op($kind, "delete", id.as_str());
+            let span = spans::session_op(DIALECT.kind, "delete", id.as_str());
             let result = delete_in(pool, name, known, id).instrument(span.clone()).await;
             spans::record_outcome(&span, &result);
             result
@@ -2311,7 +2286,7 @@ macro_rules! sql_store {
 
         /// Collects what nothing reaches, in a `gc rath_sessions` span.
         pub(crate) async fn gc(pool: &Pool, name: &str) -> Result<GcReport, PersistError> {
-            let span = spans::store_op($kind, "gc");
+            let span = spans::store_op(DIALECT.kind, "gc");
             let result = gc_in(pool, name).instrument(span.clone()).await;
             spans::record_outcome(&span, &result);
             result

@@ -20,25 +20,8 @@ use crate::known::KnownSessions;
 mod imp {
     crate::core::sql_store! {
         db: sqlx::Postgres,
-        migrations: crate::schema::POSTGRES,
-        begin_write: "BEGIN",
-        // A write transaction takes this lock before it reads anything, so a collection
-        // (`gc_lock`) cannot remove rows between a writer's reads and its writes; sent with
-        // the BEGIN (one round trip).
-        begin_locked: "BEGIN; LOCK TABLE rath_segments IN ROW EXCLUSIVE MODE",
-        gc_lock: "LOCK TABLE rath_segments IN SHARE ROW EXCLUSIVE MODE",
-        migrate_lock: "SELECT pg_advisory_xact_lock(7243901)",
-        for_update: " FOR UPDATE",
-        for_share: " FOR SHARE",
-        octets: "octet_length(docs)::BIGINT",
-        hash_in: "encode({}, 'hex')::uuid",
-        hash_out: "uuid_send(last_hash)",
-        blob: "BYTEA",
-        json_ids: "SELECT json_array_elements_text($1::json)",
-        fence_rows: "SELECT v.k, v.t FROM json_to_recordset($1::json) AS v(k text, t bigint)",
-        pg: true,
         rows: crate::rows::PgRows,
-        kind: rath_persist::spans::StoreKind::Postgres,
+        dialect: crate::dialect::POSTGRES,
     }
 }
 

@@ -21,22 +21,8 @@ use crate::known::KnownSessions;
 mod imp {
     crate::core::sql_store! {
         db: sqlx::Sqlite,
-        migrations: crate::schema::SQLITE,
-        begin_write: "BEGIN IMMEDIATE",
-        begin_locked: "BEGIN IMMEDIATE",
-        gc_lock: "",
-        migrate_lock: "",
-        for_update: "",
-        for_share: "",
-        octets: "length(docs)",
-        hash_in: "{}",
-        hash_out: "last_hash",
-        blob: "BLOB",
-        json_ids: "SELECT value FROM json_each($1)",
-        fence_rows: "SELECT json_extract(value, '$.k'), json_extract(value, '$.t') FROM json_each($1) WHERE true",
-        pg: false,
         rows: crate::rows::SqliteRows,
-        kind: rath_persist::spans::StoreKind::Sqlite,
+        dialect: crate::dialect::SQLITE,
     }
 }
 
