@@ -321,3 +321,134 @@ where
         vec![("one".to_owned(), 6, 8), ("two".to_owned(), 15, 9)]
     );
 }
+
+/// The modules of rath-flow (files of `src/`) and, for each, the other modules its code
+/// names (`crate::module::...`, or `crate::{module::...}`); comments and strings are not code.
+/// A name re-exported at the crate root (`crate::FlowError`) is followed to the module
+/// `lib.rs` takes it from.
+fn flow_module_graph() -> BTreeMap<String, Vec<String>> {
+    let src = root().join("crates/rath-flow/src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let module = |f: &PathBuf| {
+        f.file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let mods: Vec<String> = files.iter().map(module).filter(|m| m != "lib").collect();
+    // `pub use module::{A, B}` in lib.rs: which module a root name comes from.
+    let lib = code_only(&read(&src.join("lib.rs")));
+    let mut root_names: BTreeMap<String, String> = BTreeMap::new();
+    for stmt in lib.split(';') {
+        let Some(rest) = stmt.trim().strip_prefix("pub use ") else {
+            continue;
+        };
+        let Some((m, names)) = rest.split_once("::") else {
+            continue;
+        };
+        if !mods.iter().any(|x| x == m) {
+            continue;
+        }
+        for n in names.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+            if n.starts_with(|c: char| c.is_ascii_uppercase()) {
+                root_names.insert(n.to_owned(), m.to_owned());
+            }
+        }
+    }
+    let mut graph = BTreeMap::new();
+    for f in &files {
+        let me = module(f);
+        if me == "lib" {
+            continue;
+        }
+        let code = code_only(&read(f));
+        // Tests inside a file may use anything.
+        let code = code.split("#[cfg(test)]").next().unwrap_or_default();
+        let mut deps = std::collections::BTreeSet::new();
+        let mut rest = code;
+        while let Some(at) = rest.find("crate::") {
+            rest = &rest[at + "crate::".len()..];
+            let rest_names = rest.trim_start_matches('{');
+            let name: String = rest_names
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            let target = if mods.contains(&name) {
+                Some(name)
+            } else {
+                root_names.get(&name).cloned()
+            };
+            if let Some(t) = target.filter(|t| *t != me) {
+                deps.insert(t);
+            }
+        }
+        graph.insert(me, deps.into_iter().collect());
+    }
+    graph
+}
+
+/// A circle in `graph`, if there is one (its modules in order).
+fn a_circle(graph: &BTreeMap<String, Vec<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        graph: &BTreeMap<String, Vec<String>>,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == n) {
+            return Some(path[i..].to_vec());
+        }
+        if done.contains(n) {
+            return None;
+        }
+        path.push(n.to_owned());
+        for d in graph.get(n).into_iter().flatten() {
+            if let Some(c) = visit(d, graph, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(n.to_owned());
+        None
+    }
+    let mut done = std::collections::BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|n| visit(n, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn rath_flow_modules_form_no_circle() {
+    let graph = flow_module_graph();
+    assert!(graph.len() >= 10, "rath-flow's modules: {graph:?}");
+    // The walk sees real edges: the session loop uses the context.
+    assert!(graph["session_loop"].contains(&"context".to_owned()));
+    if let Some(circle) = a_circle(&graph) {
+        panic!("a circle of modules in rath-flow: {}", circle.join(" -> "));
+    }
+    // The workflow trait knows no concrete workflow: no agent, combinator or layer.
+    for concrete in ["agent", "combinators", "layers", "selector", "session_loop"] {
+        assert!(
+            !graph["workflow"].contains(&concrete.to_owned()),
+            "workflow.rs uses {concrete}"
+        );
+    }
+}
+
+#[test]
+fn the_circle_finder_finds_a_circle_and_no_false_one() {
+    let g = |edges: &[(&str, &str)]| {
+        let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (a, b) in edges {
+            m.entry((*a).to_owned()).or_default().push((*b).to_owned());
+            m.entry((*b).to_owned()).or_default();
+        }
+        m
+    };
+    assert_eq!(a_circle(&g(&[("a", "b"), ("b", "c"), ("a", "c")])), None);
+    assert_eq!(
+        a_circle(&g(&[("a", "b"), ("b", "c"), ("c", "a")])),
+        Some(vec!["a".to_owned(), "b".to_owned(), "c".to_owned()])
+    );
+}

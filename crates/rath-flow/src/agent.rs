@@ -19,7 +19,6 @@
 //! # }).unwrap();
 //! ```
 
-use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
@@ -29,20 +28,11 @@ use rath_session::Session;
 
 use crate::FlowError;
 use crate::context::{FlowContext, FlowEvent};
-use crate::layers::is_resumption;
 use crate::policy::ToolPolicy;
+use crate::resume::is_resumption;
 use crate::session_loop::{LoopOptions, SessionLoop};
 use crate::tool::{Tool, ToolSet};
-use crate::workflow::Workflow;
-
-/// `provider` as a shared trait object, without a second layer of `Arc` when it already is
-/// an `Arc<dyn Provider>` (so an agent built from a shared provider calls it directly).
-pub(crate) fn shared_provider<P: Provider + 'static>(provider: P) -> Arc<dyn Provider> {
-    match (&provider as &dyn Any).downcast_ref::<Arc<dyn Provider>>() {
-        Some(shared) => shared.clone(),
-        None => Arc::new(provider),
-    }
-}
+use crate::workflow::{Workflow, WorkflowRole};
 
 struct Inner {
     name: String,
@@ -197,7 +187,7 @@ impl Workflow for Agent {
         })
     }
 
-    fn named_agents(&self) -> Vec<(String, Agent)> {
-        vec![(self.0.name.clone(), self.clone())]
+    fn role(&self) -> WorkflowRole {
+        WorkflowRole::Agent
     }
 }

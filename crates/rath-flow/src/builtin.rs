@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use rath_backend::{CodePayload, CommandPayload, Output, Payload};
 use serde_json::{Value, json};
 
-use crate::tool::{Tool, ToolContext, ToolError, ToolOutput, py_json};
+use crate::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSet, py_json};
 
 /// All six built-ins.
 pub fn all() -> Vec<Arc<dyn Tool>> {
@@ -319,5 +319,18 @@ impl Tool for RunCode {
             payload = payload.timeout(Duration::from_secs_f64(secs.min(86_400.0)));
         }
         Ok(output(&cx.dispatch(&Payload::Code(payload)).await?))
+    }
+}
+
+impl ToolSet {
+    /// The six built-in workspace tools (`run_shell_command`, `read_workspace_file`,
+    /// `write_workspace_file`, `list_workspace_files`, `workspace_path_exists`, `run_code`).
+    pub fn builtins() -> Self {
+        let mut set = Self::new();
+        for t in all() {
+            // Built-in names are distinct and their schemas compile (tested).
+            let _ = set.add(t);
+        }
+        set
     }
 }

@@ -41,10 +41,10 @@ use rath_session::{
 
 use crate::FlowError;
 use crate::context::FlowContext;
+use crate::error::carry_usage;
 use crate::error::{FailedAt, fail_from};
-use crate::layers::is_resumption;
+use crate::resume::is_resumption;
 use crate::service::ModelCall;
-use crate::session_loop::carry_usage;
 use crate::workflow::Workflow;
 
 /// The index where the last `keep` conversation chunks begin, moved back so that it never
@@ -180,7 +180,7 @@ impl SummaryCompressor {
     pub fn new(provider: impl Provider + 'static, keep_last: usize) -> Self {
         Self {
             name: "summary".to_owned(),
-            provider: crate::agent::shared_provider(provider),
+            provider: crate::service::shared_provider(provider),
             model: None,
             keep_last,
             instructions: "Summarize the conversation so far in a few sentences. Keep every fact, number, file name and decision a later reader needs.".to_owned(),

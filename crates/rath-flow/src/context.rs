@@ -30,7 +30,6 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use futures::future::BoxFuture;
 use rath_backend::BackendRegistry;
 use rath_persist::{LineageJournal, LoadedSession, SessionWriter, Store, WriterOptions};
 use rath_provider::{ProviderError, ProviderRequest, ProviderResponse};
@@ -41,7 +40,6 @@ use tokio_util::sync::CancellationToken;
 use crate::FlowError;
 use crate::service::{Invoke, Layer, ModelCall, ModelService, Provide, ToolRequest, ToolService};
 use crate::tool::{ToolError, ToolOutput};
-use crate::workflow::Workflow;
 
 /// Something that happened during a run, for progress display, logging and tests.
 #[derive(Debug)]
@@ -441,25 +439,8 @@ impl FlowContext {
         &self.journal
     }
 
-    /// Forwards `session` through `workflow` in this context: the one place where the flow
-    /// layer sees what a workflow is given and what it returns. Combinators, layers and
-    /// [`crate::WorkflowExt::run`] run their children through it; run a top-level workflow
-    /// through it too (calling [`Workflow::forward`] directly skips the recording of that
-    /// call's input and result). The input is recorded when the call is made (so a fan-out's
-    /// forks are recorded in declared order, before any branch runs), the result when it
-    /// comes back: the output session, or the session a failure carries.
-    pub fn forward<'a, W: Workflow + ?Sized>(
-        &'a self,
-        workflow: &'a W,
-        session: Session,
-    ) -> BoxFuture<'a, Result<Session, FlowError>> {
-        self.record(&session);
-        let run = workflow.forward(session, self);
-        Box::pin(self.settle(run))
-    }
-
     /// Records `inputs` now, then (awaited) runs `run` and records its result: how a
-    /// component that is not a [`Workflow`] (the session loop) reports what it is given
+    /// component that is not a [`crate::Workflow`] (the session loop) reports what it is given
     /// and what it returns.
     pub(crate) fn through<'f>(
         &'f self,
@@ -474,7 +455,7 @@ impl FlowContext {
 
     /// Awaits `run`, then records what it returned (the session, or the one its failure
     /// carries).
-    async fn settle(
+    pub(crate) async fn settle(
         &self,
         run: impl Future<Output = Result<Session, FlowError>>,
     ) -> Result<Session, FlowError> {

@@ -8,8 +8,6 @@ use rath_session::{
     Chunk, ChunkBody, FailedAttempt, Lineage, LineageKind, RunFailure, Session, SessionError,
 };
 
-use crate::session_loop::carry_usage;
-
 /// Everything that can stop a flow component.
 ///
 /// Tool failures are *not* errors: they become `tool_result` chunks with an `error_kind`
@@ -400,4 +398,9 @@ impl std::fmt::Display for KeptFailure {
             self.dir.display()
         )
     }
+}
+
+/// `to` with `from`'s cumulative usage and per-agent attribution.
+pub(crate) fn carry_usage(from: &Session, to: Session) -> Session {
+    to.with_usage_totals(from.usage(), from.agent_usage().clone())
 }

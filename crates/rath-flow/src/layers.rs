@@ -27,11 +27,12 @@ use futures::future::BoxFuture;
 use rath_session::Session;
 
 use crate::FlowError;
-use crate::agent::Agent;
-use crate::context::{Budget, FlowContext, Observer, SessionSink};
+use crate::context::{Budget, FlowContext, Observer, SessionSink, StoreSink};
 use crate::error::{FailedAt, fail_from};
 use crate::memory::MemoryHook;
-use crate::workflow::Workflow;
+use crate::resume::is_resumption;
+use crate::workflow::{Workflow, WorkflowRole};
+use rath_persist::Store;
 
 /// The describing methods of a layer: its inner workflow's.
 macro_rules! delegate_describe {
@@ -42,16 +43,13 @@ macro_rules! delegate_describe {
         fn description(&self) -> &str {
             self.inner.description()
         }
-        fn named_agents(&self) -> Vec<(String, Agent)> {
-            self.inner.named_agents()
+        fn role(&self) -> WorkflowRole {
+            WorkflowRole::Wrapper
+        }
+        fn children(&self, visit: &mut dyn FnMut(&dyn Workflow)) {
+            visit(&self.inner);
         }
     };
-}
-
-/// True when `session` holds work a forward resumes rather than starts: pending calls, or
-/// tool calls cut off before their results.
-pub(crate) fn is_resumption(session: &Session) -> bool {
-    !session.pending().is_empty() || !session.unanswered_tool_calls().is_empty()
 }
 
 /// Memory around a workflow ([`crate::WorkflowExt::with_memory`]): before a fresh forward,
@@ -230,3 +228,71 @@ impl<W: Workflow> Workflow for WithBudget<W> {
     }
     delegate_describe!();
 }
+
+/// Conveniences for every [`Workflow`]: running with a default context, and the layers that
+/// wrap a workflow into another one.
+///
+/// ```
+/// use rath_flow::{FnWorkflow, WorkflowExt};
+/// use rath_session::{Chunk, Session};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let note = FnWorkflow::new("note", "Adds a note.", |s: Session| Ok(s.push(Chunk::note("me", "seen"))));
+/// let out = note.run(Session::user("hi")).await?;
+/// assert_eq!(out.len(), 2);
+/// # Ok::<(), rath_flow::FlowError>(())
+/// # }).unwrap();
+/// ```
+pub trait WorkflowExt: Workflow {
+    /// Runs on `session` with a default [`FlowContext`] (local backends, no observer).
+    fn run(&self, session: Session) -> BoxFuture<'_, Result<Session, FlowError>> {
+        Box::pin(async move {
+            let cx = FlowContext::new();
+            cx.forward(self, session).await
+        })
+    }
+
+    /// Recalls from `memory` before each fresh forward and commits after each finished one
+    /// (see [`WithMemory`]).
+    fn with_memory(self, memory: impl MemoryHook + 'static) -> WithMemory<Self>
+    where
+        Self: Sized,
+    {
+        WithMemory::new(self, Arc::new(memory))
+    }
+
+    /// Streams every session loop's output inside to `sink` as it grows (see [`WithSink`]).
+    fn with_sink(self, sink: impl SessionSink + 'static) -> WithSink<Self>
+    where
+        Self: Sized,
+    {
+        WithSink::new(self, Arc::new(sink))
+    }
+
+    /// Persists as it goes: [`WorkflowExt::with_sink`] with a [`StoreSink`] on `store` (each
+    /// loop output is `<id>.jsonl.__partial__` while it runs, closed when it stops).
+    fn persist_to(self, store: Store) -> WithSink<Self>
+    where
+        Self: Sized,
+    {
+        self.with_sink(StoreSink::new(store))
+    }
+
+    /// Sends this workflow's events to `observer` too (see [`Observed`]).
+    fn observe(self, observer: impl Observer + 'static) -> Observed<Self>
+    where
+        Self: Sized,
+    {
+        Observed::new(self, Arc::new(observer))
+    }
+
+    /// Limits each forward to `budget` (see [`WithBudget`]).
+    fn with_budget(self, budget: Budget) -> WithBudget<Self>
+    where
+        Self: Sized,
+    {
+        WithBudget::new(self, budget)
+    }
+}
+
+impl<W: Workflow + ?Sized> WorkflowExt for W {}

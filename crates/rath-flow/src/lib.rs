@@ -50,6 +50,7 @@
 
 mod agent;
 pub mod builtin;
+mod combinators;
 mod compress;
 mod context;
 mod error;
@@ -64,10 +65,11 @@ mod tool;
 mod workflow;
 
 pub use agent::Agent;
+pub use combinators::{LoopUntil, Parallel, Sequence, SessionPredicate};
 pub use compress::{KeepLastN, SUMMARY_HEADER, SummaryCompressor};
 pub use context::{Budget, FlowContext, FlowEvent, Observer, SessionSink, StoreSink};
 pub use error::{FlowError, KeptFailure};
-pub use layers::{Observed, WithBudget, WithMemory, WithSink};
+pub use layers::{Observed, WithBudget, WithMemory, WithSink, WorkflowExt};
 pub use memory::{MemoryHook, PolicyMemory};
 pub use policy::{ToolPolicy, Verdict, approve, decision_for, reject};
 pub use selector::{Candidate, DecideFn, Decision, ROUTE_TOOL, Selector};
@@ -78,8 +80,8 @@ pub use tool::{
     TypedTool, parameters_for, py_json, typed_tool,
 };
 pub use workflow::{
-    EmptyWorkflow, FnWorkflow, LoopUntil, Parallel, Sequence, SessionFn, SessionPredicate,
-    SharedWorkflow, Workflow, WorkflowExt, final_text,
+    EmptyWorkflow, FnWorkflow, SessionFn, SharedWorkflow, Workflow, WorkflowRole, agent_paths,
+    final_text,
 };
 
 pub use tokio_util::sync::CancellationToken;

@@ -47,7 +47,6 @@ use rath_session::{
 use serde_json::{Value, json};
 
 use crate::FlowError;
-use crate::layers::is_resumption;
 use crate::workflow::SharedWorkflow;
 
 /// The marker `key` of `session`, when `session` holds work to resume.
@@ -78,9 +77,9 @@ pub(crate) fn cut_in(session: &Session, steps: &[SharedWorkflow]) -> Option<usiz
     })?;
     let suffix = format!(".{agent}");
     steps.iter().position(|s| {
-        s.named_agents()
+        crate::workflow::agent_paths(s.as_ref())
             .iter()
-            .any(|(path, _)| *path == agent || path.ends_with(&suffix))
+            .any(|path| *path == agent || path.ends_with(&suffix))
     })
 }
 
@@ -366,4 +365,10 @@ pub(crate) fn retagged(merged: Session, renames: &[(String, String)]) -> Session
         pending: merged.pending().to_vec(),
     };
     Session::from_parts(parts, merged.stamper().clone())
+}
+
+/// True when `session` holds work a forward resumes rather than starts: pending calls, or
+/// tool calls cut off before their results.
+pub(crate) fn is_resumption(session: &Session) -> bool {
+    !session.pending().is_empty() || !session.unanswered_tool_calls().is_empty()
 }

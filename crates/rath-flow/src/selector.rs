@@ -38,13 +38,12 @@ use rath_session::{
 use serde_json::{Value, json};
 
 use crate::FlowError;
-use crate::agent::Agent;
 use crate::context::FlowContext;
+use crate::error::carry_usage;
 use crate::error::{FailedAt, failed};
 use crate::resume;
 use crate::service::ModelCall;
-use crate::session_loop::carry_usage;
-use crate::workflow::{EmptyWorkflow, SharedWorkflow, Workflow};
+use crate::workflow::{EmptyWorkflow, SharedWorkflow, Workflow, WorkflowRole};
 
 /// A candidate as a decider sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -145,7 +144,7 @@ impl Selector {
         Self::with_decider(
             name,
             Decider::Model {
-                provider: crate::agent::shared_provider(provider),
+                provider: crate::service::shared_provider(provider),
                 model: None,
                 instructions: "You route work to the next worker. Pick the candidate that should act next, or \"done\" when the task is complete.".to_owned(),
             },
@@ -446,14 +445,12 @@ impl Workflow for Selector {
             Ok(s)
         })
     }
-    fn named_agents(&self) -> Vec<(String, Agent)> {
-        self.candidates
-            .iter()
-            .flat_map(|c| {
-                c.named_agents()
-                    .into_iter()
-                    .map(|(n, a)| (format!("{}.{n}", self.name), a))
-            })
-            .collect()
+    fn role(&self) -> WorkflowRole {
+        WorkflowRole::Group
+    }
+    fn children(&self, visit: &mut dyn FnMut(&dyn Workflow)) {
+        for w in &self.candidates {
+            visit(w.as_ref());
+        }
     }
 }

@@ -61,6 +61,7 @@
 //! calls) as a layer on each run's context, so a workflow it runs is plain flow code and no
 //! call can escape them; a tool declares itself idempotent with [`Tool::idempotent`].
 
+use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -210,12 +211,12 @@ pub(crate) async fn bounded(
             ToolErrorKind::ToolTimeout,
             format!(
                 "tool {name} did not finish within {}",
-                crate::session_loop::fmt_duration(timeout.unwrap_or_default())
+                fmt_duration(timeout.unwrap_or_default())
             ),
         )),
         Some(Err(panic)) => Err(ToolError::exception(format!(
             "tool {name} panicked: {}",
-            crate::session_loop::panic_message(panic.as_ref())
+            panic_message(panic.as_ref())
         ))),
         Some(Ok(answer)) => answer,
     }
@@ -229,5 +230,32 @@ pub(crate) fn text_deltas<'a>(
         if let StreamEvent::TextDelta { text } = &ev {
             f(text);
         }
+    }
+}
+
+/// `provider` as a shared trait object, without a second layer of `Arc` when it already is
+/// an `Arc<dyn Provider>` (so an agent built from a shared provider calls it directly).
+pub(crate) fn shared_provider<P: Provider + 'static>(provider: P) -> Arc<dyn Provider> {
+    match (&provider as &dyn Any).downcast_ref::<Arc<dyn Provider>>() {
+        Some(shared) => shared.clone(),
+        None => Arc::new(provider),
+    }
+}
+
+pub(crate) fn fmt_duration(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
     }
 }

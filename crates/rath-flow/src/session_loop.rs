@@ -39,7 +39,7 @@ use serde_json::Value;
 
 use crate::FlowError;
 use crate::context::{FlowContext, FlowEvent};
-use crate::error::{FailedAt, failed};
+use crate::error::{FailedAt, carry_usage, failed};
 use crate::policy::{ToolPolicy, Verdict, decision_for};
 use crate::service::{ModelCall, ToolRequest, text_deltas};
 use crate::tool::{Registered, ToolContext, ToolError, ToolErrorKind, ToolOutput, ToolSet};
@@ -232,7 +232,7 @@ impl SessionLoop {
     /// A loop over `provider` offering `tools`, every call allowed, default options.
     pub fn new(provider: impl Provider + 'static, tools: ToolSet) -> Self {
         Self {
-            provider: crate::agent::shared_provider(provider),
+            provider: crate::service::shared_provider(provider),
             tools,
             policy: ToolPolicy::allow_all(),
             options: LoopOptions::default(),
@@ -994,11 +994,6 @@ fn cancelled(session: Session) -> FlowError {
     }
 }
 
-/// `to` with `from`'s cumulative usage and per-agent attribution.
-pub(crate) fn carry_usage(from: &Session, to: Session) -> Session {
-    to.with_usage_totals(from.usage(), from.agent_usage().clone())
-}
-
 /// The request of a loop and how much of the output session its messages already hold.
 struct Conversation {
     req: ProviderRequest,
@@ -1018,23 +1013,5 @@ impl Conversation {
             }
         }
         self.synced = self.synced.max(session.len());
-    }
-}
-
-pub(crate) fn fmt_duration(d: Duration) -> String {
-    if d.subsec_nanos() == 0 {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{}ms", d.as_millis())
-    }
-}
-
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_owned()
     }
 }

@@ -534,17 +534,6 @@ impl ToolSet {
         Self::default()
     }
 
-    /// The six built-in workspace tools (`run_shell_command`, `read_workspace_file`,
-    /// `write_workspace_file`, `list_workspace_files`, `workspace_path_exists`, `run_code`).
-    pub fn builtins() -> Self {
-        let mut set = Self::new();
-        for t in crate::builtin::all() {
-            // Built-in names are distinct and their schemas compile (tested).
-            let _ = set.add(t);
-        }
-        set
-    }
-
     /// The set with `tool` added; a name clash is an error.
     pub fn with(mut self, tool: impl Tool + 'static) -> Result<Self, FlowError> {
         self.add(Arc::new(tool))?;

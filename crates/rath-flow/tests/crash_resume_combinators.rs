@@ -227,8 +227,11 @@ impl Workflow for SharedPersisted {
     ) -> futures::future::BoxFuture<'a, Result<Session, FlowError>> {
         self.0.forward(session, cx)
     }
-    fn named_agents(&self) -> Vec<(String, Agent)> {
-        self.0.named_agents()
+    fn role(&self) -> rath_flow::WorkflowRole {
+        rath_flow::WorkflowRole::Wrapper
+    }
+    fn children(&self, visit: &mut dyn FnMut(&dyn Workflow)) {
+        visit(&self.0);
     }
 }
 

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use rath_flow::{
     Agent, FlowContext, FlowEvent, Parallel, Selector, Sequence, SummaryCompressor, ToolContext,
-    ToolError, ToolSet, Workflow, typed_tool,
+    ToolError, ToolSet, typed_tool,
 };
 use rath_provider::{ScriptedProvider, ScriptedResponse};
 use rath_session::{ChatMessage, ChunkBody, SandboxSpec, Session, SessionId, Stamper};
@@ -193,7 +193,7 @@ async fn engineering(
         .then(lead)
         .then(Parallel::new("specialists").branch(backend).branch(utils))
         .then(qa);
-    let names: Vec<String> = team.named_agents().into_iter().map(|(n, _)| n).collect();
+    let names: Vec<String> = rath_flow::agent_paths(&team);
     assert_eq!(
         names,
         [

@@ -23,7 +23,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
-use rath_flow::{Agent, FlowContext, FlowError, FlowEvent, Observer, Workflow};
+use rath_flow::{FlowContext, FlowError, FlowEvent, Observer, Workflow, WorkflowRole};
 use rath_provider::{ProviderRequest, ProviderResponse};
 use rath_session::{ChunkBody, LineageKind, Session, SessionId, Stamper, Timestamp};
 
@@ -187,8 +187,12 @@ impl<W: Workflow> Workflow for Traced<W> {
         self.inner.description()
     }
 
-    fn named_agents(&self) -> Vec<(String, Agent)> {
-        self.inner.named_agents()
+    fn role(&self) -> WorkflowRole {
+        WorkflowRole::Wrapper
+    }
+
+    fn children(&self, visit: &mut dyn FnMut(&dyn Workflow)) {
+        visit(&self.inner);
     }
 }
 

@@ -116,7 +116,7 @@ fn build_workflow(ctx: &mut Ctx) -> Result<Report> {
             9,
         )))
         .then(say("qa", "Answer: 4 words.", 50, 5));
-    let names: Vec<String> = team.named_agents().into_iter().map(|(n, _)| n).collect();
+    let names: Vec<String> = rath_flow::agent_paths(&team);
     let input = Session::user_with(
         "How many words are in 'the quick brown fox'?",
         Stamper::counter(),
