@@ -1,7 +1,7 @@
 //! Calls as services: every model call and every tool call in a workflow tree goes through
-//! one of the context's two chokepoints, [`FlowContext::call_model`] and
-//! [`FlowContext::call_tool`], and a [`Layer`] installed on the context
-//! ([`FlowContext::with_layer`]) wraps them: it sees every call of every agent, selector and
+//! one of the context's two chokepoints, [`crate::FlowContext::call_model`] and
+//! [`crate::FlowContext::call_tool`], and a [`Layer`] installed on the context
+//! ([`crate::FlowContext::with_layer`]) wraps them: it sees every call of every agent, selector and
 //! compressor under it, nested workflows included.
 //!
 //! A service takes one request type and gives one response type: a [`ModelService`] turns

@@ -42,7 +42,7 @@ pub type SharedWorkflow = Arc<dyn Workflow>;
 ///
 /// One method is required, [`Workflow::forward`]; `name` and `description` have defaults
 /// (override them when the workflow is a selector candidate or an agent-path segment).
-/// [`WorkflowExt`] adds [`WorkflowExt::run`] (a default context) and the layer builders.
+/// [`crate::WorkflowExt`] adds [`crate::WorkflowExt::run`] (a default context) and the layer builders.
 pub trait Workflow: Send + Sync {
     /// Runs on `session` in the environment `cx`.
     fn forward<'a>(
