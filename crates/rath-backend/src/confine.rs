@@ -266,6 +266,18 @@ pub(crate) struct Root {
     use_openat2: bool,
 }
 
+/// Where a component walk ([`Root::walk`]) is.
+struct Walk {
+    /// Descriptors of the directories entered below the root, the last the current one.
+    stack: Vec<OwnedFd>,
+    /// Names still to resolve, in order.
+    queue: VecDeque<OsString>,
+    /// Symlinks followed so far.
+    links: usize,
+    /// Names looked at again so far (swapped meanwhile, or directories just made).
+    retries: usize,
+}
+
 impl Root {
     /// Opens the workspace directory at canonical `path`.
     pub(crate) fn open(path: &Path) -> io::Result<Root> {
@@ -326,13 +338,15 @@ impl Root {
     /// The component walk: `openat(O_NOFOLLOW)` one name at a time from the descriptor of the
     /// directory before it; symlinks read and re-resolved beneath the root descriptor.
     fn walk(&self, parts: &[&OsStr], last: Last, create_dirs: bool) -> Result<OwnedFd, Fail> {
-        let mut stack: Vec<OwnedFd> = Vec::new();
-        let mut queue: VecDeque<OsString> = parts.iter().map(|p| p.to_os_string()).collect();
-        let mut links = 0usize;
-        let mut retries = 0usize;
+        let mut w = Walk {
+            stack: Vec::new(),
+            queue: parts.iter().map(|p| p.to_os_string()).collect(),
+            links: 0,
+            retries: 0,
+        };
         loop {
-            let cur = stack.last().unwrap_or(&self.fd).as_fd();
-            let Some(name) = queue.pop_front() else {
+            let cur = w.stack.last().unwrap_or(&self.fd).as_fd();
+            let Some(name) = w.queue.pop_front() else {
                 // The path ended on a directory (the root, or after `..` / a link to a dir).
                 return match last {
                     Last::File => Err(Fail::Io(io::Error::from_raw_os_error(libc::EISDIR))),
@@ -343,12 +357,12 @@ impl Root {
                 continue;
             }
             if name == ".." {
-                if stack.pop().is_none() {
+                if w.stack.pop().is_none() {
                     return Err(Fail::Escape("a symlink in it leads above the workspace"));
                 }
                 continue;
             }
-            let is_last = queue.is_empty();
+            let is_last = w.queue.is_empty();
             let flags = if is_last {
                 last.flags()
             } else {
@@ -360,51 +374,69 @@ impl Root {
                     if is_kind(&st, libc::S_IFLNK) {
                         // Only O_PATH opens a symlink itself: follow it beneath the root.
                         let target = readlinkat(fd.as_fd(), OsStr::new(""))?;
-                        links += 1;
-                        self.splice(&target, links, &mut stack, &mut queue)?;
+                        w.links += 1;
+                        self.splice(&target, w.links, &mut w.stack, &mut w.queue)?;
                         continue;
                     }
                     if is_last {
                         return Ok(fd);
                     }
-                    stack.push(fd);
+                    w.stack.push(fd);
                 }
                 Err(e) if matches!(errno(&e), libc::ELOOP | libc::ENOTDIR) => {
-                    match readlinkat(cur, &name) {
-                        Ok(target) => {
-                            links += 1;
-                            self.splice(&target, links, &mut stack, &mut queue)?;
-                        }
-                        // Not a symlink (any more): a real non-directory, or swapped back
-                        // between the two calls; look again, a bounded number of times.
-                        Err(le) if errno(&le) == libc::EINVAL || errno(&le) == libc::ENOENT => {
-                            retries += 1;
-                            if errno(&e) == libc::ENOTDIR && errno(&le) == libc::EINVAL
-                                || retries > MAX_LINKS
-                            {
-                                return Err(Fail::Io(e));
-                            }
-                            queue.push_front(name);
-                        }
-                        Err(le) => return Err(Fail::Io(le)),
-                    }
+                    self.follow_refused(&mut w, name, e)?;
                 }
                 Err(e) if errno(&e) == libc::ENOENT && create_dirs => {
-                    // EEXIST: made meanwhile (by us or the command); look again either way.
-                    if let Err(me) = mkdirat(cur, &name)
-                        && errno(&me) != libc::EEXIST
-                    {
-                        return Err(Fail::Io(me));
-                    }
-                    retries += 1;
-                    if retries > MAX_LINKS {
-                        return Err(Fail::Io(e));
-                    }
-                    queue.push_front(name);
+                    self.make_missing(&mut w, name, e)?;
                 }
                 Err(e) => return Err(Fail::Io(e)),
             }
         }
+    }
+
+    /// Goes on after `openat(O_NOFOLLOW)` refused `name` with `ELOOP` or `ENOTDIR` (`e`) in
+    /// the directory the walk is in: a symlink is read and its target put in front of the
+    /// names still to resolve; a name that is not a symlink is put back to look at again, a
+    /// bounded number of times, unless it is a real non-directory (then `e` is the answer).
+    fn follow_refused(&self, w: &mut Walk, name: OsString, e: io::Error) -> Result<(), Fail> {
+        let cur = w.stack.last().unwrap_or(&self.fd).as_fd();
+        match readlinkat(cur, &name) {
+            Ok(target) => {
+                w.links += 1;
+                self.splice(&target, w.links, &mut w.stack, &mut w.queue)?;
+            }
+            // Not a symlink (any more): a real non-directory, or swapped back
+            // between the two calls; look again, a bounded number of times.
+            Err(le) if errno(&le) == libc::EINVAL || errno(&le) == libc::ENOENT => {
+                w.retries += 1;
+                if errno(&e) == libc::ENOTDIR && errno(&le) == libc::EINVAL || w.retries > MAX_LINKS
+                {
+                    return Err(Fail::Io(e));
+                }
+                w.queue.push_front(name);
+            }
+            Err(le) => return Err(Fail::Io(le)),
+        }
+        Ok(())
+    }
+
+    /// Goes on after `openat` found no `name` (`e`, `ENOENT`) in the directory the walk is
+    /// in, when missing directories are to be made: makes it there and puts the name back to
+    /// look at again, a bounded number of times.
+    fn make_missing(&self, w: &mut Walk, name: OsString, e: io::Error) -> Result<(), Fail> {
+        let cur = w.stack.last().unwrap_or(&self.fd).as_fd();
+        // EEXIST: made meanwhile (by us or the command); look again either way.
+        if let Err(me) = mkdirat(cur, &name)
+            && errno(&me) != libc::EEXIST
+        {
+            return Err(Fail::Io(me));
+        }
+        w.retries += 1;
+        if w.retries > MAX_LINKS {
+            return Err(Fail::Io(e));
+        }
+        w.queue.push_front(name);
+        Ok(())
     }
 
     /// Puts a symlink's `target` in front of the names still to resolve. A relative target

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
@@ -93,6 +93,31 @@ pub async fn run(spec: ProcessSpec, cx: &DispatchContext) -> Result<CommandOutpu
     let Some((program, args)) = spec.argv.split_first() else {
         return Err(ToolError::exception("empty command line"));
     };
+    let mut cmd = command(program, args, &spec);
+    let mut child = cmd.spawn().map_err(|e| {
+        ToolError::exception(format!("cannot start {program:?}: {e}"))
+            .with_detail(json!({ "program": program }))
+    })?;
+    drop(spec.cwd_fd);
+    let pid = child.id();
+    let Some((status, out, err)) = finish(&mut child, pid, spec.stdin, spec.timeout).await else {
+        kill_group(pid);
+        let _ = child.wait().await;
+        let secs = spec.timeout.map_or(0.0, |t| t.as_secs_f64());
+        return Err(ToolError::new(
+            ToolErrorKind::ToolTimeout,
+            format!("command timed out after {secs}s; its process group was killed"),
+        )
+        .with_detail(json!({ "timeout_seconds": secs })));
+    };
+    let status = status.map_err(|e| ToolError::exception(format!("wait failed: {e}")))?;
+    Ok(command_output(status, out, err, cx))
+}
+
+/// The command for `program` with `args` as `spec` says: its environment only, its working
+/// directory (entered by descriptor when `spec` holds one), piped output, a process group of
+/// its own, killed when dropped.
+fn command(program: &str, args: &[String], spec: &ProcessSpec) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args).env_clear().envs(&spec.env);
     match &spec.cwd_fd {
@@ -100,7 +125,7 @@ pub async fn run(spec: ProcessSpec, cx: &DispatchContext) -> Result<CommandOutpu
             let raw = std::os::fd::AsRawFd::as_raw_fd(fd);
             // SAFETY: the closure runs in the forked child before exec and calls only
             // fchdir(2), which is async-signal-safe; `raw` stays open until spawn returns
-            // (`spec.cwd_fd` outlives the spawn below).
+            // (`spec.cwd_fd` outlives the spawn in `run`).
             unsafe {
                 cmd.pre_exec(move || {
                     if libc::fchdir(raw) == 0 {
@@ -124,16 +149,26 @@ pub async fn run(spec: ProcessSpec, cx: &DispatchContext) -> Result<CommandOutpu
     .stderr(Stdio::piped())
     .process_group(0)
     .kill_on_drop(true);
-    let mut child = cmd.spawn().map_err(|e| {
-        ToolError::exception(format!("cannot start {program:?}: {e}"))
-            .with_detail(json!({ "program": program }))
-    })?;
-    drop(spec.cwd_fd);
-    let pid = child.id();
+    cmd
+}
+
+/// One output stream of a child: the bytes kept (at most the cap) and how many it wrote.
+type Captured = (Vec<u8>, u64);
+
+/// How a child ended: its exit status (or why waiting for it failed), its stdout, its stderr.
+type Finished = (std::io::Result<ExitStatus>, Captured, Captured);
+
+/// Feeds `input` to the spawned `child` (group `pid`), reads its output and waits for it to
+/// exit, killing what it left in its group then; `None` when `timeout` passed first.
+async fn finish(
+    child: &mut tokio::process::Child,
+    pid: Option<u32>,
+    input: Option<Vec<u8>>,
+    timeout: Option<Duration>,
+) -> Option<Finished> {
     let stdin_pipe = child.stdin.take();
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
-    let input = spec.stdin;
     let feed = async move {
         if let (Some(mut pipe), Some(bytes)) = (stdin_pipe, input) {
             // A child that exits without reading its stdin breaks the pipe; that is its choice.
@@ -141,36 +176,33 @@ pub async fn run(spec: ProcessSpec, cx: &DispatchContext) -> Result<CommandOutpu
             let _ = pipe.shutdown().await;
         }
     };
-    let finished = {
-        let wait = async {
-            let status = child.wait().await;
-            kill_group(pid);
-            status
-        };
-        let all = async {
-            tokio::join!(
-                wait,
-                read_capped(stdout, OUTPUT_CAP),
-                read_capped(stderr, OUTPUT_CAP),
-                feed
-            )
-        };
-        match spec.timeout {
-            Some(t) => tokio::time::timeout(t, all).await.ok(),
-            None => Some(all.await),
-        }
-    };
-    let Some((status, (out, out_total), (err, err_total), ())) = finished else {
+    let wait = async {
+        let status = child.wait().await;
         kill_group(pid);
-        let _ = child.wait().await;
-        let secs = spec.timeout.map_or(0.0, |t| t.as_secs_f64());
-        return Err(ToolError::new(
-            ToolErrorKind::ToolTimeout,
-            format!("command timed out after {secs}s; its process group was killed"),
-        )
-        .with_detail(json!({ "timeout_seconds": secs })));
+        status
     };
-    let status = status.map_err(|e| ToolError::exception(format!("wait failed: {e}")))?;
+    let all = async {
+        let (status, out, err, ()) = tokio::join!(
+            wait,
+            read_capped(stdout, OUTPUT_CAP),
+            read_capped(stderr, OUTPUT_CAP),
+            feed
+        );
+        (status, out, err)
+    };
+    match timeout {
+        Some(t) => tokio::time::timeout(t, all).await.ok(),
+        None => Some(all.await),
+    }
+}
+
+/// The command output of a child that exited with `status` after writing `out` and `err`.
+fn command_output(
+    status: ExitStatus,
+    (out, out_total): Captured,
+    (err, err_total): Captured,
+    cx: &DispatchContext,
+) -> CommandOutput {
     let mut output = CommandOutput::new(
         status.code(),
         String::from_utf8_lossy(&out).into_owned(),
@@ -180,7 +212,7 @@ pub async fn run(spec: ProcessSpec, cx: &DispatchContext) -> Result<CommandOutpu
     output.stderr_truncated = err_total > err.len() as u64;
     output.bytes_out = out_total + err_total;
     output.elapsed_ms = cx.elapsed_ms();
-    Ok(output)
+    output
 }
 
 /// A Python 3 interpreter path on the host, preferring the system one.

@@ -135,17 +135,7 @@ impl StoreView {
     /// to a [`ReplayProvider`] and its reply compared with the stored assistant message.
     pub fn replay(&self, id: &SessionId, cassette: &Path) -> Result<ReplayReport, InspectError> {
         let session = self.load(id)?.session;
-        let interactions = read_cassette(cassette)?;
-        let provider = ReplayProvider::from_interactions(interactions.clone());
-        let recorded_messages: Vec<Option<Vec<ChatMessage>>> = interactions
-            .iter()
-            .map(|it| {
-                it.request
-                    .get("messages")
-                    .and_then(|m| serde_json::from_value(m.clone()).ok())
-            })
-            .collect();
-        let mut taken = vec![false; interactions.len()];
+        let mut recorded = Recorded::new(read_cassette(cassette)?);
         let messages = session.messages();
         let turns = messages
             .iter()
@@ -161,33 +151,7 @@ impl StoreView {
                 content: msg.content.clone(),
                 tool_calls: msg.tool_calls.clone(),
             };
-            let prefix = without_system(&messages[..p]);
-            let hit = (0..interactions.len()).find(|&i| {
-                !taken[i]
-                    && recorded_messages[i]
-                        .as_deref()
-                        .is_some_and(|m| without_system(m) == prefix)
-            });
-            let got = match hit {
-                None => Err(format!(
-                    "no recorded request has the {} message(s) before this turn",
-                    prefix.len()
-                )),
-                Some(i) => {
-                    taken[i] = true;
-                    let mut request = interactions[i].request.clone();
-                    if let Value::Object(map) = &mut request {
-                        map.insert("request_id".into(), Value::String(format!("replay_{p}")));
-                    }
-                    match serde_json::from_value::<ProviderRequest>(request) {
-                        Err(e) => Err(format!("recorded request {i} is unreadable: {e}")),
-                        Ok(req) => block_on(provider.complete(&req))
-                            .map(|r| r.payload())
-                            .map_err(|e| e.to_string()),
-                    }
-                }
-            };
-            match got {
+            match recorded.answer(without_system(&messages[..p]), p) {
                 Ok(got) if got == expected => replayed += 1,
                 other => {
                     first_difference = Some(ReplayDifference {
@@ -211,10 +175,74 @@ impl StoreView {
             ),
             turns,
             replayed,
-            recorded: interactions.len(),
-            unused: taken.iter().filter(|t| !**t).count(),
+            recorded: recorded.interactions.len(),
+            unused: recorded.taken.iter().filter(|t| !**t).count(),
             identical: first_difference.is_none(),
             first_difference,
         })
+    }
+}
+
+/// A cassette being replayed: its interactions, the messages each recorded request sent,
+/// which of them a turn has used, and a provider that answers from them.
+struct Recorded {
+    /// The cassette's interactions, in file order.
+    interactions: Vec<Interaction>,
+    /// The `messages` of each interaction's request (`None` when it has none readable).
+    messages: Vec<Option<Vec<ChatMessage>>>,
+    /// True for each interaction a turn has used.
+    taken: Vec<bool>,
+    /// Answers a recorded request from the cassette.
+    provider: ReplayProvider,
+}
+
+impl Recorded {
+    /// The cassette of `interactions`, none of them used yet.
+    fn new(interactions: Vec<Interaction>) -> Self {
+        let provider = ReplayProvider::from_interactions(interactions.clone());
+        let messages = interactions
+            .iter()
+            .map(|it| {
+                it.request
+                    .get("messages")
+                    .and_then(|m| serde_json::from_value(m.clone()).ok())
+            })
+            .collect();
+        Self {
+            taken: vec![false; interactions.len()],
+            interactions,
+            messages,
+            provider,
+        }
+    }
+
+    /// What the cassette answers the model turn at conversation message `p`, whose messages
+    /// before it (system prompt aside) are `prefix`: the first unused recorded request with
+    /// those messages is marked used and sent to the replay provider; an error says why
+    /// there is no answer.
+    fn answer(&mut self, prefix: &[ChatMessage], p: usize) -> Result<AssistantPayload, String> {
+        let hit = (0..self.interactions.len()).find(|&i| {
+            !self.taken[i]
+                && self.messages[i]
+                    .as_deref()
+                    .is_some_and(|m| without_system(m) == prefix)
+        });
+        let Some(i) = hit else {
+            return Err(format!(
+                "no recorded request has the {} message(s) before this turn",
+                prefix.len()
+            ));
+        };
+        self.taken[i] = true;
+        let mut request = self.interactions[i].request.clone();
+        if let Value::Object(map) = &mut request {
+            map.insert("request_id".into(), Value::String(format!("replay_{p}")));
+        }
+        match serde_json::from_value::<ProviderRequest>(request) {
+            Err(e) => Err(format!("recorded request {i} is unreadable: {e}")),
+            Ok(req) => block_on(self.provider.complete(&req))
+                .map(|r| r.payload())
+                .map_err(|e| e.to_string()),
+        }
     }
 }

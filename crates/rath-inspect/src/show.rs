@@ -6,7 +6,8 @@ use std::io::Write;
 use rath_persist::LoadedSession;
 use rath_persist::stream::SessionStream;
 use rath_session::{
-    Chunk, ChunkBody, PendingCall, Placement, RunFailure, Session, SessionId, Usage,
+    AssistantPayload, Chunk, ChunkBody, MemoryEvent, ModelCall, PendingCall, Placement, RunFailure,
+    Session, SessionId, ToolEvidence, Usage,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -606,70 +607,16 @@ pub fn describe_chunk(c: &Chunk) -> (String, String) {
     match c.body() {
         ChunkBody::System(p) => ("system".into(), p.content.clone()),
         ChunkBody::User(p) => ("user".into(), p.content.clone()),
-        ChunkBody::Assistant(p) => {
-            let mut text = p.content.clone().unwrap_or_default();
-            for call in p.tool_calls.iter().flatten() {
-                if !text.is_empty() {
-                    text.push('\n');
-                }
-                let _ = write!(
-                    text,
-                    "-> {}({}) [{}]",
-                    call.function.name, call.function.arguments, call.id
-                );
-            }
-            ("assistant".into(), text)
-        }
+        ChunkBody::Assistant(p) => ("assistant".into(), assistant_text(p)),
         ChunkBody::ToolResult(p) => (
             format!("tool_result {} ({})", p.name, p.tool_call_id),
             p.content.clone(),
         ),
-        ChunkBody::ToolEvidence(e) => {
-            let mut parts = vec![format!("outcome={}", e.outcome)];
-            if let Some(b) = &e.backend {
-                parts.push(format!("backend={b}"));
-            }
-            if let Some(h) = &e.sandbox_handle {
-                parts.push(format!("sandbox={h}"));
-            }
-            if let Some(k) = &e.payload_kind {
-                parts.push(format!("payload={k}"));
-            }
-            if let Some(x) = e.exit_code {
-                parts.push(format!("exit={x}"));
-            }
-            parts.push(format!("{}ms", fmt_ms(e.elapsed_ms)));
-            let mut text = parts.join(" ");
-            if let Some(s) = &e.summary {
-                let _ = write!(text, "\n{s}");
-            }
-            (
-                format!("tool_evidence {} ({})", e.tool, e.tool_call_id),
-                text,
-            )
-        }
-        ChunkBody::ModelCall(m) => {
-            let who = m.agent.as_deref().unwrap_or("-");
-            let mut text = format!(
-                "agent={who} provider={} model={} finish={} usage={} messages={} {}ms",
-                m.provider,
-                m.model.as_deref().unwrap_or("-"),
-                m.finish_reason.as_deref().unwrap_or("-"),
-                usage_text(m.usage),
-                m.messages_sent,
-                fmt_ms(m.elapsed_ms)
-            );
-            // How the answer was fetched, when the provider recorded anything notable.
-            for key in ["stream_fallback", "stream_skipped"] {
-                if let Some(v) = m.detail.get(key).and_then(|v| v.as_str()) {
-                    text.push_str(&format!(" {key}={v}"));
-                }
-            }
-            if let Some(a) = m.detail.get("attempts").and_then(|v| v.as_array()) {
-                text.push_str(&format!(" attempts={}", a.len()));
-            }
-            (format!("model_call {}", m.request_id), text)
-        }
+        ChunkBody::ToolEvidence(e) => (
+            format!("tool_evidence {} ({})", e.tool, e.tool_call_id),
+            evidence_text(e),
+        ),
+        ChunkBody::ModelCall(m) => (format!("model_call {}", m.request_id), model_call_text(m)),
         ChunkBody::RouteDecision(r) => {
             let choice = r.choice.as_deref().unwrap_or("(done)");
             let text = format!(
@@ -680,28 +627,10 @@ pub fn describe_chunk(c: &Chunk) -> (String, String) {
             );
             (format!("route_decision {}", r.selector), text)
         }
-        ChunkBody::MemoryEvent(m) => {
-            let mut text = format!("store={}", m.store_id);
-            if let Some(a) = &m.agent {
-                let _ = write!(text, " agent={a}");
-            }
-            if let Some(s) = &m.scope {
-                let _ = write!(text, " scope={s}");
-            }
-            if let Some(q) = &m.query {
-                let _ = write!(text, " query={q:?}");
-            }
-            if let Some(c) = &m.commit_id {
-                let _ = write!(text, " commit={c}");
-            }
-            for u in &m.uris {
-                let _ = write!(text, "\n{u}");
-            }
-            for h in &m.hits {
-                let _ = write!(text, "\n{:.3} {} {}", h.score, h.uri, h.snippet);
-            }
-            (format!("memory_event {}", m.operation), text)
-        }
+        ChunkBody::MemoryEvent(m) => (
+            format!("memory_event {}", m.operation),
+            memory_event_text(m),
+        ),
         ChunkBody::CompressionRecord(r) => {
             let text = format!(
                 "dropped {} chunk(s) ({}), {} rows out",
@@ -728,6 +657,96 @@ pub fn describe_chunk(c: &Chunk) -> (String, String) {
         }
         _ => (c.kind().as_str().to_owned(), String::new()),
     }
+}
+
+/// An assistant message's body: its text, then one `-> name(arguments) [id]` line per tool
+/// call.
+fn assistant_text(p: &AssistantPayload) -> String {
+    let mut text = p.content.clone().unwrap_or_default();
+    for call in p.tool_calls.iter().flatten() {
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        let _ = write!(
+            text,
+            "-> {}({}) [{}]",
+            call.function.name, call.function.arguments, call.id
+        );
+    }
+    text
+}
+
+/// A tool evidence chunk's body: `outcome=... backend=... ... 12ms`, then its summary.
+fn evidence_text(e: &ToolEvidence) -> String {
+    let mut parts = vec![format!("outcome={}", e.outcome)];
+    if let Some(b) = &e.backend {
+        parts.push(format!("backend={b}"));
+    }
+    if let Some(h) = &e.sandbox_handle {
+        parts.push(format!("sandbox={h}"));
+    }
+    if let Some(k) = &e.payload_kind {
+        parts.push(format!("payload={k}"));
+    }
+    if let Some(x) = e.exit_code {
+        parts.push(format!("exit={x}"));
+    }
+    parts.push(format!("{}ms", fmt_ms(e.elapsed_ms)));
+    let mut text = parts.join(" ");
+    if let Some(s) = &e.summary {
+        let _ = write!(text, "\n{s}");
+    }
+    text
+}
+
+/// A model call chunk's body: agent, provider, model, finish reason, usage, messages sent
+/// and time, then how the answer was fetched when the provider recorded anything notable.
+fn model_call_text(m: &ModelCall) -> String {
+    let who = m.agent.as_deref().unwrap_or("-");
+    let mut text = format!(
+        "agent={who} provider={} model={} finish={} usage={} messages={} {}ms",
+        m.provider,
+        m.model.as_deref().unwrap_or("-"),
+        m.finish_reason.as_deref().unwrap_or("-"),
+        usage_text(m.usage),
+        m.messages_sent,
+        fmt_ms(m.elapsed_ms)
+    );
+    // How the answer was fetched, when the provider recorded anything notable.
+    for key in ["stream_fallback", "stream_skipped"] {
+        if let Some(v) = m.detail.get(key).and_then(|v| v.as_str()) {
+            text.push_str(&format!(" {key}={v}"));
+        }
+    }
+    if let Some(a) = m.detail.get("attempts").and_then(|v| v.as_array()) {
+        text.push_str(&format!(" attempts={}", a.len()));
+    }
+    text
+}
+
+/// A memory event's body: the store and what it was asked (agent, scope, query, commit),
+/// then one line per URI and per hit.
+fn memory_event_text(m: &MemoryEvent) -> String {
+    let mut text = format!("store={}", m.store_id);
+    if let Some(a) = &m.agent {
+        let _ = write!(text, " agent={a}");
+    }
+    if let Some(s) = &m.scope {
+        let _ = write!(text, " scope={s}");
+    }
+    if let Some(q) = &m.query {
+        let _ = write!(text, " query={q:?}");
+    }
+    if let Some(c) = &m.commit_id {
+        let _ = write!(text, " commit={c}");
+    }
+    for u in &m.uris {
+        let _ = write!(text, "\n{u}");
+    }
+    for h in &m.hits {
+        let _ = write!(text, "\n{:.3} {} {}", h.score, h.uri, h.snippet);
+    }
+    text
 }
 
 fn fmt_ms(ms: f64) -> String {

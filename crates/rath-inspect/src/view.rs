@@ -429,6 +429,8 @@ fn graph(o: &mut String, ts: &[&Transcript]) {
     o.push_str("</g>\n</svg>\n</section>\n");
 }
 
+/// Writes the transcript panel of `t`, the `i`th session of `ts` (the sessions on the page):
+/// its facts, then its chunks (at most the first and last `keep`).
 fn panel(o: &mut String, i: usize, t: &Transcript, ts: &[&Transcript], keep: usize) {
     let _ = writeln!(
         o,
@@ -440,6 +442,17 @@ fn panel(o: &mut String, i: usize, t: &Transcript, ts: &[&Transcript], keep: usi
         "<h2>Session <code>{}</code></h2>\n<dl>",
         esc(t.id.as_str())
     );
+    let shown = bounded(&t.chunks, keep);
+    panel_facts(o, t, ts, keep, shown.len());
+    o.push_str("</dl>\n<ol class=\"chunks\">\n");
+    panel_chunks(o, t, &shown);
+    o.push_str("</ol>\n</article>\n");
+}
+
+/// Writes a panel's facts (`<dt>`/`<dd>` pairs): file, dates and status, failure, lineage,
+/// parents, extras, placement, usage, pending calls, and how many chunks there are when
+/// the page holds only `shown` of them.
+fn panel_facts(o: &mut String, t: &Transcript, ts: &[&Transcript], keep: usize, shown: usize) {
     let mut fact = |k: &str, v: String| {
         let _ = writeln!(o, "<dt>{k}</dt><dd>{v}</dd>");
     };
@@ -462,28 +475,7 @@ fn panel(o: &mut String, i: usize, t: &Transcript, ts: &[&Transcript], keep: usi
         "lineage",
         format!("{} / {}", esc(&t.operator), esc(&t.kind)),
     );
-    let parents: Vec<String> = t
-        .parents
-        .iter()
-        .map(|p| {
-            if ts.iter().any(|x| &x.id == p) {
-                format!(
-                    "<a href=\"#\" class=\"goto\" data-session-id=\"{0}\"><code>{0}</code></a>",
-                    esc(p.as_str())
-                )
-            } else {
-                format!("<code>{}</code> (not on this page)", esc(p.as_str()))
-            }
-        })
-        .collect();
-    fact(
-        "parents",
-        if parents.is_empty() {
-            "(root)".to_owned()
-        } else {
-            parents.join(", ")
-        },
-    );
+    fact("parents", parent_links(t, ts));
     if !t.extras.is_empty() {
         let ex: Vec<String> = t
             .extras
@@ -501,8 +493,7 @@ fn panel(o: &mut String, i: usize, t: &Transcript, ts: &[&Transcript], keep: usi
     for p in &t.pending {
         fact("pending", esc(p));
     }
-    let shown = bounded(&t.chunks, keep);
-    if shown.len() < t.chunk_count {
+    if shown < t.chunk_count {
         fact(
             "chunks",
             format!(
@@ -511,7 +502,35 @@ fn panel(o: &mut String, i: usize, t: &Transcript, ts: &[&Transcript], keep: usi
             ),
         );
     }
-    o.push_str("</dl>\n<ol class=\"chunks\">\n");
+}
+
+/// A panel's parents fact: a link to each parent on the page (`ts`), the others named as
+/// not on it; `(root)` for a session without parents.
+fn parent_links(t: &Transcript, ts: &[&Transcript]) -> String {
+    let parents: Vec<String> = t
+        .parents
+        .iter()
+        .map(|p| {
+            if ts.iter().any(|x| &x.id == p) {
+                format!(
+                    "<a href=\"#\" class=\"goto\" data-session-id=\"{0}\"><code>{0}</code></a>",
+                    esc(p.as_str())
+                )
+            } else {
+                format!("<code>{}</code> (not on this page)", esc(p.as_str()))
+            }
+        })
+        .collect();
+    if parents.is_empty() {
+        "(root)".to_owned()
+    } else {
+        parents.join(", ")
+    }
+}
+
+/// Writes a panel's chunk list items: the `shown` chunks, with a note standing in for each
+/// run of chunks left out.
+fn panel_chunks(o: &mut String, t: &Transcript, shown: &[&TranscriptEntry]) {
     let mut next = 0usize;
     for c in shown {
         if c.index > next {
@@ -536,7 +555,6 @@ fn panel(o: &mut String, i: usize, t: &Transcript, ts: &[&Transcript], keep: usi
     if next < t.chunk_count {
         omitted(o, t, next, t.chunk_count);
     }
-    o.push_str("</ol>\n</article>\n");
 }
 
 /// The first and last `keep` of `chunks` (all of them when there are at most `2 * keep`).

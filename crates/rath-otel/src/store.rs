@@ -33,7 +33,7 @@ use crate::conv::*;
 use crate::genai::{
     chat_attributes, chat_name, compression_event, route_event, set_lineage, tool_attributes,
 };
-use crate::span::{Attributes, Link, Span, SpanKind, Status, TraceId};
+use crate::span::{Attributes, Link, Span, SpanId, SpanKind, Status, TraceId};
 
 /// The span key of a session (its span id is `trace.span(key)`).
 pub(crate) fn session_key(id: &str) -> String {
@@ -224,8 +224,55 @@ fn session_spans(
     let s = &l.session;
     let start = l.created_at.unix_micros();
     let sid = trace.span(&session_key(s.id().as_str()));
+    let calls = call_spans(s, trace, sid, root, start, claimed);
+    let events = session_events(s, start);
+    let end = l
+        .closed_at
+        .map_or(start, |t| t.unix_micros())
+        .max(calls.end);
+    let mut span = Span::new(
+        session_name(s, calls.agent.as_deref()),
+        SpanKind::Internal,
+        trace,
+        sid,
+    );
+    span.attributes = session_attributes(s, calls.agent.as_deref(), root);
+    span.links = lineage_links(s, trace);
+    span.start_unix_micros = start;
+    span.end_unix_micros = end;
+    if let Some(f) = s.failure() {
+        span.attributes.set(ERROR_TYPE, &f.kind);
+        span.status = Status::Error(f.message.clone());
+    }
+    let mut out = vec![span];
+    out.extend(calls.spans);
+    (out, events)
+}
+
+/// The spans of the calls one session made itself, laid out from its start in chunk order.
+struct CallSpans {
+    /// A `chat` span per model call, each followed by the `execute_tool` spans of the tools
+    /// it asked for.
+    spans: Vec<Span>,
+    /// The agent of the session's first model call that names one.
+    agent: Option<String>,
+    /// When the last call ended (the session's start when it made none).
+    end: i64,
+}
+
+/// The spans of the calls session `s` made itself, children of its span `sid`, laid out one
+/// after another from `start`, each as long as its evidence says: a `chat` span per model
+/// call not in `claimed` (which then holds it) and an `execute_tool` span per tool that call
+/// asked for.
+fn call_spans(
+    s: &Session,
+    trace: TraceId,
+    sid: SpanId,
+    root: &str,
+    start: i64,
+    claimed: &mut HashSet<String>,
+) -> CallSpans {
     let mut calls = Vec::new();
-    let mut events = Vec::new();
     let mut agent: Option<String> = None;
     let mut cursor = start;
     let mut current: Option<String> = None; // the request id the next tools answer
@@ -276,6 +323,17 @@ fn session_spans(
             _ => {}
         }
     }
+    CallSpans {
+        spans: calls,
+        agent,
+        end: cursor,
+    }
+}
+
+/// The workflow-level events session `s` carries, at its `start`: a selector's route
+/// decision, and what a compression dropped.
+fn session_events(s: &Session, start: i64) -> Vec<crate::span::Event> {
+    let mut events = Vec::new();
     if let Some(r) = route_decision_of(s) {
         events.push(route_event(r, start));
     }
@@ -286,24 +344,7 @@ fn session_spans(
             }
         }
     }
-    let end = l.closed_at.map_or(start, |t| t.unix_micros()).max(cursor);
-    let mut span = Span::new(
-        session_name(s, agent.as_deref()),
-        SpanKind::Internal,
-        trace,
-        sid,
-    );
-    span.attributes = session_attributes(s, agent.as_deref(), root);
-    span.links = lineage_links(s, trace);
-    span.start_unix_micros = start;
-    span.end_unix_micros = end;
-    if let Some(f) = s.failure() {
-        span.attributes.set(ERROR_TYPE, &f.kind);
-        span.status = Status::Error(f.message.clone());
-    }
-    let mut out = vec![span];
-    out.extend(calls);
-    (out, events)
+    events
 }
 
 /// A session span's attributes.

@@ -537,6 +537,23 @@ pub async fn delete_keeps_sharers(store: &dyn SessionStore) {
 /// that shares structure.
 pub async fn windows(store: &dyn SessionStore) {
     let name = store.name();
+    let all = save_window_sessions(store, &name).await;
+    every_window_as_loaded(store, &name, &all).await;
+    known_to_extend_is_true(store, &name, &all).await;
+    assert!(
+        matches!(
+            store
+                .read_chunks(&SessionId::new("never-stored"), 0..10)
+                .await,
+            Err(PersistError::NotFound { .. })
+        ),
+        "{name}: a window of a session not stored"
+    );
+}
+
+/// Stores the sessions [`windows`] reads: a long session saved in three segments (first in
+/// the list), a fork of it, a fork of a cut prefix of it, a merge, and the sample sessions.
+async fn save_window_sessions(store: &dyn SessionStore, name: &str) -> Vec<Session> {
     // System ids: the sample sessions below use the pinned clock's.
     let mut root = Session::user_with("first", Stamper::system());
     for i in 0..40 {
@@ -563,7 +580,13 @@ pub async fn windows(store: &dyn SessionStore) {
     for s in all.iter().skip(1) {
         store.save(s).await.expect("save");
     }
-    for s in &all {
+    all
+}
+
+/// Every window of each of `all` (from and to a few cut points, some past the end) reads
+/// the chunks `load` gives for it.
+async fn every_window_as_loaded(store: &dyn SessionStore, name: &str, all: &[Session]) {
+    for s in all {
         let loaded = store.load(s.id()).await.expect("load").session;
         let n = loaded.len();
         let cuts = [0, 1, 2, 19, 20, 21, n / 2, n.saturating_sub(1), n, n + 5];
@@ -583,9 +606,15 @@ pub async fn windows(store: &dyn SessionStore) {
             }
         }
     }
-    // `known_to_extend` is never wrong, and a store that shares structure knows its forks.
+}
+
+/// `known_to_extend` between any two of `all` is never wrong and says a session starts with
+/// itself; on a store that shares structure it also knows that the fork and the merge of
+/// `all` (second and fourth, as [`save_window_sessions`] returns them) start with what they
+/// were made from.
+async fn known_to_extend_is_true(store: &dyn SessionStore, name: &str, all: &[Session]) {
     let mut loaded = Vec::new();
-    for s in &all {
+    for s in all {
         loaded.push(store.load(s.id()).await.expect("load").session);
     }
     for a in &loaded {
@@ -615,15 +644,6 @@ pub async fn windows(store: &dyn SessionStore) {
             );
         }
     }
-    assert!(
-        matches!(
-            store
-                .read_chunks(&SessionId::new("never-stored"), 0..10)
-                .await,
-            Err(PersistError::NotFound { .. })
-        ),
-        "{name}: a window of a session not stored"
-    );
 }
 
 /// `prune` deletes the sessions created before the cut-off and keeps the others.

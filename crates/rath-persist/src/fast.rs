@@ -416,6 +416,7 @@ mod tests {
     use super::*;
     use crate::record::{ChunkOut, PayloadRef};
     use proptest::prelude::*;
+    use std::collections::BTreeMap;
 
     /// What the general (serde) path makes of a line.
     fn general(line: &str) -> Option<ChunkBody> {
@@ -517,16 +518,35 @@ mod tests {
         }
     }
 
+    /// Any evidence body: a model call or a tool's evidence.
     fn evidence() -> impl Strategy<Value = ChunkBody> {
-        let opt = || proptest::option::of(text());
-        let elapsed = prop_oneof![
+        prop_oneof![model_call(), tool_evidence()]
+    }
+
+    /// Elapsed times a writer must get right: zero, any float, not a number, one too large
+    /// for plain digits, one that needs an exponent, negative zero.
+    fn elapsed() -> impl Strategy<Value = f64> + Clone {
+        prop_oneof![
             Just(0.0),
             any::<f64>(),
             Just(f64::NAN),
             Just(1e16),
             Just(1e-5),
             Just(-0.0)
-        ];
+        ]
+    }
+
+    /// An evidence chunk's detail: mostly empty, sometimes one entry.
+    fn detail() -> impl Strategy<Value = BTreeMap<String, serde_json::Value>> + Clone {
+        prop_oneof![
+            3 => Just(BTreeMap::new()),
+            1 => Just([("stream".to_owned(), serde_json::json!(true))].into_iter().collect()),
+        ]
+    }
+
+    /// Any `model_call` body.
+    fn model_call() -> impl Strategy<Value = ChunkBody> {
+        let opt = || proptest::option::of(text());
         let usage = proptest::option::of((any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
             |(prompt_tokens, completion_tokens, total_tokens)| rath_session::Usage {
                 prompt_tokens,
@@ -534,24 +554,30 @@ mod tests {
                 total_tokens,
             },
         ));
-        let detail = prop_oneof![
-            3 => Just(std::collections::BTreeMap::new()),
-            1 => Just([("stream".to_owned(), serde_json::json!(true))].into_iter().collect()),
-        ];
-        prop_oneof![
-            (
-                text(),
-                opt(),
-                text(),
-                opt(),
-                opt(),
-                usage,
-                any::<u64>(),
-                elapsed.clone(),
-                detail.clone()
-            )
-                .prop_map(
-                    |(
+        (
+            text(),
+            opt(),
+            text(),
+            opt(),
+            opt(),
+            usage,
+            any::<u64>(),
+            elapsed(),
+            detail(),
+        )
+            .prop_map(
+                |(
+                    request_id,
+                    agent,
+                    provider,
+                    model,
+                    finish_reason,
+                    usage,
+                    messages_sent,
+                    elapsed_ms,
+                    detail,
+                )| {
+                    ChunkBody::ModelCall(rath_session::ModelCall {
                         request_id,
                         agent,
                         provider,
@@ -561,53 +587,46 @@ mod tests {
                         messages_sent,
                         elapsed_ms,
                         detail,
-                    )| {
-                        ChunkBody::ModelCall(rath_session::ModelCall {
-                            request_id,
-                            agent,
-                            provider,
-                            model,
-                            finish_reason,
-                            usage,
-                            messages_sent,
-                            elapsed_ms,
-                            detail,
-                        })
-                    }
-                ),
-            (
-                (text(), text(), opt(), opt(), opt(), opt()),
-                (
-                    proptest::option::of(any::<i64>()),
-                    text(),
-                    elapsed,
-                    any::<u64>(),
-                    any::<u64>(),
-                    detail
-                )
+                    })
+                },
             )
-                .prop_map(
-                    |(
-                        (tool_call_id, tool, backend, sandbox_handle, payload_kind, summary),
-                        (exit_code, outcome, elapsed_ms, bytes_in, bytes_out, detail),
-                    )| {
-                        ChunkBody::ToolEvidence(rath_session::ToolEvidence {
-                            tool_call_id,
-                            tool,
-                            backend,
-                            sandbox_handle,
-                            payload_kind,
-                            summary,
-                            exit_code,
-                            outcome,
-                            elapsed_ms,
-                            bytes_in,
-                            bytes_out,
-                            detail,
-                        })
-                    }
-                ),
-        ]
+    }
+
+    /// Any `tool_evidence` body.
+    fn tool_evidence() -> impl Strategy<Value = ChunkBody> {
+        let opt = || proptest::option::of(text());
+        (
+            (text(), text(), opt(), opt(), opt(), opt()),
+            (
+                proptest::option::of(any::<i64>()),
+                text(),
+                elapsed(),
+                any::<u64>(),
+                any::<u64>(),
+                detail(),
+            ),
+        )
+            .prop_map(
+                |(
+                    (tool_call_id, tool, backend, sandbox_handle, payload_kind, summary),
+                    (exit_code, outcome, elapsed_ms, bytes_in, bytes_out, detail),
+                )| {
+                    ChunkBody::ToolEvidence(rath_session::ToolEvidence {
+                        tool_call_id,
+                        tool,
+                        backend,
+                        sandbox_handle,
+                        payload_kind,
+                        summary,
+                        exit_code,
+                        outcome,
+                        elapsed_ms,
+                        bytes_in,
+                        bytes_out,
+                        detail,
+                    })
+                },
+            )
     }
 
     proptest! {

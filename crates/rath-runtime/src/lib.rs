@@ -242,19 +242,7 @@ impl Runtime {
         let mut read_all_at = later(poll);
         loop {
             let found = self.runs.get_many(&read).await?;
-            let mut seen = std::collections::HashSet::with_capacity(found.len());
-            for run in found {
-                seen.insert(run.id.clone());
-                let done = run.status.is_final()
-                    || matches!(run.status, RunStatus::Waiting | RunStatus::NeedsReview);
-                if done || start.elapsed() >= timeout {
-                    pending.remove(&run.id);
-                    settled.insert(run.id.clone(), run);
-                }
-            }
-            if let Some(missing) = read.iter().find(|id| !seen.contains(*id)) {
-                return Err(RuntimeError::NoSuchRun(missing.to_string()));
-            }
+            settle_found(found, &read, start, timeout, &mut pending, &mut settled)?;
             if pending.is_empty() {
                 return Ok(ids
                     .iter()
@@ -265,39 +253,18 @@ impl Runtime {
             let left = timeout.saturating_sub(start.elapsed());
             let next = tokio::time::sleep_until(read_all_at.min(later(left)));
             tokio::pin!(next);
-            let mut all = false;
-            tokio::select! {
-                () = &mut next => all = true,
+            // True when every pending run is to be read.
+            let all = tokio::select! {
+                () = &mut next => true,
                 got = events.recv() => match got {
-                    Ok(run) => {
-                        // Take every event already queued: one read for all of them.
-                        let mut touched = vec![run];
-                        loop {
-                            match events.try_recv() {
-                                Ok(r) => touched.push(r),
-                                Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => {
-                                    all = true;
-                                    break;
-                                }
-                                Err(_) => break,
-                            }
-                        }
-                        let touched: std::collections::HashSet<&str> =
-                            touched.iter().map(|r| &**r).collect();
-                        read.extend(
-                            pending
-                                .iter()
-                                .filter(|id| touched.contains(id.as_str()))
-                                .map(|id| (*id).clone()),
-                        );
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => all = true,
+                    Ok(run) => read_queued_moves(run, &mut events, &pending, &mut read),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => true,
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => {
                         (&mut next).await;
-                        all = true;
+                        true
                     }
                 },
-            }
+            };
             if all || start.elapsed() >= timeout {
                 read = pending.iter().map(|id| (*id).clone()).collect();
                 read_all_at = later(poll);
@@ -371,4 +338,63 @@ pub(crate) fn later(wait: std::time::Duration) -> tokio::time::Instant {
     now.checked_add(wait)
         .or_else(|| now.checked_add(std::time::Duration::from_secs(365 * 24 * 60 * 60)))
         .unwrap_or(now)
+}
+
+/// Moves each run of `found` (what a read of `read` returned) that has settled (final,
+/// waiting or in review), or any run once `timeout` has passed since `start`, from
+/// `pending` to `settled`. A run of `read` not found is [`RuntimeError::NoSuchRun`].
+fn settle_found(
+    found: Vec<Run>,
+    read: &[RunId],
+    start: Instant,
+    timeout: Duration,
+    pending: &mut std::collections::HashSet<&RunId>,
+    settled: &mut std::collections::HashMap<RunId, Run>,
+) -> Result<(), RuntimeError> {
+    let mut seen = std::collections::HashSet::with_capacity(found.len());
+    for run in found {
+        seen.insert(run.id.clone());
+        let done = run.status.is_final()
+            || matches!(run.status, RunStatus::Waiting | RunStatus::NeedsReview);
+        if done || start.elapsed() >= timeout {
+            pending.remove(&run.id);
+            settled.insert(run.id.clone(), run);
+        }
+    }
+    if let Some(missing) = read.iter().find(|id| !seen.contains(*id)) {
+        return Err(RuntimeError::NoSuchRun(missing.to_string()));
+    }
+    Ok(())
+}
+
+/// Adds to `read` the runs of `pending` that the local move `first`, or any move already
+/// queued behind it in `events`, touched: one read for all of them. True when the queue
+/// lagged (moves were lost, so every pending run is to be read).
+fn read_queued_moves(
+    first: Arc<str>,
+    events: &mut tokio::sync::broadcast::Receiver<Arc<str>>,
+    pending: &std::collections::HashSet<&RunId>,
+    read: &mut Vec<RunId>,
+) -> bool {
+    let mut all = false;
+    // Take every event already queued: one read for all of them.
+    let mut touched = vec![first];
+    loop {
+        match events.try_recv() {
+            Ok(r) => touched.push(r),
+            Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => {
+                all = true;
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    let touched: std::collections::HashSet<&str> = touched.iter().map(|r| &**r).collect();
+    read.extend(
+        pending
+            .iter()
+            .filter(|id| touched.contains(id.as_str()))
+            .map(|id| (*id).clone()),
+    );
+    all
 }

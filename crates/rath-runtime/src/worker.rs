@@ -1,6 +1,7 @@
 //! Workers: claim a run, heartbeat its lease, run its workflow under the journal and
 //! ledger, persist its session, and record where it ended.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -14,6 +15,7 @@ use tracing::instrument::WithSubscriber as _;
 
 use crate::journal::RunScope;
 use crate::model::{Lease, Run, RunId, RunStatus};
+use crate::registry::WorkflowDef;
 use crate::store::Transition;
 use crate::{Runtime, RuntimeError};
 
@@ -355,26 +357,10 @@ impl Worker {
         shutdown: &CancellationToken,
     ) -> Result<Outcome, RuntimeError> {
         let runs = &self.rt.runs;
-        if run.overdue(self.rt.runs.clock().now_ms()) {
-            self.release(lease, Transition::to(RunStatus::TimedOut))
-                .await?;
-            return Ok(Outcome::Moved(RunStatus::TimedOut));
-        }
-        let def = match self.rt.registry.get(&run.workflow) {
-            Some(d) => d.clone(),
-            None => {
-                let e = RuntimeError::UnknownWorkflow(run.workflow.clone());
-                return self.fail_final(lease, &e).await;
-            }
+        let def = match self.admit(&run, lease).await? {
+            ControlFlow::Continue(def) => def,
+            ControlFlow::Break(outcome) => return Ok(outcome),
         };
-        if def.definition_hash != run.definition_hash && !self.opts.accept_changed_definitions {
-            let e = RuntimeError::DefinitionChanged {
-                name: run.workflow.clone(),
-                submitted: run.definition_hash.clone(),
-                registered: def.definition_hash.clone(),
-            };
-            return self.fail_final(lease, &e).await;
-        }
         let from = run.resume_session.as_deref().unwrap_or(&run.input_session);
         let loaded = match self
             .rt
@@ -394,49 +380,147 @@ impl Worker {
         } else {
             RunScope::load(runs.clone(), lease.clone(), run.segment, cancel.clone()).await?
         };
-        // A retry after a failure writes a session of its own (the failed attempt's stays
-        // stored as far as it got); a resume after a crash mints the same ids again. The
-        // stamper's clock starts when this execution first ran (now, on a first execution;
-        // the journal's record of it on a re-execution), a millisecond a reading.
-        let now = match &self.opts.session_clock {
-            Some(clock) => clock.now_ms(),
-            None => runs.clock().now_ms(),
-        };
-        let started = scope.started_at(run.failures, now);
-        let stamper = Stamper::seeded_at(
-            run.id.seed()
-                ^ (run.segment as u64).wrapping_mul(0x9E37)
-                ^ (run.failures as u64).wrapping_mul(0x85EB_CA6B_C2B2_AE35),
-            rath_session::Timestamp::from_unix_micros(started.saturating_mul(1000)),
-            SESSION_CLOCK_STEP_MICROS,
-        );
-        let session = loaded.session.with_stamper(stamper);
+        let session = loaded
+            .session
+            .with_stamper(self.session_stamper(&run, &scope));
 
         let workflow = match (def.constructor)() {
             Ok(w) => w,
             Err(e) => return self.fail_final(lease, &RuntimeError::Flow(e)).await,
         };
+        let watch = self.watch(&run, lease, shutdown, &cancel);
+        // Every session the workflow makes is recorded here: what a stored session names
+        // as a parent is stored from it (the agents' system sessions, forks, annotations).
+        let journal = LineageJournal::new();
+        let (cx, live) = self.flow_context(
+            lease,
+            loaded.session.id(),
+            fresh_claim,
+            &journal,
+            &scope,
+            &cancel,
+        );
+        let out = workflow.forward(session, &cx).await;
+        scope.settle().await;
+        watch.timer.abort();
+        let live = close_live(live, &out, &cancel).await;
+        watch.beat.abort();
+        watch.grace.abort();
+        if watch.fenced.load(Ordering::SeqCst) || live.fenced {
+            return Ok(Outcome::Fenced);
+        }
+        let lineage = Lineage {
+            journal: &journal,
+            input: from,
+            fresh: fresh_claim,
+            live: &live,
+        };
+        self.conclude(lease, &run, out, &lineage, &scope, &watch)
+            .await
+    }
+
+    /// Whether a claimed run may execute here: a run past its deadline is timed out, and one
+    /// whose workflow is not registered, or changed since the run was submitted (unless
+    /// changed definitions are accepted), fails for good; either is where the run ended.
+    /// Otherwise the workflow's registered definition.
+    async fn admit(
+        &self,
+        run: &Run,
+        lease: &Lease,
+    ) -> Result<ControlFlow<Outcome, WorkflowDef>, RuntimeError> {
+        if run.overdue(self.rt.runs.clock().now_ms()) {
+            self.release(lease, Transition::to(RunStatus::TimedOut))
+                .await?;
+            return Ok(ControlFlow::Break(Outcome::Moved(RunStatus::TimedOut)));
+        }
+        let def = match self.rt.registry.get(&run.workflow) {
+            Some(d) => d.clone(),
+            None => {
+                let e = RuntimeError::UnknownWorkflow(run.workflow.clone());
+                return self.fail_final(lease, &e).await.map(ControlFlow::Break);
+            }
+        };
+        if def.definition_hash != run.definition_hash && !self.opts.accept_changed_definitions {
+            let e = RuntimeError::DefinitionChanged {
+                name: run.workflow.clone(),
+                submitted: run.definition_hash.clone(),
+                registered: def.definition_hash.clone(),
+            };
+            return self.fail_final(lease, &e).await.map(ControlFlow::Break);
+        }
+        Ok(ControlFlow::Continue(def))
+    }
+
+    /// The stamper of the sessions this execution of `run` makes. A retry after a failure
+    /// writes a session of its own (the failed attempt's stays stored as far as it got); a
+    /// resume after a crash mints the same ids again. The stamper's clock starts when this
+    /// execution first ran (now, on a first execution; the journal's record of it in
+    /// `scope` on a re-execution), a millisecond a reading.
+    fn session_stamper(&self, run: &Run, scope: &RunScope) -> Stamper {
+        let now = match &self.opts.session_clock {
+            Some(clock) => clock.now_ms(),
+            None => self.rt.runs.clock().now_ms(),
+        };
+        let started = scope.started_at(run.failures, now);
+        Stamper::seeded_at(
+            run.id.seed()
+                ^ (run.segment as u64).wrapping_mul(0x9E37)
+                ^ (run.failures as u64).wrapping_mul(0x85EB_CA6B_C2B2_AE35),
+            rath_session::Timestamp::from_unix_micros(started.saturating_mul(1000)),
+            SESSION_CLOCK_STEP_MICROS,
+        )
+    }
+
+    /// Starts what watches a running attempt of `run` from outside, each stopping it through
+    /// `cancel`: the heartbeat of `lease`, the grace after `shutdown`, the run's deadline.
+    fn watch(
+        &self,
+        run: &Run,
+        lease: &Lease,
+        shutdown: &CancellationToken,
+        cancel: &CancellationToken,
+    ) -> Watch {
         let fenced = Arc::new(AtomicBool::new(false));
         let beat = self.heartbeat(lease.clone(), cancel.clone(), fenced.clone());
         let handed_back = Arc::new(AtomicBool::new(false));
         let grace = self.grace_watch(shutdown.clone(), cancel.clone(), handed_back.clone());
         let timed_out = Arc::new(AtomicBool::new(false));
         let now = self.rt.runs.clock().now_ms();
-        let timer = deadline_watch(&run, now, cancel.clone(), timed_out.clone());
+        let timer = deadline_watch(run, now, cancel.clone(), timed_out.clone());
+        Watch {
+            fenced,
+            beat,
+            handed_back,
+            grace,
+            timed_out,
+            timer,
+        }
+    }
+
+    /// The context the workflow of a claimed run runs in (`input`: the session the claim
+    /// loaded; `fresh`: the run's first claim), with the claim's live writer when there is
+    /// one (to close when the workflow returns).
+    fn flow_context(
+        &self,
+        lease: &Lease,
+        input: &rath_session::SessionId,
+        fresh: bool,
+        journal: &LineageJournal,
+        scope: &RunScope,
+        cancel: &CancellationToken,
+    ) -> (FlowContext, Option<Live>) {
+        let runs = &self.rt.runs;
         // Sessions are written as they grow on transactional stores (SQL); a directory of
         // files rewrites a session per write and a killed writer leaves a partial file, so
         // there the session is written when the attempt ends.
-        // Every session the workflow makes is recorded here: what a stored session names
-        // as a parent is stored from it (the agents' system sessions, forks, annotations).
-        let journal = LineageJournal::new();
         let live = self.rt.sessions.capabilities().atomic_batch.then(|| {
             crate::live::start(
                 self.rt.sessions.clone(),
                 runs.clone(),
                 lease.clone(),
                 crate::live::Claimed {
-                    input: loaded.session.id().clone(),
-                    fresh: fresh_claim,
+                    input: input.clone(),
+                    fresh,
                     journal: journal.clone(),
                 },
                 scope.barrier(),
@@ -452,95 +536,105 @@ impl Worker {
         if let Some((sink, _)) = &live {
             cx = cx.with_shared_sink(sink.clone());
         }
-        let out = workflow.forward(session, &cx).await;
-        scope.settle().await;
-        timer.abort();
-        let live = match live {
-            Some((sink, task)) => {
-                // A run that ended well stores its output session next (`persist`): the
-                // writer leaves that session's last version to it (one write, not two).
-                let leave = match &out {
-                    Ok(o) if !cancel.is_cancelled() => Some(o.id().clone()),
-                    _ => None,
-                };
-                sink.close(leave);
-                task.await.unwrap_or_default()
-            }
-            None => crate::live::LiveReport::default(),
-        };
-        beat.abort();
-        grace.abort();
-        if fenced.load(Ordering::SeqCst) || live.fenced {
-            return Ok(Outcome::Fenced);
-        }
-        let lineage = Lineage {
-            journal: &journal,
-            input: from,
-            fresh: fresh_claim,
-            live: &live,
-        };
-        if timed_out.load(Ordering::SeqCst) && out.is_err() {
-            // The loop saw its deadline as a cancellation; the session says what it was.
-            let stored = match out.as_ref().err().and_then(FlowError::partial_session) {
-                Some(s) => {
-                    self.persist_with_lineage(lease, &timed_out_at(s), Known::Ask, &lineage)
-                        .await
-                }
-                None => Ok(()),
-            };
-            let detail = match &stored {
-                Ok(()) => "deadline passed while running".to_string(),
-                Err(e) => format!("deadline passed while running; its session was not stored: {e}"),
-            };
-            if let Err(e) = stored
-                && is_fenced(&e)
-            {
-                return Ok(Outcome::Fenced);
-            }
-            let to = Transition {
-                detail: Some(&detail),
-                ..Transition::to(RunStatus::TimedOut)
-            };
-            self.release(lease, to).await?;
-            return Ok(Outcome::Moved(RunStatus::TimedOut));
+        (cx, live)
+    }
+
+    /// Where the attempt ends once the workflow returned `out` and its lease is still held:
+    /// timed out when its deadline stopped it, stopped on a fatal call (`scope`), handed
+    /// back when the shutdown grace ran out, else stored and finished (or waiting), or a
+    /// failed attempt.
+    async fn conclude(
+        &self,
+        lease: &Lease,
+        run: &Run,
+        out: Result<Session, FlowError>,
+        lineage: &Lineage<'_>,
+        scope: &RunScope,
+        watch: &Watch,
+    ) -> Result<Outcome, RuntimeError> {
+        if watch.timed_out.load(Ordering::SeqCst)
+            && let Err(e) = &out
+        {
+            return self.deadline_passed(lease, e, lineage).await;
         }
         if let Some(fatal) = scope.take_fatal() {
-            return self.stop_on(lease, &run, fatal).await;
+            return self.stop_on(lease, run, fatal).await;
         }
-        if handed_back.load(Ordering::SeqCst) {
+        if watch.handed_back.load(Ordering::SeqCst) {
             self.release(lease, Transition::to(RunStatus::Queued))
                 .await?;
             return Ok(Outcome::Moved(RunStatus::Queued));
         }
         match out {
-            Ok(out) => {
-                let known = live.stored.get(out.id()).copied();
-                let known = match known {
-                    Some(n) => Known::Len(n),
-                    None if fresh_claim && out.id().as_str() != from => Known::New,
-                    None => Known::Ask,
-                };
-                let p = self
-                    .persist_with_lineage(lease, &out, known, &lineage)
-                    .await;
-                if let Err(e) = p {
-                    return self.store_failed(lease, &run, e).await;
-                }
-                let id = out.id().to_string();
-                let status = if out.pending().is_empty() {
-                    RunStatus::Succeeded
-                } else {
-                    RunStatus::Waiting
-                };
-                let to = Transition {
-                    output: Some(&id),
-                    ..Transition::to(status)
-                };
-                self.release(lease, to).await?;
-                Ok(Outcome::Moved(status))
-            }
-            Err(e) => self.failed_attempt(lease, &run, &e, &lineage).await,
+            Ok(out) => self.finished(lease, run, &out, lineage).await,
+            Err(e) => self.failed_attempt(lease, run, &e, lineage).await,
         }
+    }
+
+    /// Ends an attempt its deadline stopped (the workflow failed with `e`): the session it
+    /// reached is stored as timed out, and the run moves to `timed_out`.
+    async fn deadline_passed(
+        &self,
+        lease: &Lease,
+        e: &FlowError,
+        lineage: &Lineage<'_>,
+    ) -> Result<Outcome, RuntimeError> {
+        // The loop saw its deadline as a cancellation; the session says what it was.
+        let stored = match e.partial_session() {
+            Some(s) => {
+                self.persist_with_lineage(lease, &timed_out_at(s), Known::Ask, lineage)
+                    .await
+            }
+            None => Ok(()),
+        };
+        let detail = match &stored {
+            Ok(()) => "deadline passed while running".to_string(),
+            Err(e) => format!("deadline passed while running; its session was not stored: {e}"),
+        };
+        if let Err(e) = stored
+            && is_fenced(&e)
+        {
+            return Ok(Outcome::Fenced);
+        }
+        let to = Transition {
+            detail: Some(&detail),
+            ..Transition::to(RunStatus::TimedOut)
+        };
+        self.release(lease, to).await?;
+        Ok(Outcome::Moved(RunStatus::TimedOut))
+    }
+
+    /// Ends an attempt whose workflow returned `out`: stores it (with what it descends from)
+    /// and moves the run to `succeeded`, or `waiting` when calls in it wait for a decision.
+    async fn finished(
+        &self,
+        lease: &Lease,
+        run: &Run,
+        out: &Session,
+        lineage: &Lineage<'_>,
+    ) -> Result<Outcome, RuntimeError> {
+        let known = lineage.live.stored.get(out.id()).copied();
+        let known = match known {
+            Some(n) => Known::Len(n),
+            None if lineage.fresh && out.id().as_str() != lineage.input => Known::New,
+            None => Known::Ask,
+        };
+        let p = self.persist_with_lineage(lease, out, known, lineage).await;
+        if let Err(e) = p {
+            return self.store_failed(lease, run, e).await;
+        }
+        let id = out.id().to_string();
+        let status = if out.pending().is_empty() {
+            RunStatus::Succeeded
+        } else {
+            RunStatus::Waiting
+        };
+        let to = Transition {
+            output: Some(&id),
+            ..Transition::to(status)
+        };
+        self.release(lease, to).await?;
+        Ok(Outcome::Moved(status))
     }
 
     /// Hands the run back to the store in `to`'s status and lets the lease go, in a
@@ -881,6 +975,52 @@ struct Lineage<'a> {
     fresh: bool,
     /// What the claim's live writer stored.
     live: &'a crate::live::LiveReport,
+}
+
+/// A claim's live session writer: the sink the workflow's sessions go to and the task that
+/// writes them, which reports what it stored.
+type Live = (
+    Arc<crate::live::LiveSink>,
+    tokio::task::JoinHandle<crate::live::LiveReport>,
+);
+
+/// What watches a running attempt from outside, each task with the flag it raises when it
+/// stops the attempt.
+struct Watch {
+    /// Raised when a heartbeat found the lease lost.
+    fenced: Arc<AtomicBool>,
+    /// The lease's heartbeat.
+    beat: tokio::task::JoinHandle<()>,
+    /// Raised when the shutdown grace ran out: the run is handed back.
+    handed_back: Arc<AtomicBool>,
+    /// The shutdown grace.
+    grace: tokio::task::JoinHandle<()>,
+    /// Raised when the run's deadline passed.
+    timed_out: Arc<AtomicBool>,
+    /// The run's deadline.
+    timer: tokio::task::JoinHandle<()>,
+}
+
+/// Closes the claim's live writer, when it has one, once the workflow returned `out`, and
+/// waits for its report (an empty one without a writer).
+async fn close_live(
+    live: Option<Live>,
+    out: &Result<Session, FlowError>,
+    cancel: &CancellationToken,
+) -> crate::live::LiveReport {
+    match live {
+        Some((sink, task)) => {
+            // A run that ended well stores its output session next (`persist`): the
+            // writer leaves that session's last version to it (one write, not two).
+            let leave = match out {
+                Ok(o) if !cancel.is_cancelled() => Some(o.id().clone()),
+                _ => None,
+            };
+            sink.close(leave);
+            task.await.unwrap_or_default()
+        }
+        None => crate::live::LiveReport::default(),
+    }
 }
 
 /// The sessions of `journal` that `top` descends from, parents first (in the order the

@@ -243,9 +243,26 @@ pub fn openapi() -> serde_json::Value {
     complete(api_router().split_for_parts().1)
 }
 
+/// `api` as JSON, with what its routes share written in (see [`openapi`]).
 fn complete(api: utoipa::openapi::OpenApi) -> serde_json::Value {
-    use serde_json::{Value, json};
+    use serde_json::Value;
     let mut doc = serde_json::to_value(api).unwrap_or_default();
+    let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else {
+        return doc;
+    };
+    for op in paths.values_mut().filter_map(Value::as_object_mut) {
+        for op in op.values_mut().filter_map(Value::as_object_mut) {
+            complete_operation(op);
+        }
+    }
+    doc
+}
+
+/// Adds to one operation of the OpenAPI document the error answers it shares with others
+/// (the key check's on a keyed route, the JSON body check's on a route that takes a body)
+/// and describes each of its event streams per event.
+fn complete_operation(op: &mut serde_json::Map<String, serde_json::Value>) {
+    use serde_json::{Value, json};
     // The LangGraph-compatible routes answer errors as `{"detail"}`, read any content type
     // as JSON (no 415) and refuse a bad path or query with a 400.
     let error = |what: &str, schema: &str| {
@@ -265,64 +282,64 @@ fn complete(api: utoipa::openapi::OpenApi) -> serde_json::Value {
         ("415", "The body is not `application/json`"),
         ("422", "JSON of the wrong shape"),
     ];
-    let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else {
-        return doc;
+    let secured = op
+        .get("security")
+        .and_then(Value::as_array)
+        .is_some_and(|s| !s.is_empty());
+    let body = op.contains_key("requestBody");
+    let lg = op
+        .get("tags")
+        .and_then(Value::as_array)
+        .is_some_and(|t| t.iter().any(|t| t == "langgraph"));
+    let schema = if lg { "LgErrorBody" } else { "ErrorBody" };
+    let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else {
+        return;
     };
-    for op in paths.values_mut().filter_map(Value::as_object_mut) {
-        for op in op.values_mut().filter_map(Value::as_object_mut) {
-            let secured = op
-                .get("security")
-                .and_then(Value::as_array)
-                .is_some_and(|s| !s.is_empty());
-            let body = op.contains_key("requestBody");
-            let lg = op
-                .get("tags")
-                .and_then(Value::as_array)
-                .is_some_and(|t| t.iter().any(|t| t == "langgraph"));
-            let schema = if lg { "LgErrorBody" } else { "ErrorBody" };
-            let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else {
-                continue;
-            };
-            let bad_path = ("400", "A path or query parameter that is not one");
-            let shared = keyed
-                .iter()
-                .filter(|_| secured)
-                .chain(with_body.iter().filter(|_| body))
-                .chain(std::iter::once(&bad_path).filter(|_| lg && secured))
-                .filter(|(status, _)| !(lg && *status == "415"));
-            for (status, what) in shared {
-                responses
-                    .entry(status.to_string())
-                    .or_insert_with(|| error(what, schema));
-            }
-            for response in responses.values_mut() {
-                let Some(stream) = response
-                    .pointer_mut("/content/text~1event-stream")
-                    .and_then(Value::as_object_mut)
-                else {
-                    continue;
-                };
-                let data = stream.remove("schema").unwrap_or(json!({}));
-                stream.insert(
-                    "schema".into(),
-                    json!({
-                        "type": "object",
-                        "required": ["data"],
-                        "properties": {
-                            "id": {"type": "string", "description": "The event's id (`Last-Event-ID`)"},
-                            "event": {"type": "string", "description": "The event's kind"},
-                            "data": {
-                                "type": "string",
-                                "contentMediaType": "application/json",
-                                "contentSchema": data,
-                            },
-                        },
-                    }),
-                );
-            }
-        }
+    let bad_path = ("400", "A path or query parameter that is not one");
+    let shared = keyed
+        .iter()
+        .filter(|_| secured)
+        .chain(with_body.iter().filter(|_| body))
+        .chain(std::iter::once(&bad_path).filter(|_| lg && secured))
+        .filter(|(status, _)| !(lg && *status == "415"));
+    for (status, what) in shared {
+        responses
+            .entry(status.to_string())
+            .or_insert_with(|| error(what, schema));
     }
-    doc
+    for response in responses.values_mut() {
+        describe_event_stream(response);
+    }
+}
+
+/// Describes an event stream answer (`text/event-stream`) per event: `id`, `event`, and
+/// `data` as JSON of the schema the handler gave the stream. Other answers are left as
+/// they are.
+fn describe_event_stream(response: &mut serde_json::Value) {
+    use serde_json::{Value, json};
+    let Some(stream) = response
+        .pointer_mut("/content/text~1event-stream")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    let data = stream.remove("schema").unwrap_or(json!({}));
+    stream.insert(
+        "schema".into(),
+        json!({
+            "type": "object",
+            "required": ["data"],
+            "properties": {
+                "id": {"type": "string", "description": "The event's id (`Last-Event-ID`)"},
+                "event": {"type": "string", "description": "The event's kind"},
+                "data": {
+                    "type": "string",
+                    "contentMediaType": "application/json",
+                    "contentSchema": data,
+                },
+            },
+        }),
+    );
 }
 
 async fn not_found() -> Response {

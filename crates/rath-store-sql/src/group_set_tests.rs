@@ -42,10 +42,20 @@ fn grow(s: &Session, text: &str) -> Session {
 /// fence.
 type Job = (Session, Option<usize>, Option<Fence>);
 
-/// The sessions stored first (one by one), then two groups of writes; built afresh for each
+/// The sessions stored first (one by one), then three groups of writes; built afresh for each
 /// store (a session's stamper is its own).
 fn work() -> (Vec<Session>, Vec<Vec<Job>>) {
-    let base: Vec<Session> = (0..40u64)
+    let base = base_sessions();
+    let first = first_group(&base);
+    let second = second_group(&base);
+    let third = third_group(&base);
+    (base, vec![stilled(first), stilled(second), stilled(third)])
+}
+
+/// The sessions stored before the groups: forty of three chunks each, then three that hold
+/// the very same chunks.
+fn base_sessions() -> Vec<Session> {
+    (0..40u64)
         .map(|i| {
             let s = Session::user_with(format!("task {i}"), Stamper::seeded(100 + i));
             still(
@@ -59,11 +69,16 @@ fn work() -> (Vec<Session>, Vec<Vec<Job>>) {
             let s = Session::user_with("twin", Stamper::seeded(900 + k));
             still(s.push(Chunk::assistant_text("twin reply")), 900 + k)
         }))
-        .collect();
+        .collect()
+}
+
+/// The first group: every kind of write the set path does, and those that make it hand a
+/// batch to the one-by-one path.
+fn first_group(base: &[Session]) -> Vec<Job> {
     let f35 = grow(&base[35].fork(), "fork of 35");
     let merged = base[3].merge(&base[4]).expect("merge");
     let fresh = Session::user_with("fresh", Stamper::seeded(7)).push(Chunk::assistant_text("hi"));
-    let first = vec![
+    vec![
         // An append.
         (grow(&base[0], "append 0"), Some(3), None),
         // A fork whose parent the store remembers, and one whose parent it forgot.
@@ -108,8 +123,12 @@ fn work() -> (Vec<Session>, Vec<Vec<Job>>) {
             Some(0),
             None,
         ),
-    ];
-    let second = vec![
+    ]
+}
+
+/// The second group: a stale length and a stale fence among good writes.
+fn second_group(base: &[Session]) -> Vec<Job> {
+    vec![
         (grow(&base[6], "append 6"), Some(3), None),
         // A stale length: the group fails and is done batch by batch.
         (grow(&base[7], "append 7"), Some(2), None),
@@ -122,20 +141,25 @@ fn work() -> (Vec<Session>, Vec<Vec<Job>>) {
         ),
         (grow(&base[10], "append 10"), Some(3), None),
         (base[14].clone(), None, None),
-    ];
-    // A save of a stored session's id with other chunks: refused as existing.
-    let third = vec![
+    ]
+}
+
+/// The third group: a save of a stored session's id with other chunks, refused as
+/// existing.
+fn third_group(base: &[Session]) -> Vec<Job> {
+    vec![
         (grow(&base[15], "append 15"), Some(3), None),
         (grow(&base[16], "not the stored one"), None, None),
         (grow(&base[17].fork(), "saved fork of 17"), None, None),
-    ];
-    let fix = |jobs: Vec<Job>| -> Vec<Job> {
-        jobs.into_iter()
-            .enumerate()
-            .map(|(i, (s, n, f))| (still(s, 500 + i as u64), n, f))
-            .collect()
-    };
-    (base, vec![fix(first), fix(second), fix(third)])
+    ]
+}
+
+/// `jobs` with each session's clock stopped, the `i`th minting ids from a seed of its own.
+fn stilled(jobs: Vec<Job>) -> Vec<Job> {
+    jobs.into_iter()
+        .enumerate()
+        .map(|(i, (s, n, f))| (still(s, 500 + i as u64), n, f))
+        .collect()
 }
 
 /// What a group's results say, without the store's name.

@@ -72,90 +72,18 @@ impl PgStore {
             url: redact(url),
             message: e.to_string(),
         })?;
-        let mut name = format!(
-            "postgres://{}@{}:{}/{}",
-            options.get_username(),
-            options.get_host(),
-            options.get_port(),
-            options.get_database().unwrap_or("")
-        );
-        if let Some(schema) = schema {
-            rath_persist::url::check_schema(schema).map_err(|message| {
-                PersistError::BadStoreUrl {
-                    url: redact(url),
-                    message,
-                }
-            })?;
-            name.push_str(&format!("?schema={schema}"));
-        }
+        let name = store_name(url, &options, schema)?;
         // One connection first, outside any pool: a refused or unreachable server is
         // reported at once and as what it is (the pool would retry a refused connection
         // until its acquire timeout and then say only that it timed out).
         let mut probe = probe(&options, &name, read).await?;
         let options = match schema {
-            Some(schema) => {
-                if read {
-                    let there: Option<i32> =
-                        sqlx::query_scalar("SELECT 1 FROM pg_namespace WHERE nspname = $1")
-                            .bind(schema)
-                            .fetch_optional(&mut probe)
-                            .await
-                            .map_err(|e| imp::backend(&name, "connect", e))?;
-                    if there.is_none() {
-                        return Err(PersistError::NoStore { store: name });
-                    }
-                } else {
-                    sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
-                        .execute(&mut probe)
-                        .await
-                        .map_err(|e| imp::backend(&name, "connect", e))?;
-                }
-                options.options([("search_path", schema)])
-            }
+            Some(schema) => in_schema(&mut probe, options, &name, schema, read).await?,
             None => options,
         };
         let _ = sqlx::Connection::close(probe).await;
-        let options = if read {
-            // Reading never writes: the server refuses any write on these connections.
-            options.options([("default_transaction_read_only", "on")])
-        } else {
-            options
-        };
-        let pool = pool_options(8)
-            .after_connect(|conn, _| {
-                Box::pin(async move {
-                    sqlx::Executor::execute(&mut *conn, GENERIC_PLANS).await?;
-                    Ok(())
-                })
-            })
-            .connect_with(options)
-            .await
-            .map_err(|e| imp::backend(&name, "connect", e))?;
-        if read {
-            imp::check_schema(&pool, &name).await?;
-        } else {
-            imp::migrate(&pool, &name).await?;
-        }
-        // A server process reads the catalog entries of a table and its indexes the first
-        // time a statement on it is planned (measured: ~2.7 ms for the first statement on
-        // `rath_sessions`, 0.2 ms after). Opening the connections a busy store uses at once
-        // (the group committers', the group loader's and one for lone reads) and preparing
-        // on each the group loader's statement, which reads both tables (a recursive query
-        // the server took ~4 ms to plan on a bench drain's first load), moves that cost,
-        // and the server's start of a process per connection, from the first writes and
-        // loads to connecting.
-        let mut warm = Vec::with_capacity(WARM_CONNECTIONS);
-        for _ in 0..WARM_CONNECTIONS {
-            let mut c = pool
-                .acquire()
-                .await
-                .map_err(|e| imp::backend(&name, "connect", e))?;
-            imp::warm_loads(&mut c)
-                .await
-                .map_err(|e| imp::backend(&name, "connect", e))?;
-            warm.push(c);
-        }
-        drop(warm);
+        let pool = open_pool(options, &name, read).await?;
+        warm_connections(&pool, &name).await?;
         let known: Arc<KnownSessions> = Arc::default();
         let group = imp::group(pool.clone(), name.clone(), known.clone(), PG_LANES);
         let loads = Arc::new(imp::Loads::start(pool.clone(), name.clone()));
@@ -263,6 +191,116 @@ async fn probe(
         }
         Ok(Err(e)) => Err(imp::backend(name, "connect", e)),
     }
+}
+
+/// The store's name: `postgres://user@host:port/db` from the connect `options` of `url`,
+/// with `?schema=...` when it is in a schema (which must be a plain name).
+fn store_name(
+    url: &str,
+    options: &PgConnectOptions,
+    schema: Option<&str>,
+) -> Result<String, PersistError> {
+    let mut name = format!(
+        "postgres://{}@{}:{}/{}",
+        options.get_username(),
+        options.get_host(),
+        options.get_port(),
+        options.get_database().unwrap_or("")
+    );
+    if let Some(schema) = schema {
+        rath_persist::url::check_schema(schema).map_err(|message| PersistError::BadStoreUrl {
+            url: redact(url),
+            message,
+        })?;
+        name.push_str(&format!("?schema={schema}"));
+    }
+    Ok(name)
+}
+
+/// `options` with the store's tables in `schema`, checked on the `probe` connection: to
+/// read, the schema must exist ([`PersistError::NoStore`] otherwise); to write, it is
+/// created if missing.
+async fn in_schema(
+    probe: &mut sqlx::PgConnection,
+    options: PgConnectOptions,
+    name: &str,
+    schema: &str,
+    read: bool,
+) -> Result<PgConnectOptions, PersistError> {
+    if read {
+        let there: Option<i32> =
+            sqlx::query_scalar("SELECT 1 FROM pg_namespace WHERE nspname = $1")
+                .bind(schema)
+                .fetch_optional(&mut *probe)
+                .await
+                .map_err(|e| imp::backend(name, "connect", e))?;
+        if there.is_none() {
+            return Err(PersistError::NoStore {
+                store: name.to_owned(),
+            });
+        }
+    } else {
+        sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+            .execute(&mut *probe)
+            .await
+            .map_err(|e| imp::backend(name, "connect", e))?;
+    }
+    Ok(options.options([("search_path", schema)]))
+}
+
+/// The store's pool of connections with `options` (read-only ones when `read`), each set to
+/// generic plans, and the store's tables checked (`read`) or migrated.
+async fn open_pool(
+    options: PgConnectOptions,
+    name: &str,
+    read: bool,
+) -> Result<sqlx::PgPool, PersistError> {
+    let options = if read {
+        // Reading never writes: the server refuses any write on these connections.
+        options.options([("default_transaction_read_only", "on")])
+    } else {
+        options
+    };
+    let pool = pool_options(8)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                sqlx::Executor::execute(&mut *conn, GENERIC_PLANS).await?;
+                Ok(())
+            })
+        })
+        .connect_with(options)
+        .await
+        .map_err(|e| imp::backend(name, "connect", e))?;
+    if read {
+        imp::check_schema(&pool, name).await?;
+    } else {
+        imp::migrate(&pool, name).await?;
+    }
+    Ok(pool)
+}
+
+/// Opens [`WARM_CONNECTIONS`] connections of `pool` at once and prepares the group loader's
+/// statement on each. A server process reads the catalog entries of a table and its indexes
+/// the first time a statement on it is planned (measured: ~2.7 ms for the first statement on
+/// `rath_sessions`, 0.2 ms after). Opening the connections a busy store uses at once (the
+/// group committers', the group loader's and one for lone reads) and preparing on each the
+/// group loader's statement, which reads both tables (a recursive query the server took
+/// ~4 ms to plan on a bench drain's first load), moves that cost, and the server's start of
+/// a process per connection, from the first writes and loads to connecting.
+async fn warm_connections(pool: &sqlx::PgPool, name: &str) -> Result<(), PersistError> {
+    let mut warm = Vec::with_capacity(WARM_CONNECTIONS);
+    for _ in 0..WARM_CONNECTIONS {
+        let mut c = pool
+            .acquire()
+            .await
+            .map_err(|e| imp::backend(name, "connect", e))?;
+        imp::warm_loads(&mut c)
+            .await
+            .map_err(|e| imp::backend(name, "connect", e))?;
+        warm.push(c);
+    }
+    drop(warm);
+    Ok(())
 }
 
 /// `url` without its password.
