@@ -270,6 +270,15 @@ struct Drawing {
 /// same sessions in the same order give the same drawing.
 fn layout(ts: &[&Transcript]) -> Drawing {
     use dagre_dgl_rs::{EdgeLabel, Graph, GraphLabel, NodeLabel};
+    if ts.is_empty() {
+        // dagre cannot lay out a graph without a node (its highest rank underflows).
+        return Drawing {
+            at: Vec::new(),
+            edges: Vec::new(),
+            width: 2.0 * MARGIN,
+            height: 2.0 * MARGIN,
+        };
+    }
     let index: HashMap<&SessionId, usize> =
         ts.iter().enumerate().map(|(i, t)| (&t.id, i)).collect();
     let name = |i: usize| format!("s{i}");

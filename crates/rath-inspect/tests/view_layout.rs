@@ -207,3 +207,12 @@ fn a_thirty_session_lineage_is_drawn_without_crossings_and_says_what_each_sessio
         assert_eq!(render_sessions(&sessions, &ViewOptions::default()), html);
     }
 }
+
+/// A store with no session (an empty directory, one whose files are all unreadable) gives a
+/// page that says so: the layout has nothing to lay out, and no panic.
+#[test]
+fn no_session_gives_a_page_and_no_panic() {
+    let html = render_sessions(&[], &ViewOptions::default());
+    assert!(html.contains("<svg"), "{html}");
+    assert_eq!(parse(&html).0.len(), 0);
+}
