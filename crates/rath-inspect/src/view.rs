@@ -264,6 +264,24 @@ struct Drawing {
     height: f64,
 }
 
+/// The points of the link from session `j` to session `i` as laid out in `g` (`at`: each
+/// box's top left): a loop on the box's right side for a session naming itself.
+fn link_points(g: &dagre_dgl_rs::Graph, at: &[(f64, f64)], j: usize, i: usize) -> Points {
+    if j == i {
+        let (x, y) = at[i];
+        return vec![
+            (x + NODE_W, y + NODE_H * 0.3),
+            (x + NODE_W + 18.0, y + NODE_H * 0.5),
+            (x + NODE_W, y + NODE_H * 0.7),
+        ];
+    }
+    let e = dagre_dgl_rs::Edge::new(&format!("s{j}"), &format!("s{i}"));
+    g.edge(&e)
+        .and_then(|l| l.points.clone())
+        .map(|ps| ps.iter().map(|p| (p.x, p.y)).collect())
+        .unwrap_or_default()
+}
+
 /// Lays the lineage out with dagre's layered algorithm (`dagre-dgl-rs`): ranks top to bottom
 /// by network simplex, each rank ordered to reduce crossings, a link that skips ranks routed
 /// through points of its own so it never runs across a session's box. Deterministic: the
@@ -327,23 +345,7 @@ fn layout(ts: &[&Transcript]) -> Drawing {
         .collect();
     let edges = links
         .into_iter()
-        .map(|(j, i)| {
-            let points = if j == i {
-                let (x, y) = at[i];
-                vec![
-                    (x + NODE_W, y + NODE_H * 0.3),
-                    (x + NODE_W + 18.0, y + NODE_H * 0.5),
-                    (x + NODE_W, y + NODE_H * 0.7),
-                ]
-            } else {
-                let e = dagre_dgl_rs::Edge::new(&name(j), &name(i));
-                g.edge(&e)
-                    .and_then(|l| l.points.clone())
-                    .map(|ps| ps.iter().map(|p| (p.x, p.y)).collect())
-                    .unwrap_or_default()
-            };
-            (j, i, points)
-        })
+        .map(|(j, i)| (j, i, link_points(&g, &at, j, i)))
         .collect();
     let right = at.iter().map(|(x, _)| x + NODE_W).fold(0.0, f64::max);
     let bottom = at.iter().map(|(_, y)| y + NODE_H).fold(0.0, f64::max);
