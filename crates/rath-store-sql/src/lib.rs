@@ -34,6 +34,7 @@
 pub mod admin;
 mod codec;
 mod core;
+mod delegate;
 mod dialect;
 #[cfg(test)]
 mod group_set_tests;

@@ -7,10 +7,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use rath_persist::{
-    Capabilities, GcReport, LoadedSession, PersistError, SessionStore, SessionSummary, WriteBatch,
-    WriteReport,
+    Capabilities, GcReport, LoadedSession, PersistError, SessionSummary, WriteBatch, WriteReport,
 };
 use rath_session::SessionId;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -308,57 +306,4 @@ pub(crate) fn redact(url: &str) -> String {
     rath_persist::url::redact(url)
 }
 
-#[async_trait]
-impl SessionStore for PgStore {
-    fn name(&self) -> String {
-        self.name.clone()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        crate::SQL_CAPABILITIES
-    }
-
-    async fn write(&self, batch: WriteBatch<'_>) -> Result<Vec<WriteReport>, PersistError> {
-        imp::write(&self.group, &self.pool, &self.name, &self.known, batch).await
-    }
-
-    async fn load(&self, id: &SessionId) -> Result<LoadedSession, PersistError> {
-        imp::load(&self.pool, &self.loads, &self.name, &self.known, id).await
-    }
-
-    async fn stored_len(&self, id: &SessionId) -> Result<Option<usize>, PersistError> {
-        imp::stored_len(&self.pool, &self.name, id).await
-    }
-
-    async fn known_to_extend(
-        &self,
-        id: &SessionId,
-        prefix: &SessionId,
-    ) -> Result<bool, PersistError> {
-        imp::known_to_extend(&self.pool, &self.name, id, prefix).await
-    }
-
-    async fn read_chunks(
-        &self,
-        id: &SessionId,
-        range: std::ops::Range<usize>,
-    ) -> Result<Vec<rath_session::Chunk>, PersistError> {
-        imp::read_chunks(&self.pool, &self.name, id, range).await
-    }
-
-    async fn revision(&self, id: &SessionId) -> Result<Option<Vec<u8>>, PersistError> {
-        imp::revision(&self.pool, &self.name, id).await
-    }
-
-    async fn list(&self) -> Result<Vec<SessionSummary>, PersistError> {
-        imp::list(&self.pool, &self.name).await
-    }
-
-    async fn delete(&self, id: &SessionId) -> Result<bool, PersistError> {
-        imp::delete(&self.pool, &self.name, &self.known, id).await
-    }
-
-    async fn gc(&self) -> Result<GcReport, PersistError> {
-        imp::gc(&self.pool, &self.name).await
-    }
-}
+crate::delegate::session_store!(PgStore);
