@@ -72,6 +72,10 @@ pub use rath_store_sql as store;
 
 pub mod run_store;
 pub mod select;
+#[cfg(feature = "server")]
+pub mod serve;
+#[cfg(feature = "server")]
+pub use serve::{serve, work};
 
 /// The JSON Schema crate typed tools derive their argument schemas with (see [`JsonSchema`]).
 pub use schemars;

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use rath_flow::{FlowError, SharedWorkflow};
+use rath_flow::{FlowError, SharedWorkflow, Workflow};
 
 /// Builds a run's workflow: plain flow code, built afresh for each execution (so scripted
 /// state starts over). The worker runs it in a context whose journal and ledger layer
@@ -50,13 +50,34 @@ impl WorkflowRegistry {
         Self::default()
     }
 
-    /// Registers `name` (replacing an earlier registration) with the hash of `definition`.
-    pub fn register(
+    /// Registers `name` (replacing an earlier registration) with the hash of `definition`:
+    /// a text that changes whenever what the workflow does changes (a version, its prompts,
+    /// its shape), so a worker refuses runs submitted against another definition. The
+    /// constructor returns any workflow (an `Agent`, a `Sequence`, a [`SharedWorkflow`]).
+    ///
+    /// ```
+    /// use rath_flow::{Agent, Sequence};
+    /// use rath_provider::ScriptedProvider;
+    /// use rath_runtime::WorkflowRegistry;
+    ///
+    /// let registry = WorkflowRegistry::new()
+    ///     .register("helper", "helper v1", || {
+    ///         Ok(Agent::new("helper", "Answer briefly.", ScriptedProvider::new(vec![])))
+    ///     })
+    ///     .register("pair", "pair v1", || {
+    ///         Ok(Sequence::new("pair")
+    ///             .then(Agent::new("a", "Draft.", ScriptedProvider::new(vec![])))
+    ///             .then(Agent::new("b", "Check.", ScriptedProvider::new(vec![]))))
+    ///     });
+    /// assert_eq!(registry.names(), vec!["helper", "pair"]);
+    /// ```
+    pub fn register<W: Workflow + 'static>(
         mut self,
         name: impl Into<String>,
         definition: &str,
-        constructor: impl Fn() -> Result<SharedWorkflow, FlowError> + Send + Sync + 'static,
+        constructor: impl Fn() -> Result<W, FlowError> + Send + Sync + 'static,
     ) -> Self {
+        let constructor = move || constructor().map(|w| Arc::new(w) as SharedWorkflow);
         let name = name.into();
         self.defs.insert(
             name.clone(),

@@ -583,10 +583,19 @@ impl Chunk {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
-    /// Hex sha256 of the chunk's compact JSON (`{"kind":..,"payload":..}` plus any branch).
+    /// Hex sha256 of the chunk's compact JSON (`{"kind":..,"payload":..}` plus any branch):
+    /// [`Chunk::digest`] in hex.
     pub fn sha256(&self) -> String {
-        let bytes = serde_json::to_vec(self).unwrap_or_default();
-        hex::encode(Sha256::digest(&bytes))
+        hex::encode(self.digest())
+    }
+
+    /// The sha256 of the chunk's compact JSON, as bytes: the JSON is written straight into
+    /// the hash, never held (what a caller hashing many chunks wants).
+    pub fn digest(&self) -> [u8; 32] {
+        let mut hash = Sha256::new();
+        // Writing into a hash cannot fail, and a chunk always serialises.
+        let _ = serde_json::to_writer(&mut hash, self);
+        hash.finalize().into()
     }
 }
 

@@ -16,6 +16,11 @@ pub fn openrath_python() -> Option<PathBuf> {
 /// `target/<profile>/examples/<name>`, next to this test binary (`cargo test -p openrath`
 /// builds the examples there); built with `cargo build` when absent.
 pub fn example_binary(name: &str) -> PathBuf {
+    example_binary_with(name, &[])
+}
+
+/// [`example_binary`] for an example that needs the facade's `features`.
+pub fn example_binary_with(name: &str, features: &[&str]) -> PathBuf {
     let exe = std::env::current_exe().expect("test exe");
     let profile_dir = exe
         .parent()
@@ -28,6 +33,9 @@ pub fn example_binary(name: &str) -> PathBuf {
         let mut cmd = Command::new(env!("CARGO"));
         cmd.args(["build", "-p", "openrath", "--example", name])
             .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if !features.is_empty() {
+            cmd.args(["--features", &features.join(",")]);
+        }
         if profile_dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }

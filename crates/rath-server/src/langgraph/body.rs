@@ -197,6 +197,10 @@ struct Cursor {
     first: bool,
 }
 
+/// Bytes a message with an empty content takes in an answer, about: what a window's
+/// buffer starts with per chunk.
+const MESSAGE_BYTES: usize = 140;
+
 struct Writer {
     state: Arc<AppState>,
     thread_id: String,
@@ -228,16 +232,13 @@ impl Writer {
                     Err(e) => return self.fail(e.to_string()),
                 };
                 c.next += chunks.len();
-                let mut buf = Vec::with_capacity(chunks.len() * 64);
-                for chunk in &chunks {
-                    let Some(m) = c.namer.message(chunk) else {
-                        continue;
-                    };
+                let mut buf = Vec::with_capacity(chunks.len() * MESSAGE_BYTES);
+                for chunk in chunks.iter().filter(|c| c.is_conversation()) {
                     if !c.first {
                         buf.push(b',');
                     }
                     c.first = false;
-                    if let Err(e) = serde_json::to_writer(&mut buf, &m) {
+                    if let Err(e) = c.namer.write(chunk, chunk.digest(), &mut buf) {
                         return self.fail(e.to_string());
                     }
                 }

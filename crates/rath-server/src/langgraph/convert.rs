@@ -2,12 +2,16 @@
 //! run statuses, the state values of a session.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io::Write as _;
 
 use rath_runtime::{Run, RunStatus};
 use rath_session::{Chunk, ChunkBody, FunctionCall, Session, ToolCall};
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
-use super::{LgError, derived_uuid, unprocessable};
+use super::{LgError, unprocessable, uuid_bytes, uuid_part};
 
 /// LangGraph's run status for ours. A run waiting for a decision on a gated call is
 /// `interrupted` (LangGraph's word for a run stopped by an interrupt, which a client
@@ -36,46 +40,104 @@ pub(crate) fn settled(s: RunStatus) -> bool {
 /// state share an id.
 pub fn messages(thread_id: &str, session: &Session) -> Vec<Value> {
     let mut namer = Namer::new(thread_id);
-    session
-        .chunks()
-        .iter()
-        .filter_map(|c| namer.message(c))
-        .collect()
+    let mut out = Vec::new();
+    for c in session.chunks().iter() {
+        let Some(m) = Message::of(c) else { continue };
+        let id = namer.id(c.digest());
+        if let Ok(v) = serde_json::to_value(m.with_id(id.as_str())) {
+            out.push(v);
+        }
+    }
+    out
 }
 
 /// [`messages`] one chunk at a time, for an answer written a window of chunks at a time:
 /// it remembers, per chunk digest, how many equal chunks it has seen (what a message's id
 /// counts), and nothing else.
 pub(crate) struct Namer {
-    thread_id: String,
+    /// The hash of an id's parts before the chunk's: `"message"` and the thread.
+    prefix: Sha256,
     /// Seen chunks by the first 128 bits of their digest.
-    seen: HashMap<u128, u32>,
+    seen: HashMap<u128, u32, BuildHasherDefault<DigestBits>>,
+}
+
+/// A message id: `derived_uuid(["message", thread, digest, n])`, as its 36 ASCII bytes.
+pub(crate) struct MessageId([u8; 36]);
+
+impl MessageId {
+    pub(crate) fn as_str(&self) -> &str {
+        // Hex digits and dashes are ASCII.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+/// The hasher of [`Namer::seen`]: its keys are bits of a sha256 digest, already uniform,
+/// so their low 64 bits are the hash.
+#[derive(Default)]
+pub(crate) struct DigestBits(u64);
+
+impl Hasher for DigestBits {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for (i, b) in bytes.iter().enumerate() {
+            self.0 ^= u64::from(*b) << ((i % 8) * 8);
+        }
+    }
+    fn write_u128(&mut self, v: u128) {
+        self.0 = v as u64;
+    }
 }
 
 impl Namer {
     /// A namer for the conversation of one session of thread `thread_id`, from its start.
     pub(crate) fn new(thread_id: &str) -> Self {
+        let mut prefix = Sha256::new();
+        uuid_part(&mut prefix, b"message");
+        uuid_part(&mut prefix, thread_id.as_bytes());
         Namer {
-            thread_id: thread_id.to_owned(),
-            seen: HashMap::new(),
+            prefix,
+            seen: HashMap::default(),
         }
     }
 
-    /// The message of the session's next chunk `c`, `None` when it is not part of the
-    /// conversation.
-    pub(crate) fn message(&mut self, c: &Chunk) -> Option<Value> {
-        if !c.is_conversation() {
-            return None;
-        }
-        let digest = c.sha256();
-        let key = digest
-            .get(..32)
-            .and_then(|h| u128::from_str_radix(h, 16).ok())
-            .unwrap_or_default();
-        let n = self.seen.entry(key).or_insert(0);
-        let id = derived_uuid(&["message", &self.thread_id, &digest, &n.to_string()]);
+    /// The id of the session's next conversation chunk, whose [`Chunk::digest`] is
+    /// `digest`: the digest in hex and the count `n` of equal chunks before it make it.
+    pub(crate) fn id(&mut self, digest: [u8; 32]) -> MessageId {
+        let mut key = [0u8; 16];
+        key.copy_from_slice(&digest[..16]);
+        let n = self.seen.entry(u128::from_be_bytes(key)).or_insert(0);
+        let mut hex = [0u8; 64];
+        // 32 bytes always fit 64 hex digits.
+        let _ = hex::encode_to_slice(digest, &mut hex);
+        let mut h = self.prefix.clone();
+        uuid_part(&mut h, &hex);
+        let mut count = [0u8; 10];
+        let mut rest = &mut count[..];
+        // A u32 has at most 10 digits.
+        let _ = write!(rest, "{n}");
+        let digits = 10 - rest.len();
+        uuid_part(&mut h, &count[..digits]);
         *n += 1;
-        message(c, &id)
+        MessageId(uuid_bytes(h))
+    }
+
+    /// Writes the message of the session's next chunk `c`, whose [`Chunk::digest`] is
+    /// `digest`, to `out` (the JSON of [`messages`]' value for it) and answers true, or
+    /// answers false when `c` is not part of the conversation.
+    pub(crate) fn write(
+        &mut self,
+        c: &Chunk,
+        digest: [u8; 32],
+        out: &mut Vec<u8>,
+    ) -> Result<bool, serde_json::Error> {
+        let Some(m) = Message::of(c) else {
+            return Ok(false);
+        };
+        let id = self.id(digest);
+        m.with_id(id.as_str()).write(out)?;
+        Ok(true)
     }
 }
 
@@ -84,52 +146,182 @@ pub(crate) fn values(thread_id: &str, session: &Session) -> Value {
     json!({ "messages": messages(thread_id, session) })
 }
 
-fn base(kind: &str, content: &str, id: &str) -> Map<String, Value> {
-    let mut m = Map::new();
-    m.insert("content".into(), json!(content));
-    m.insert("additional_kwargs".into(), json!({}));
-    m.insert("response_metadata".into(), json!({}));
-    m.insert("type".into(), json!(kind));
-    m.insert("name".into(), Value::Null);
-    m.insert("id".into(), json!(id));
-    m
+/// `{}`.
+#[derive(Serialize)]
+pub(crate) struct Empty {}
+
+/// A chunk of the conversation as a LangChain message. Members are in name order, the
+/// order a JSON object of them has; [`Message::write`] writes the same bytes faster.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub(crate) enum Message<'c> {
+    /// A system or human message.
+    Plain {
+        additional_kwargs: Empty,
+        content: &'c str,
+        id: &'c str,
+        name: Option<&'c str>,
+        response_metadata: Empty,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+    /// An AI message, with its tool calls.
+    Ai {
+        additional_kwargs: Empty,
+        content: &'c str,
+        id: &'c str,
+        invalid_tool_calls: Vec<Value>,
+        name: Option<&'c str>,
+        response_metadata: Empty,
+        tool_calls: Vec<Value>,
+        #[serde(rename = "type")]
+        kind: &'static str,
+        usage_metadata: Option<Empty>,
+    },
+    /// The result of a tool call.
+    Tool {
+        additional_kwargs: Empty,
+        artifact: Option<Empty>,
+        content: &'c str,
+        id: &'c str,
+        name: &'c str,
+        response_metadata: Empty,
+        status: &'static str,
+        tool_call_id: &'c str,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
 }
 
-fn message(c: &Chunk, id: &str) -> Option<Value> {
-    let m = match c.body() {
-        ChunkBody::System(p) => base("system", &p.content, id),
-        ChunkBody::User(p) => base("human", &p.content, id),
-        ChunkBody::Assistant(p) => {
-            let mut m = base("ai", p.content.as_deref().unwrap_or(""), id);
-            let (mut calls, mut invalid) = (Vec::new(), Vec::new());
-            for tc in p.tool_calls.iter().flatten() {
-                match serde_json::from_str::<Value>(&tc.function.arguments) {
-                    Ok(args @ Value::Object(_)) => calls.push(json!({
-                        "name": tc.function.name, "args": args, "id": tc.id, "type": "tool_call",
-                    })),
-                    _ => invalid.push(json!({
-                        "name": tc.function.name, "args": tc.function.arguments, "id": tc.id,
-                        "error": "the arguments are not a JSON object",
-                        "type": "invalid_tool_call",
-                    })),
+impl<'c> Message<'c> {
+    /// The message of chunk `c` (its id empty), `None` when it is not part of the
+    /// conversation.
+    fn of(c: &'c Chunk) -> Option<Message<'c>> {
+        let plain = |kind, content| Message::Plain {
+            additional_kwargs: Empty {},
+            content,
+            id: "",
+            name: None,
+            response_metadata: Empty {},
+            kind,
+        };
+        Some(match c.body() {
+            ChunkBody::System(p) => plain("system", &p.content),
+            ChunkBody::User(p) => plain("human", &p.content),
+            ChunkBody::Assistant(p) => {
+                let (mut calls, mut invalid) = (Vec::new(), Vec::new());
+                for tc in p.tool_calls.iter().flatten() {
+                    match serde_json::from_str::<Value>(&tc.function.arguments) {
+                        Ok(args @ Value::Object(_)) => calls.push(json!({
+                            "name": tc.function.name, "args": args, "id": tc.id,
+                            "type": "tool_call",
+                        })),
+                        _ => invalid.push(json!({
+                            "name": tc.function.name, "args": tc.function.arguments,
+                            "id": tc.id, "error": "the arguments are not a JSON object",
+                            "type": "invalid_tool_call",
+                        })),
+                    }
+                }
+                Message::Ai {
+                    additional_kwargs: Empty {},
+                    content: p.content.as_deref().unwrap_or(""),
+                    id: "",
+                    invalid_tool_calls: invalid,
+                    name: None,
+                    response_metadata: Empty {},
+                    tool_calls: calls,
+                    kind: "ai",
+                    usage_metadata: None,
                 }
             }
-            m.insert("tool_calls".into(), Value::Array(calls));
-            m.insert("invalid_tool_calls".into(), Value::Array(invalid));
-            m.insert("usage_metadata".into(), Value::Null);
-            m
+            ChunkBody::ToolResult(p) => Message::Tool {
+                additional_kwargs: Empty {},
+                artifact: None,
+                content: &p.content,
+                id: "",
+                name: &p.name,
+                response_metadata: Empty {},
+                status: "success",
+                tool_call_id: &p.tool_call_id,
+                kind: "tool",
+            },
+            _ => return None,
+        })
+    }
+
+    /// The message with id `new`.
+    fn with_id<'a>(self, new: &'a str) -> Message<'a>
+    where
+        'c: 'a,
+    {
+        let mut m: Message<'a> = self;
+        match &mut m {
+            Message::Plain { id, .. } | Message::Ai { id, .. } | Message::Tool { id, .. } => {
+                *id = new;
+            }
         }
-        ChunkBody::ToolResult(p) => {
-            let mut m = base("tool", &p.content, id);
-            m.insert("name".into(), json!(p.name));
-            m.insert("tool_call_id".into(), json!(p.tool_call_id));
-            m.insert("artifact".into(), Value::Null);
-            m.insert("status".into(), json!("success"));
-            m
+        m
+    }
+
+    /// Writes the message's JSON to `out`: the bytes of its derived serialisation, the
+    /// constant members copied rather than serialised one by one (a long thread's history
+    /// writes hundreds of thousands of messages).
+    fn write(&self, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+        let text = |out: &mut Vec<u8>, s: &str| serde_json::to_writer(&mut *out, s);
+        match self {
+            Message::Plain {
+                content, id, kind, ..
+            } => {
+                out.extend_from_slice(b"{\"additional_kwargs\":{},\"content\":");
+                text(out, content)?;
+                out.extend_from_slice(b",\"id\":");
+                text(out, id)?;
+                out.extend_from_slice(b",\"name\":null,\"response_metadata\":{},\"type\":\"");
+                // A kind is one of a few plain words.
+                out.extend_from_slice(kind.as_bytes());
+                out.push(b'"');
+            }
+            Message::Ai {
+                content,
+                id,
+                invalid_tool_calls,
+                tool_calls,
+                ..
+            } => {
+                out.extend_from_slice(b"{\"additional_kwargs\":{},\"content\":");
+                text(out, content)?;
+                out.extend_from_slice(b",\"id\":");
+                text(out, id)?;
+                out.extend_from_slice(b",\"invalid_tool_calls\":");
+                serde_json::to_writer(&mut *out, invalid_tool_calls)?;
+                out.extend_from_slice(b",\"name\":null,\"response_metadata\":{},\"tool_calls\":");
+                serde_json::to_writer(&mut *out, tool_calls)?;
+                out.extend_from_slice(b",\"type\":\"ai\",\"usage_metadata\":null");
+            }
+            Message::Tool {
+                content,
+                id,
+                name,
+                tool_call_id,
+                ..
+            } => {
+                out.extend_from_slice(b"{\"additional_kwargs\":{},\"artifact\":null,\"content\":");
+                text(out, content)?;
+                out.extend_from_slice(b",\"id\":");
+                text(out, id)?;
+                out.extend_from_slice(b",\"name\":");
+                text(out, name)?;
+                out.extend_from_slice(
+                    b",\"response_metadata\":{},\"status\":\"success\",\"tool_call_id\":",
+                );
+                text(out, tool_call_id)?;
+                out.extend_from_slice(b",\"type\":\"tool\"");
+            }
         }
-        _ => return None,
-    };
-    Some(Value::Object(m))
+        out.push(b'}');
+        Ok(())
+    }
 }
 
 /// The chunks of a run's input: `{"messages": [...]}`, each message in OpenAI form
@@ -305,6 +497,61 @@ mod tests {
             assert!(input_chunks(&bad).is_err(), "{bad}");
         }
         assert!(input_chunks(&Value::Null).unwrap().is_empty());
+    }
+
+    /// The message written as it is has the bytes of its JSON value (members in name
+    /// order), and its id is the derived id of its chunk's digest and count.
+    #[test]
+    fn a_message_written_as_it_is_is_its_json_value() {
+        use rath_session::{FunctionCall, ToolCall};
+        let call = |id: &str, args: &str| ToolCall {
+            id: id.into(),
+            call_type: "function".into(),
+            function: FunctionCall {
+                name: "f\"x".into(),
+                arguments: args.into(),
+            },
+        };
+        let chunks = [
+            Chunk::system("be \"brief\"\n"),
+            Chunk::user("héllo \u{1}"),
+            Chunk::assistant(
+                Some("calling".into()),
+                Some(vec![call("a", "{\"k\":[1,2]}"), call("b", "[1]")]),
+            ),
+            Chunk::assistant(None, None),
+            Chunk::tool_result("a", "f", "done"),
+            Chunk::user("héllo \u{1}"),
+        ];
+        let session = chunks
+            .iter()
+            .fold(Session::empty_with(Stamper::seeded(1)), |s, c| {
+                s.push(c.clone())
+            });
+        let values = messages("t-1", &session);
+        assert_eq!(values.len(), chunks.len());
+        let mut namer = Namer::new("t-1");
+        let mut seen = HashMap::new();
+        for (c, value) in chunks.iter().zip(&values) {
+            let mut written = Vec::new();
+            assert!(namer.write(c, c.digest(), &mut written).unwrap());
+            assert_eq!(
+                String::from_utf8(written).unwrap(),
+                serde_json::to_string(value).unwrap()
+            );
+            let n: &mut u32 = seen.entry(c.sha256()).or_default();
+            let id =
+                crate::langgraph::derived_uuid(&["message", "t-1", &c.sha256(), &n.to_string()]);
+            *n += 1;
+            assert_eq!(value["id"], json!(id));
+        }
+        assert_eq!(namer.seen.len(), 5);
+        let evidence = Chunk::note("t", "not said");
+        assert!(
+            !namer
+                .write(&evidence, evidence.digest(), &mut Vec::new())
+                .unwrap()
+        );
     }
 
     #[test]

@@ -211,21 +211,40 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for LgPath<
 pub(crate) fn derived_uuid(parts: &[&str]) -> String {
     let mut h = Sha256::new();
     for p in parts {
-        h.update(p.as_bytes());
-        h.update([0u8]);
+        uuid_part(&mut h, p.as_bytes());
     }
-    let mut b: [u8; 16] = h.finalize()[..16].try_into().unwrap_or([0; 16]);
+    uuid_of(h)
+}
+
+/// Adds one part of a [`derived_uuid`] to `h`: its bytes and a separator.
+pub(crate) fn uuid_part(h: &mut Sha256, part: &[u8]) {
+    h.update(part);
+    h.update([0u8]);
+}
+
+/// The id of the parts hashed into `h` with [`uuid_part`] (see [`derived_uuid`]).
+pub(crate) fn uuid_of(h: Sha256) -> String {
+    // Hex digits and dashes are ASCII.
+    uuid_bytes(h).iter().map(|&c| c as char).collect()
+}
+
+/// [`uuid_of`] as its 36 ASCII bytes, made without an allocation.
+pub(crate) fn uuid_bytes(h: Sha256) -> [u8; 36] {
+    let digest: [u8; 32] = h.finalize().into();
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&digest[..16]);
     b[6] = (b[6] & 0x0f) | 0x80;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let x = hex::encode(b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &x[0..8],
-        &x[8..12],
-        &x[12..16],
-        &x[16..20],
-        &x[20..32]
-    )
+    let mut x = [0u8; 32];
+    // 16 bytes always fit 32 hex digits.
+    let _ = hex::encode_to_slice(b, &mut x);
+    let mut id = [b'-'; 36];
+    id[0..8].copy_from_slice(&x[0..8]);
+    id[9..13].copy_from_slice(&x[8..12]);
+    id[14..18].copy_from_slice(&x[12..16]);
+    id[19..23].copy_from_slice(&x[16..20]);
+    id[24..36].copy_from_slice(&x[20..32]);
+    id
 }
 
 /// RFC 3339 of `ms` since the Unix epoch.
