@@ -18,6 +18,7 @@ use rath_inspect::{FileWarning, InspectError, Page, StoreView};
 
 mod alloc;
 mod export;
+mod run;
 mod runs;
 mod serve;
 mod telemetry;
@@ -113,6 +114,9 @@ enum Command {
     /// Mint, list and revoke the agent server's API keys.
     #[command(subcommand)]
     Keys(serve::KeysCommand),
+    /// Run one workflow in the foreground on the store: a progress line per step on
+    /// stderr, the answer on stdout, then where its sessions were stored.
+    Run(run::RunArgs),
     /// Run a worker: claim runs of the bundled workflows from the run store (`--runs`), run
     /// them with leases and fencing, store their sessions in `--store`; on SIGTERM or ctrl-c
     /// hand in-flight runs back and exit 0.
@@ -366,6 +370,9 @@ fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
     if let Command::Keys(cmd) = &cli.command {
         return serve::keys(cmd, cli.json);
     }
+    if let Command::Run(args) = &cli.command {
+        return run::run(cli.store.as_deref(), args, cli.json);
+    }
     if let Command::Worker(args) = &cli.command {
         return runs::worker(&store_url(cli), args, cli.json);
     }
@@ -457,6 +464,7 @@ fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
         | Command::Serve(_)
         | Command::Keys(_)
         | Command::Worker(_)
+        | Command::Run(_)
         | Command::Runs(_) => {
             unreachable!("handled above")
         }

@@ -1,0 +1,167 @@
+//! `rath run NAME --input TEXT`: one run of a registered workflow in the foreground, on the
+//! store `--store` names (the embedded JSONL store by default), with a progress line on
+//! stderr per step (an agent starting and ending, each model reply, each tool call), the
+//! answer on stdout, and where its sessions were stored. A failed run is kept as far as it
+//! got, and the exit code is 1.
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use clap::Args;
+use openrath::flow::{FlowContext, FlowEvent};
+use openrath::run_store::RunStore;
+use openrath::runtime::WorkflowRegistry;
+use openrath::runtime::bundled::{self, BundledOptions};
+use openrath::session::{Session, Stamper};
+
+use crate::{Failure, Output, json};
+
+/// `rath run`'s arguments.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The workflow to run: a bundled one (`team`, `gated`).
+    name: String,
+    /// The user message the run starts from.
+    #[arg(long, value_name = "TEXT")]
+    input: String,
+}
+
+/// One progress line per step, on stderr, with the time since the run started.
+fn progress(started: Instant) -> impl Fn(&FlowEvent<'_>) + Send + Sync {
+    move |event| {
+        let at = started.elapsed().as_secs_f64();
+        let who = |agent: Option<&str>| agent.unwrap_or("-").to_owned();
+        let line = match event {
+            FlowEvent::AgentStart { agent, .. } => format!("{agent}: started"),
+            FlowEvent::AgentEnd { agent, outcome } => match outcome {
+                Ok(s) => format!("{agent}: done ({} chunks)", s.len()),
+                Err(e) => format!("{agent}: failed: {e}"),
+            },
+            FlowEvent::Reply { agent, outcome, .. } => match outcome {
+                Ok(r) if r.tool_calls().is_empty() => {
+                    format!("{}: model answered", who(*agent))
+                }
+                Ok(r) => {
+                    let names: Vec<&str> = r
+                        .tool_calls()
+                        .iter()
+                        .map(|c| c.function.name.as_str())
+                        .collect();
+                    format!("{}: model calls {}", who(*agent), names.join(", "))
+                }
+                Err(e) => format!("{}: model failed: {e}", who(*agent)),
+            },
+            FlowEvent::ToolEnd {
+                agent,
+                call,
+                outcome,
+                ..
+            } => format!("{}: tool {} {outcome}", who(*agent), call.function.name),
+            _ => return,
+        };
+        eprintln!("rath: {at:7.2}s  {line}");
+    }
+}
+
+/// The workflows `rath run` knows.
+fn registry() -> WorkflowRegistry {
+    bundled::registry(&BundledOptions::default())
+}
+
+/// Runs `args.name` on `store` and reports it.
+pub(crate) fn run(store: Option<&str>, args: &RunArgs, as_json: bool) -> Result<Output, Failure> {
+    let registry = registry();
+    let Some(def) = registry.get(&args.name) else {
+        return Err(Failure(format!(
+            "no workflow {:?}: the workflows are {}",
+            args.name,
+            registry.names().join(", ")
+        )));
+    };
+    let workflow = (def.constructor)().map_err(|e| Failure(format!("{}: {e}", args.name)))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure(format!("cannot start the async runtime: {e}")))?;
+    // `--store`, else $OPENRATH_STORE, else the JSONL directory under $OPENRATH_HOME; a
+    // home (a directory holding `sessions/`) is its sessions directory, as everywhere.
+    let url = store
+        .map(str::to_owned)
+        .or_else(|| std::env::var("OPENRATH_STORE").ok())
+        .filter(|u| !u.trim().is_empty())
+        .map(|u| {
+            let sessions = std::path::Path::new(&u).join("sessions");
+            if !u.contains("://") && sessions.is_dir() {
+                sessions.display().to_string()
+            } else {
+                u
+            }
+        });
+    rt.block_on(async {
+        let store = RunStore::open(url.as_deref())
+            .await
+            .map_err(|e| Failure(e.to_string()))?;
+        let where_ = store.url().map_or_else(
+            || {
+                format!(
+                    "{}",
+                    rath_persist::openrath_home().join("sessions").display()
+                )
+            },
+            str::to_owned,
+        );
+        let input = Session::user_with(args.input.clone(), Stamper::from_env());
+        let cx = FlowContext::new().with_observer(progress(Instant::now()));
+        match cx.forward(workflow.as_ref(), input).await {
+            Ok(answer) => {
+                let saved = store
+                    .save_all(&cx.journal().sessions())
+                    .await
+                    .map_err(|e| Failure(e.to_string()))?;
+                let text = answer.final_text().unwrap_or_default().to_owned();
+                let waiting: Vec<String> = answer
+                    .pending()
+                    .iter()
+                    .map(|p| format!("{} ({})", p.call.function.name, p.reason))
+                    .collect();
+                if as_json {
+                    return Ok(Output::ok(json(&serde_json::json!({
+                        "workflow": args.name, "answer": text, "session": answer.id().as_str(),
+                        "store": where_, "saved": saved, "waiting": waiting,
+                    }))?));
+                }
+                let mut out = if waiting.is_empty() {
+                    format!("{text}\n")
+                } else {
+                    // A foreground run has no one to ask: say what it stopped on and where
+                    // a decision can be made.
+                    format!(
+                        "the run stopped on {} call(s) waiting for a decision: {}; a run \
+                         submitted to a worker (`rath runs submit`) waits for one \
+                         (`rath runs approve`)\n",
+                        waiting.len(),
+                        waiting.join(", ")
+                    )
+                };
+                let _ = writeln!(
+                    out,
+                    "stored {saved} sessions in {where_}; the answer is session {} \
+                     (`rath show {}`)",
+                    answer.id(),
+                    answer.id()
+                );
+                Ok(Output::ok(out))
+            }
+            Err(e) => {
+                let kept = store
+                    .keep_failed(&e, &cx.journal().sessions())
+                    .await
+                    .map_err(|k| Failure(format!("{e}; and keeping what it made failed: {k}")))?;
+                let mut out = Output::ok(String::new());
+                out.stderr.push(format!("{kept} in {where_}"));
+                out.code = 1;
+                Ok(out)
+            }
+        }
+    })
+}
