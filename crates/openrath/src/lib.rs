@@ -2,7 +2,7 @@
 //!
 //! One dependency for an application: every layer of the workspace is re-exported under a
 //! short name ([`session`], [`backend`], [`opensandbox`], [`provider`], [`memory`],
-//! [`persist`], [`flow`], [`mcp`], [`otel`], [`runtime`], [`inspect`]) and [`prelude`] holds what writing an agent needs. A
+//! [`persist`], [`flow`], [`declare`], [`mcp`], [`otel`], [`runtime`], [`inspect`]) and [`prelude`] holds what writing an agent needs. A
 //! library that needs one layer can depend on that crate (`rath-session`, `rath-persist`, ...)
 //! alone.
 //!
@@ -57,6 +57,7 @@
 
 pub use rath_backend as backend;
 pub use rath_backend_opensandbox as opensandbox;
+pub use rath_declare as declare;
 pub use rath_flow as flow;
 pub use rath_inspect as inspect;
 pub use rath_mcp as mcp;

@@ -22,6 +22,7 @@ mod run;
 mod runs;
 mod serve;
 mod telemetry;
+mod workflows;
 
 /// Inspect, compare, replay and view openrath session stores.
 #[derive(Debug, Parser)]

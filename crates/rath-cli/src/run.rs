@@ -8,6 +8,9 @@ use std::fmt::Write as _;
 use std::time::Instant;
 
 use clap::Args;
+use std::path::{Path, PathBuf};
+
+use openrath::declare::Declared;
 use openrath::flow::{FlowContext, FlowEvent};
 use openrath::run_store::RunStore;
 use openrath::runtime::WorkflowRegistry;
@@ -19,11 +22,15 @@ use crate::{Failure, Output, json};
 /// `rath run`'s arguments.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    /// The workflow to run: a bundled one (`team`, `gated`).
+    /// The workflow to run: a declared workflow's file (`*.toml`), a workflow of
+    /// `--workflows DIR`, or a bundled one (`team`, `gated`).
     name: String,
     /// The user message the run starts from.
     #[arg(long, value_name = "TEXT")]
     input: String,
+    /// The declared workflows NAME is one of (every `*.toml` in DIR).
+    #[arg(long, value_name = "DIR")]
+    workflows: Option<PathBuf>,
 }
 
 /// One progress line per step, on stderr, with the time since the run started.
@@ -63,22 +70,39 @@ fn progress(started: Instant) -> impl Fn(&FlowEvent<'_>) + Send + Sync {
     }
 }
 
-/// The workflows `rath run` knows.
-fn registry() -> WorkflowRegistry {
-    bundled::registry(&BundledOptions::default())
+/// The workflows `rath run` chooses from, and the name of the one to run: a file's, the
+/// directory's, or the bundled ones.
+fn registry(args: &RunArgs) -> Result<(WorkflowRegistry, String), Failure> {
+    let file = Path::new(&args.name);
+    if args.name.ends_with(".toml") || file.is_file() {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| Failure(format!("{}: {e}", file.display())))?;
+        let declared = Declared::parse_str(file, &text)?;
+        let name = declared
+            .names()
+            .first()
+            .map(|n| (*n).to_owned())
+            .unwrap_or_default();
+        return Ok((crate::workflows::declared_registry(&declared)?, name));
+    }
+    let registry = match &args.workflows {
+        Some(dir) => crate::workflows::declared_registry(&Declared::load_dir(dir)?)?,
+        None => bundled::registry(&BundledOptions::default()),
+    };
+    Ok((registry, args.name.clone()))
 }
 
 /// Runs `args.name` on `store` and reports it.
 pub(crate) fn run(store: Option<&str>, args: &RunArgs, as_json: bool) -> Result<Output, Failure> {
-    let registry = registry();
-    let Some(def) = registry.get(&args.name) else {
+    let (registry, name) = registry(args)?;
+    let Some(def) = registry.get(&name) else {
         return Err(Failure(format!(
             "no workflow {:?}: the workflows are {}",
             args.name,
             registry.names().join(", ")
         )));
     };
-    let workflow = (def.constructor)().map_err(|e| Failure(format!("{}: {e}", args.name)))?;
+    let workflow = (def.constructor)().map_err(|e| Failure(format!("{name}: {e}")))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -126,7 +150,7 @@ pub(crate) fn run(store: Option<&str>, args: &RunArgs, as_json: bool) -> Result<
                     .collect();
                 if as_json {
                     return Ok(Output::ok(json(&serde_json::json!({
-                        "workflow": args.name, "answer": text, "session": answer.id().as_str(),
+                        "workflow": name, "answer": text, "session": answer.id().as_str(),
                         "store": where_, "saved": saved, "waiting": waiting,
                     }))?));
                 }

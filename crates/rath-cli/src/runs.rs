@@ -2,8 +2,9 @@
 //!
 //! Both name the run store with `--runs URL` (`sqlite:FILE` or `postgres://...`), else
 //! `$RATH_RUNS`, else `sqlite:<OPENRATH_HOME>/runs.db`; sessions go to the `--store` store.
-//! The workers run the bundled workflows (`rath_runtime::bundled`); a program with its own
-//! workflows calls `rath_runtime::serve_worker` with its own registry.
+//! The workers run the bundled workflows (`rath_runtime::bundled`), or with
+//! `--workflows DIR` the declared ones of DIR ([`crate::workflows`]); a program with its
+//! own compiled workflows calls `openrath::work` with its own registry.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use rath_persist::SessionStore;
 use rath_runtime::bundled::{self, BundledOptions};
 use rath_runtime::{
     Effect, EffectState, Lease, Resolution, Run, RunEvent, RunId, RunOptions, RunStatus, Runtime,
-    RuntimeError, WorkerOptions,
+    RuntimeError, WorkerOptions, WorkflowRegistry,
 };
 use rath_session::{PendingCall, Session, SessionId, Stamper};
 use serde::Serialize;
@@ -75,6 +76,10 @@ pub(crate) struct WorkerArgs {
     /// Run a workflow whose definition changed since the run was submitted.
     #[arg(long)]
     accept_changed_definitions: bool,
+    /// Run the declared workflows of DIR (every `*.toml` in it) instead of the bundled
+    /// ones; a bad file stops the worker at start, naming the file and line.
+    #[arg(long, value_name = "DIR")]
+    workflows: Option<PathBuf>,
 }
 
 /// `rath runs [--runs URL] ...`.
@@ -84,6 +89,9 @@ pub(crate) struct RunsArgs {
     /// `sqlite:<OPENRATH_HOME>/runs.db`).
     #[arg(long, global = true, value_name = "URL")]
     runs: Option<String>,
+    /// The declared workflows of DIR (what `submit` names), instead of the bundled ones.
+    #[arg(long, global = true, value_name = "DIR")]
+    workflows: Option<PathBuf>,
     #[command(subcommand)]
     command: RunsCommand,
 }
@@ -198,9 +206,9 @@ fn block_on<T>(f: impl std::future::Future<Output = Result<T, Failure>>) -> Resu
         .block_on(f)
 }
 
-async fn runtime(runs: &str, store: &str, bundled: &BundledOptions) -> Result<Runtime, Failure> {
+async fn runtime(runs: &str, store: &str, registry: WorkflowRegistry) -> Result<Runtime, Failure> {
     let sessions: Arc<dyn SessionStore> = Arc::from(rath_store_sql::open_store(store).await?);
-    Ok(Runtime::connect(runs, sessions, bundled::registry(bundled)).await?)
+    Ok(Runtime::connect(runs, sessions, registry).await?)
 }
 
 /// `rath worker`: runs until SIGTERM or ctrl-c, logging through `tracing` on stderr and
@@ -221,10 +229,11 @@ pub(crate) fn worker(store: &str, a: &WorkerArgs, as_json: bool) -> Result<Outpu
         effects: a.effects.clone(),
         think: Duration::from_millis(a.think_ms),
     };
+    let registry = crate::workflows::registry(a.workflows.as_deref(), &bundled)?;
     let report = block_on(async {
         let telemetry = crate::telemetry::init()?;
         let served = async {
-            let rt = runtime(&runs, store, &bundled).await?;
+            let rt = runtime(&runs, store, registry).await?;
             Ok::<_, Failure>(rath_runtime::serve_worker(rt, opts).await?)
         }
         .await;
@@ -241,8 +250,15 @@ pub(crate) fn worker(store: &str, a: &WorkerArgs, as_json: bool) -> Result<Outpu
 /// `rath runs ...`.
 pub(crate) fn runs(store: &str, a: &RunsArgs, as_json: bool) -> Result<Output, Failure> {
     let runs = runs_url(a.runs.as_deref());
+    // Submitting needs only the definitions, not a model.
+    let registry = match &a.workflows {
+        Some(dir) => {
+            rath_declare::Declared::load_dir(dir)?.registry(|_: &str| openrath::select::live())
+        }
+        None => bundled::registry(&BundledOptions::default()),
+    };
     block_on(async {
-        let rt = runtime(&runs, store, &BundledOptions::default()).await?;
+        let rt = runtime(&runs, store, registry).await?;
         runs_async(&rt, &a.command, as_json).await
     })
 }

@@ -44,6 +44,10 @@ pub(crate) struct ServeArgs {
     /// day).
     #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = crate::duration(0, 86_400))]
     grace: u64,
+    /// Serve the declared workflows of DIR (every `*.toml` in it) instead of the bundled
+    /// ones; a bad file stops the server before it listens, naming the file and line.
+    #[arg(long, value_name = "DIR")]
+    workflows: Option<std::path::PathBuf>,
 }
 
 /// `rath keys`.
@@ -108,9 +112,14 @@ pub(crate) fn serve(store: &str, args: &ServeArgs) -> Result<Output, Failure> {
     if !args.burst.is_finite() {
         return Err(Failure("--burst must be a finite number".into()));
     }
+    // Checked before anything is opened or bound: the server never starts half-configured.
+    let registry = crate::workflows::registry(
+        args.workflows.as_deref(),
+        &rath_runtime::bundled::BundledOptions::default(),
+    )?;
     runtime()?.block_on(async {
         let telemetry = crate::telemetry::init()?;
-        let served = serve_on(store, &args.runs, &args.bind, config).await;
+        let served = serve_on(store, &args.runs, &args.bind, registry, config).await;
         telemetry.shutdown();
         served
     })
@@ -120,11 +129,9 @@ async fn serve_on(
     store: &str,
     runs: &str,
     bind: &str,
+    registry: rath_runtime::WorkflowRegistry,
     config: ServerConfig,
 ) -> Result<Output, Failure> {
-    // The bundled workflows (`team`, `gated`), as `rath worker` runs them.
-    let registry =
-        rath_runtime::bundled::registry(&rath_runtime::bundled::BundledOptions::default());
     let server = Server::connect(store, runs, registry, config).await?;
     let listener = tokio::net::TcpListener::bind(bind)
         .await

@@ -1,0 +1,225 @@
+//! Declared workflows in the `rath` commands (issue 50, items 2 and 4): `rath run FILE`
+//! runs one on the embedded store, `rath serve --workflows DIR` serves every file of DIR to
+//! LangGraph's routes, and a bad directory stops `serve` before it listens, naming the file
+//! and line. The agents' model is a mock OpenAI-compatible server.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use rath_provider::mock::{MockReply, MockServer};
+use serde_json::{Value, json};
+
+#[path = "common/served.rs"]
+#[allow(dead_code)] // `serve` starts the bundled workflows; these tests start their own
+mod served;
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/workflows")
+}
+
+/// `rath` with the model at `base_url` (none: no model in the environment).
+fn rath(base_url: Option<&str>) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rath"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("OPENAI_") || k.starts_with("ANTHROPIC_") || k == "RATH_PROVIDER" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env_remove("OPENRATH_HOME").env_remove("OPENRATH_STORE");
+    if let Some(url) = base_url {
+        cmd.env("OPENAI_BASE_URL", url)
+            .env("OPENAI_API_KEY", "test-key")
+            .env("OPENAI_MAX_RETRIES", "0");
+    }
+    cmd
+}
+
+fn mock() -> (tokio::runtime::Runtime, MockServer) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = rt.block_on(MockServer::start()).expect("mock model server");
+    (rt, server)
+}
+
+#[test]
+fn rath_run_runs_a_declared_team_file() {
+    let (_rt, model) = mock();
+    for text in [
+        "Fact: it recedes 3.8 cm a year.",
+        "Doubt: none.",
+        "Yes, slowly.",
+    ] {
+        model.push(MockReply::text(text));
+    }
+    let home = tempfile::tempdir().unwrap();
+    let research = examples().join("research.toml");
+    let out = rath(Some(&model.base_url()))
+        .args(["--store", &home.path().display().to_string(), "run"])
+        .arg(&research)
+        .args(["--input", "Is the Moon drifting away?"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(stdout.lines().next(), Some("Yes, slowly."), "{stdout}");
+    for step in [
+        "facts: started",
+        "doubts: started",
+        "writer: started",
+        "writer: done (",
+    ] {
+        assert!(stderr.contains(step), "{step:?} in {stderr}");
+    }
+    assert_eq!(model.requests().len(), 3, "one call per agent");
+}
+
+#[test]
+fn a_bad_workflow_directory_stops_serve_before_it_listens() {
+    let (_rt, model) = mock();
+    let dir = tempfile::tempdir().unwrap();
+    let flows = dir.path().join("flows");
+    std::fs::create_dir(&flows).unwrap();
+    std::fs::copy(examples().join("helper.toml"), flows.join("helper.toml")).unwrap();
+    std::fs::write(
+        flows.join("zbad.toml"),
+        "[agents.a]\ninstructions = \"x\"\ntools = [\"launch_rockets\"]\n",
+    )
+    .unwrap();
+    let runs = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let serve = |base: Option<&str>, flows: &Path| {
+        rath(base)
+            .args([
+                "serve",
+                "--runs",
+                &runs,
+                "--bind",
+                "127.0.0.1:0",
+                "--workflows",
+            ])
+            .arg(flows)
+            .output()
+            .unwrap()
+    };
+    let out = serve(Some(&model.base_url()), &flows);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{}:3: agent \"a\": unknown tool",
+            flows.join("zbad.toml").display()
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("serving on"), "{stderr}");
+    assert!(!dir.path().join("runs.db").exists(), "nothing was opened");
+    // Good files and no model in the environment: refused too.
+    std::fs::remove_file(flows.join("zbad.toml")).unwrap();
+    let out = serve(None, &flows);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("declared workflows need a model"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn serve_workflows_serves_every_declared_file_to_langgraph_routes() {
+    let (rt, model) = mock();
+    model.push(MockReply::text("Paris."));
+    let dir = tempfile::tempdir().unwrap();
+    let runs = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let store = format!("sqlite:{}", dir.path().join("sessions.db").display());
+    let key = rath(None)
+        .args(["keys", "create", "--runs", &runs, "--tenant", "t"])
+        .output()
+        .unwrap();
+    assert!(key.status.success());
+    let key = String::from_utf8_lossy(&key.stdout)
+        .lines()
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut child = rath(Some(&model.base_url()))
+        .args([
+            "--store",
+            &store,
+            "serve",
+            "--runs",
+            &runs,
+            "--bind",
+            "127.0.0.1:0",
+        ])
+        .arg("--workflows")
+        .arg(examples())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = served::served_at(&mut lines);
+    // Keep reading stderr, so the server never blocks writing to it.
+    let rest = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+
+    let answer = rt.block_on(async {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .unwrap();
+        let post = |path: String, body: Value| {
+            http.post(format!("http://{addr}{path}"))
+                .bearer_auth(&key)
+                .json(&body)
+                .send()
+        };
+        let found: Value = post("/assistants/search".into(), json!({}))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let mut names: Vec<&str> = found
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|a| a["graph_id"].as_str())
+            .collect();
+        names.sort_unstable();
+        assert_eq!(names, ["coder", "helper", "research"], "{found}");
+        let thread: Value = post("/threads".into(), json!({}))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let tid = thread["thread_id"].as_str().unwrap().to_owned();
+        let r = post(
+            format!("/threads/{tid}/runs/wait"),
+            json!({"assistant_id": "helper", "input": {"messages": ["Capital of France?"]}}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status(), 200);
+        r.json::<Value>().await.unwrap()
+    });
+    let last = answer["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["content"], "Paris.", "{answer}");
+    // SAFETY: kill(2) on a child we spawned and have not reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    let rest = rest.join().unwrap();
+    assert!(status.success(), "{status:?}: {rest:?}");
+}
