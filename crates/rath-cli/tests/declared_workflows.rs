@@ -223,3 +223,146 @@ fn serve_workflows_serves_every_declared_file_to_langgraph_routes() {
     let rest = rest.join().unwrap();
     assert!(status.success(), "{status:?}: {rest:?}");
 }
+
+/// Polls `rath --json runs show ID` until its status is `want` (a guard of minutes against
+/// a hang; the test waits for the status, not for a clock).
+fn wait_for(cmd: &dyn Fn() -> Command, id: &str, want: &str) -> Value {
+    let start = std::time::Instant::now();
+    loop {
+        let out = cmd().args(["--json", "runs", "show", id]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+        if shown["run"]["status"] == want {
+            return shown;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "run {id} is {} after minutes, wanted {want}",
+            shown["run"]["status"]
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The shipped files under `rath worker --workflows` on PostgreSQL: a worker killed
+/// (SIGKILL) while its run's third model call is in flight; a second worker resumes the
+/// run from its journal, asks only that call again, and finishes it.
+#[test]
+fn declared_workflows_on_postgres_survive_a_sigkill_of_their_worker() {
+    let Some(base) = std::env::var("RATH_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+    else {
+        rath_testkit::skip(
+            "RATH_TEST_POSTGRES_URL is not set to a PostgreSQL database \
+             (see .ci/install.d/60-postgres.sh)",
+        );
+        return;
+    };
+    let (rt, model) = mock();
+    model.push(MockReply::text("Fact: it recedes 3.8 cm a year."));
+    model.push(MockReply::text("Doubt: none."));
+    // The writer's first call never answers: its worker is killed while it waits.
+    model.push(rath_provider::mock::MockFault::Hang(Duration::from_secs(
+        600,
+    )));
+    model.push(MockReply::text("Yes, slowly."));
+    let schema = format!("rath_test_declared_{}", std::process::id());
+    let runs = format!("{base}?schema={schema}_runs");
+    let store = format!("{base}?schema={schema}");
+    let base_url = model.base_url();
+    let cmd = || {
+        let mut c = rath(Some(&base_url));
+        c.args(["--store", &store]).env("RATH_RUNS", &runs);
+        c
+    };
+    let worker = |name: &str| {
+        cmd()
+            .args([
+                "worker",
+                "--name",
+                name,
+                "--lease-ms",
+                "1000",
+                "--poll-ms",
+                "20",
+            ])
+            .arg("--workflows")
+            .arg(examples())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let submitted = cmd()
+        .args(["--json", "runs", "--workflows"])
+        .arg(examples())
+        .args([
+            "submit",
+            "research",
+            "--input",
+            "Is the Moon drifting away?",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        submitted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&submitted.stderr)
+    );
+    let run: Value = serde_json::from_slice(&submitted.stdout).unwrap();
+    let id = run["id"].as_str().unwrap().to_owned();
+
+    let mut a = worker("worker-a");
+    let start = std::time::Instant::now();
+    while model.requests().len() < 3 {
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "the writer never called"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) on a child we spawned and have not reaped.
+    unsafe { libc::kill(a.id() as i32, libc::SIGKILL) };
+    let killed = a.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&killed),
+        Some(9)
+    );
+
+    let mut b = worker("worker-b");
+    let shown = wait_for(&cmd, &id, "succeeded");
+    // SAFETY: as above.
+    unsafe { libc::kill(b.id() as i32, libc::SIGTERM) };
+    assert!(b.wait().unwrap().success());
+    let asked = model.requests();
+    assert_eq!(
+        asked.len(),
+        4,
+        "the two answered calls came from the journal"
+    );
+    assert_eq!(asked[3], asked[2], "the cut call, asked again as it was");
+    let claims: Vec<&str> = shown["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "claimed")
+        .filter_map(|e| e["by"].as_str())
+        .collect();
+    assert_eq!(claims, ["worker-a", "worker-b"], "{shown}");
+
+    rt.block_on(async {
+        let pool = sqlx::PgPool::connect(&base).await.expect("connect");
+        for s in [schema.clone(), format!("{schema}_runs")] {
+            sqlx::query(&format!("DROP SCHEMA IF EXISTS {s} CASCADE"))
+                .execute(&pool)
+                .await
+                .expect("drop the schema");
+        }
+        pool.close().await;
+    });
+}
