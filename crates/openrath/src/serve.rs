@@ -247,7 +247,9 @@ impl IntoFuture for Work {
     }
 }
 
-async fn shutdown_signal() {
+/// Waits for SIGINT (Ctrl-C) or SIGTERM: what [`Serve`] and [`Work`] stop on, for a
+/// program serving its own way.
+pub async fn shutdown_signal() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {

@@ -142,27 +142,12 @@ async fn serve_on(
     eprintln!("rath: serving on http://{addr} (Ctrl-C or SIGTERM stops)");
     let stop = server.shutdown_token();
     tokio::spawn(async move {
-        wait_for_signal().await;
+        openrath::serve::shutdown_signal().await;
         eprintln!("rath: shutting down");
         stop.cancel();
     });
     server.serve(listener).await?;
     Ok(Output::ok(String::new()))
-}
-
-async fn wait_for_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
-    }
 }
 
 /// `rath keys ...`.
