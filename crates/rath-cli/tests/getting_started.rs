@@ -39,6 +39,11 @@ fn the_getting_started_page_runs_as_written() {
     let sdk = std::env::var("RATH_LANGGRAPH_SDK_PYTHON")
         .ok()
         .filter(|p| Path::new(p).is_file());
+    let curl = Command::new("curl").arg("--version").output();
+    if !curl.is_ok_and(|o| o.status.success()) {
+        rath_testkit::skip("curl is not installed (see .ci/install.d/71-curl.sh)");
+        return;
+    }
     if sdk.is_none() {
         rath_testkit::skip(
             "RATH_LANGGRAPH_SDK_PYTHON is not a Python with langgraph-sdk \
