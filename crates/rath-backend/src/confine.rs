@@ -897,7 +897,9 @@ mod tests {
                     for name in ["real", "abs", "rel"] {
                         let from = r.join(name);
                         if std::fs::rename(&from, &d).is_ok() {
-                            std::fs::rename(&d, &from).unwrap();
+                            std::fs::rename(&d, &from).unwrap_or_else(|e| {
+                                panic!("moving {} back to {name}: {e}", d.display())
+                            });
                             swaps += 1;
                         } else if d.is_dir() {
                             // A write made `d` meanwhile: move it aside.
@@ -914,17 +916,25 @@ mod tests {
         while started.elapsed() < std::time::Duration::from_secs(2) {
             n += 1;
             if let Ok(c) = root.read_file("d/s.txt", 99) {
-                assert_ne!(c, b"HOST");
+                assert_ne!(c, b"HOST", "round {n}: read the host's file through d");
             }
             let _ = root.write_file("d/s.txt", b"w", None);
             let _ = root.write_file(&format!("d/new{}", n % 8), b"w", None);
             if let Ok(entries) = root.list("d") {
-                assert!(entries.iter().all(|e| e.name != "host_marker"));
+                assert!(
+                    entries.iter().all(|e| e.name != "host_marker"),
+                    "round {n}: listed the host's directory through d"
+                );
             }
-            assert!(!matches!(root.exists("d/host_marker"), Ok(true)));
+            assert!(
+                !matches!(root.exists("d/host_marker"), Ok(true)),
+                "round {n}: saw the host's file through d"
+            );
         }
         stop.store(true, Ordering::Relaxed);
-        let swaps = swapper.join().unwrap();
+        let swaps = swapper
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
         assert!(swaps > 100 && n > 100, "{swaps} swaps, {n} rounds");
         let mut left: Vec<String> = std::fs::read_dir(&host)
             .unwrap()
