@@ -75,12 +75,17 @@ impl RunStore {
     }
 
     /// The store `url` names; `None` is the JSONL directory `$OPENRATH_HOME/sessions`. A URL
-    /// without a scheme is a JSONL directory too.
+    /// without a scheme is a JSONL directory too (an OpenRath home, a directory holding
+    /// `sessions/`, meaning that directory).
     pub async fn open(url: Option<&str>) -> Result<Self, PersistError> {
         let url = url.map(str::trim).filter(|u| !u.is_empty());
         let inner = match url {
             None => Inner::Jsonl(Store::at(rath_persist::openrath_home().join("sessions"))),
-            Some(dir) if !dir.contains("://") => Inner::Jsonl(Store::at(dir)),
+            // A home (a directory holding `sessions/`) is its sessions directory, as in
+            // every command.
+            Some(dir) if !dir.contains("://") => {
+                Inner::Jsonl(Store::at(rath_store_sql::sessions_dir(Path::new(dir))))
+            }
             Some(url) => Inner::Other {
                 url: url.to_owned(),
                 store: Arc::from(rath_store_sql::open_store(url).await?),

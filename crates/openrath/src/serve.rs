@@ -18,8 +18,7 @@
 //!
 //! The session store is any [`crate::store::open_store`] URL: a directory of JSONL files,
 //! `sqlite:FILE` or `postgres://...`. Runs (and the server's keys) are kept in a run
-//! store beside it unless [`Serve::runs`] names one: the same database for SQLite and
-//! PostgreSQL, `sqlite:DIR/runs.db` for a directory.
+//! store beside it unless [`Serve::runs`] names one ([`runs_beside`]).
 
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
@@ -33,20 +32,22 @@ use tokio::task::JoinHandle;
 pub use rath_server as server;
 
 /// The run store kept beside session store `store`: the same database for SQLite and
-/// PostgreSQL, `sqlite:DIR/runs.db` for a directory of JSONL files.
+/// PostgreSQL; for a JSONL directory, `runs.db` in its home (the directory holding
+/// `sessions/`), where `rath worker` and `rath runs` look by default.
 pub fn runs_beside(store: &str) -> String {
     if store.starts_with("sqlite:")
         || store.starts_with("postgres://")
         || store.starts_with("postgresql://")
     {
-        store.to_owned()
-    } else {
-        let dir = store.strip_prefix("jsonl:").unwrap_or(store);
-        format!(
-            "sqlite:{}",
-            std::path::Path::new(dir).join("runs.db").display()
-        )
+        return store.to_owned();
     }
+    let dir = std::path::Path::new(store.strip_prefix("jsonl:").unwrap_or(store));
+    let sessions = rath_store_sql::sessions_dir(dir);
+    let home = match sessions.file_name() {
+        Some(n) if n == "sessions" => sessions.parent().unwrap_or(dir),
+        _ => sessions.as_path(),
+    };
+    format!("sqlite:{}", home.join("runs.db").display())
 }
 
 /// A server to start: see [`serve`].
@@ -273,5 +274,6 @@ mod tests {
         assert_eq!(runs_beside("sqlite:a.db"), "sqlite:a.db");
         assert_eq!(runs_beside("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(runs_beside("home"), "sqlite:home/runs.db");
+        assert_eq!(runs_beside("home/sessions"), "sqlite:home/runs.db");
     }
 }

@@ -334,22 +334,24 @@ fn open_store(cli: &Cli) -> Result<StoreView, Failure> {
     })
 }
 
+/// The store `--store`, else `$OPENRATH_STORE`, names; `None` when neither does.
+fn named_store(cli: &Cli) -> Option<String> {
+    cli.store.clone().or_else(|| {
+        std::env::var("OPENRATH_STORE")
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+    })
+}
+
 /// The URL `--store` or the environment names (for the `store` commands, which may create
 /// or change a store).
 fn store_url(cli: &Cli) -> String {
-    cli.store
-        .clone()
-        .or_else(|| {
-            std::env::var("OPENRATH_STORE")
-                .ok()
-                .filter(|v| !v.trim().is_empty())
-        })
-        .unwrap_or_else(|| {
-            rath_persist::openrath_home()
-                .join("sessions")
-                .display()
-                .to_string()
-        })
+    named_store(cli).unwrap_or_else(|| {
+        rath_persist::openrath_home()
+            .join("sessions")
+            .display()
+            .to_string()
+    })
 }
 
 fn json<T: serde::Serialize>(value: &T) -> Result<String, Failure> {
@@ -372,7 +374,7 @@ fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
         return serve::keys(cmd, cli.json);
     }
     if let Command::Run(args) = &cli.command {
-        return run::run(cli.store.as_deref(), args, cli.json);
+        return run::run(named_store(cli).as_deref(), args, cli.json);
     }
     if let Command::Worker(args) = &cli.command {
         return runs::worker(&store_url(cli), args, cli.json);

@@ -5,16 +5,16 @@
 //! got, and the exit code is 1.
 
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Args;
-use std::path::{Path, PathBuf};
 
 use openrath::declare::Declared;
 use openrath::flow::{FlowContext, FlowEvent};
 use openrath::run_store::RunStore;
 use openrath::runtime::WorkflowRegistry;
-use openrath::runtime::bundled::{self, BundledOptions};
+use openrath::runtime::bundled::BundledOptions;
 use openrath::session::{Session, Stamper};
 
 use crate::{Failure, Output, json};
@@ -85,14 +85,13 @@ fn registry(args: &RunArgs) -> Result<(WorkflowRegistry, String), Failure> {
             .unwrap_or_default();
         return Ok((crate::workflows::declared_registry(&declared)?, name));
     }
-    let registry = match &args.workflows {
-        Some(dir) => crate::workflows::declared_registry(&Declared::load_dir(dir)?)?,
-        None => bundled::registry(&BundledOptions::default()),
-    };
+    let registry =
+        crate::workflows::registry(args.workflows.as_deref(), &BundledOptions::default())?;
     Ok((registry, args.name.clone()))
 }
 
-/// Runs `args.name` on `store` and reports it.
+/// Runs `args.name` on the store `store` names (`None`: the default JSONL directory) and
+/// reports it.
 pub(crate) fn run(store: Option<&str>, args: &RunArgs, as_json: bool) -> Result<Output, Failure> {
     let (registry, name) = registry(args)?;
     let Some(def) = registry.get(&name) else {
@@ -107,33 +106,11 @@ pub(crate) fn run(store: Option<&str>, args: &RunArgs, as_json: bool) -> Result<
         .enable_all()
         .build()
         .map_err(|e| Failure(format!("cannot start the async runtime: {e}")))?;
-    // `--store`, else $OPENRATH_STORE, else the JSONL directory under $OPENRATH_HOME; a
-    // home (a directory holding `sessions/`) is its sessions directory, as everywhere.
-    let url = store
-        .map(str::to_owned)
-        .or_else(|| std::env::var("OPENRATH_STORE").ok())
-        .filter(|u| !u.trim().is_empty())
-        .map(|u| {
-            let sessions = std::path::Path::new(&u).join("sessions");
-            if !u.contains("://") && sessions.is_dir() {
-                sessions.display().to_string()
-            } else {
-                u
-            }
-        });
     rt.block_on(async {
-        let store = RunStore::open(url.as_deref())
+        // `--store`, else $OPENRATH_STORE, else the JSONL directory under $OPENRATH_HOME.
+        let store = RunStore::open(store)
             .await
             .map_err(|e| Failure(e.to_string()))?;
-        let where_ = store.url().map_or_else(
-            || {
-                format!(
-                    "{}",
-                    rath_persist::openrath_home().join("sessions").display()
-                )
-            },
-            str::to_owned,
-        );
         let input = Session::user_with(args.input.clone(), Stamper::from_env());
         let cx = FlowContext::new().with_observer(progress(Instant::now()));
         match cx.forward(workflow.as_ref(), input).await {
@@ -151,7 +128,7 @@ pub(crate) fn run(store: Option<&str>, args: &RunArgs, as_json: bool) -> Result<
                 if as_json {
                     return Ok(Output::ok(json(&serde_json::json!({
                         "workflow": name, "answer": text, "session": answer.id().as_str(),
-                        "store": where_, "saved": saved, "waiting": waiting,
+                        "store": store.to_string(), "saved": saved, "waiting": waiting,
                     }))?));
                 }
                 let mut out = if waiting.is_empty() {
@@ -169,7 +146,7 @@ pub(crate) fn run(store: Option<&str>, args: &RunArgs, as_json: bool) -> Result<
                 };
                 let _ = writeln!(
                     out,
-                    "stored {saved} sessions in {where_}; the answer is session {} \
+                    "stored {saved} sessions in {store}; the answer is session {} \
                      (`rath show {}`)",
                     answer.id(),
                     answer.id()
@@ -182,7 +159,7 @@ pub(crate) fn run(store: Option<&str>, args: &RunArgs, as_json: bool) -> Result<
                     .await
                     .map_err(|k| Failure(format!("{e}; and keeping what it made failed: {k}")))?;
                 let mut out = Output::ok(String::new());
-                out.stderr.push(format!("{kept} in {where_}"));
+                out.stderr.push(format!("{kept} in {store}"));
                 out.code = 1;
                 Ok(out)
             }

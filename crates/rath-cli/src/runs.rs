@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use rath_persist::SessionStore;
-use rath_runtime::bundled::{self, BundledOptions};
+use rath_runtime::bundled::BundledOptions;
 use rath_runtime::{
     Effect, EffectState, Lease, Resolution, Run, RunEvent, RunId, RunOptions, RunStatus, Runtime,
     RuntimeError, WorkerOptions, WorkflowRegistry,
@@ -250,13 +250,7 @@ pub(crate) fn worker(store: &str, a: &WorkerArgs, as_json: bool) -> Result<Outpu
 /// `rath runs ...`.
 pub(crate) fn runs(store: &str, a: &RunsArgs, as_json: bool) -> Result<Output, Failure> {
     let runs = runs_url(a.runs.as_deref());
-    // Submitting needs only the definitions, not a model.
-    let registry = match &a.workflows {
-        Some(dir) => {
-            rath_declare::Declared::load_dir(dir)?.registry(|_: &str| openrath::select::live())
-        }
-        None => bundled::registry(&BundledOptions::default()),
-    };
+    let registry = crate::workflows::definitions(a.workflows.as_deref())?;
     block_on(async {
         let rt = runtime(&runs, store, registry).await?;
         runs_async(&rt, &a.command, as_json).await

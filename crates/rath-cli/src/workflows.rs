@@ -41,3 +41,12 @@ pub(crate) fn registry(
         None => Ok(bundled::registry(bundled)),
     }
 }
+
+/// [`registry`] for submitting runs and reading them: the workflows' definitions, which
+/// need no model (one is asked for only when a run is built).
+pub(crate) fn definitions(dir: Option<&Path>) -> Result<WorkflowRegistry, Failure> {
+    match dir {
+        Some(dir) => Ok(Declared::load_dir(dir)?.registry(live)),
+        None => Ok(bundled::registry(&BundledOptions::default())),
+    }
+}

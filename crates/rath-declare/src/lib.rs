@@ -188,13 +188,8 @@ impl Declared {
     /// definition (any edit changes the hash a run is submitted with), and built afresh for
     /// each run, each agent's provider from `models`.
     pub fn registry(&self, models: impl Models) -> WorkflowRegistry {
-        self.add_to(WorkflowRegistry::new(), models)
-    }
-
-    /// [`Declared::registry`] added to `registry` (a declared workflow replaces a
-    /// registered one of the same name).
-    pub fn add_to(&self, mut registry: WorkflowRegistry, models: impl Models) -> WorkflowRegistry {
         let models: Arc<dyn Models> = Arc::new(models);
+        let mut registry = WorkflowRegistry::new();
         for (name, spec) in &self.workflows {
             let all = self.workflows.clone();
             let models = models.clone();
@@ -247,7 +242,11 @@ fn build_step(
             },
         },
         Step::Sequence { name: own, steps } => {
-            let mut s = Sequence::new(named(own, "sequence")).describe(spec.description.clone());
+            let mut s = Sequence::new(named(own, "sequence"));
+            if name.is_some() {
+                // The top step is the workflow: it says what the workflow is for.
+                s = s.describe(spec.description.clone());
+            }
             for st in steps {
                 s = s.then_shared(build_step(all, spec, st, None, models)?);
             }

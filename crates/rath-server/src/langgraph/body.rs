@@ -233,13 +233,16 @@ impl Writer {
                 };
                 c.next += chunks.len();
                 let mut buf = Vec::with_capacity(chunks.len() * MESSAGE_BYTES);
-                for chunk in chunks.iter().filter(|c| c.is_conversation()) {
+                for chunk in &chunks {
+                    let before = buf.len();
                     if !c.first {
                         buf.push(b',');
                     }
-                    c.first = false;
-                    if let Err(e) = c.namer.write(chunk, chunk.digest(), &mut buf) {
-                        return self.fail(e.to_string());
+                    match c.namer.write(chunk, &mut buf) {
+                        Ok(true) => c.first = false,
+                        // Not part of the conversation: no message, and no comma for it.
+                        Ok(false) => buf.truncate(before),
+                        Err(e) => return self.fail(e.to_string()),
                     }
                 }
                 return Some((Ok(Bytes::from(buf)), self));

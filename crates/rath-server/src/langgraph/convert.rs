@@ -43,7 +43,7 @@ pub fn messages(thread_id: &str, session: &Session) -> Vec<Value> {
     let mut out = Vec::new();
     for c in session.chunks().iter() {
         let Some(m) = Message::of(c) else { continue };
-        let id = namer.id(c.digest());
+        let id = namer.id(c);
         if let Ok(v) = serde_json::to_value(m.with_id(id.as_str())) {
             out.push(v);
         }
@@ -102,9 +102,10 @@ impl Namer {
         }
     }
 
-    /// The id of the session's next conversation chunk, whose [`Chunk::digest`] is
-    /// `digest`: the digest in hex and the count `n` of equal chunks before it make it.
-    pub(crate) fn id(&mut self, digest: [u8; 32]) -> MessageId {
+    /// The id of the session's next conversation chunk `c`: its digest in hex and the
+    /// count `n` of equal chunks before it make it.
+    pub(crate) fn id(&mut self, c: &Chunk) -> MessageId {
+        let digest = c.digest();
         let mut key = [0u8; 16];
         key.copy_from_slice(&digest[..16]);
         let n = self.seen.entry(u128::from_be_bytes(key)).or_insert(0);
@@ -123,19 +124,18 @@ impl Namer {
         MessageId(uuid_bytes(h))
     }
 
-    /// Writes the message of the session's next chunk `c`, whose [`Chunk::digest`] is
-    /// `digest`, to `out` (the JSON of [`messages`]' value for it) and answers true, or
-    /// answers false when `c` is not part of the conversation.
+    /// Writes the message of the session's next chunk `c` to `out` (the JSON of
+    /// [`messages`]' value for it) and answers true, or answers false and writes nothing
+    /// when `c` is not part of the conversation.
     pub(crate) fn write(
         &mut self,
         c: &Chunk,
-        digest: [u8; 32],
         out: &mut Vec<u8>,
     ) -> Result<bool, serde_json::Error> {
         let Some(m) = Message::of(c) else {
             return Ok(false);
         };
-        let id = self.id(digest);
+        let id = self.id(c);
         m.with_id(id.as_str()).write(out)?;
         Ok(true)
     }
@@ -534,7 +534,7 @@ mod tests {
         let mut seen = HashMap::new();
         for (c, value) in chunks.iter().zip(&values) {
             let mut written = Vec::new();
-            assert!(namer.write(c, c.digest(), &mut written).unwrap());
+            assert!(namer.write(c, &mut written).unwrap());
             assert_eq!(
                 String::from_utf8(written).unwrap(),
                 serde_json::to_string(value).unwrap()
@@ -547,11 +547,7 @@ mod tests {
         }
         assert_eq!(namer.seen.len(), 5);
         let evidence = Chunk::note("t", "not said");
-        assert!(
-            !namer
-                .write(&evidence, evidence.digest(), &mut Vec::new())
-                .unwrap()
-        );
+        assert!(!namer.write(&evidence, &mut Vec::new()).unwrap());
     }
 
     #[test]
