@@ -131,13 +131,20 @@ fn a_bad_workflow_directory_stops_serve_before_it_listens() {
     );
 }
 
-#[test]
-fn serve_workflows_serves_every_declared_file_to_langgraph_routes() {
-    let (rt, model) = mock();
-    model.push(MockReply::text("Paris."));
-    let dir = tempfile::tempdir().unwrap();
-    let runs = format!("sqlite:{}", dir.path().join("runs.db").display());
-    let store = format!("sqlite:{}", dir.path().join("sessions.db").display());
+/// `rath serve --workflows examples/workflows` on SQLite stores in `dir`, its model at
+/// `model`: the child, the address it serves on, a key of tenant `t`, and the thread that
+/// drains its stderr (joined after the child ends: what it printed).
+fn serve_examples(
+    dir: &Path,
+    model: &str,
+) -> (
+    std::process::Child,
+    String,
+    String,
+    std::thread::JoinHandle<Vec<String>>,
+) {
+    let runs = format!("sqlite:{}", dir.join("runs.db").display());
+    let store = format!("sqlite:{}", dir.join("sessions.db").display());
     let key = rath(None)
         .args(["keys", "create", "--runs", &runs, "--tenant", "t"])
         .output()
@@ -148,7 +155,7 @@ fn serve_workflows_serves_every_declared_file_to_langgraph_routes() {
         .next()
         .unwrap()
         .to_owned();
-    let mut child = rath(Some(&model.base_url()))
+    let mut child = rath(Some(model))
         .args([
             "--store",
             &store,
@@ -168,6 +175,24 @@ fn serve_workflows_serves_every_declared_file_to_langgraph_routes() {
     let addr = served::served_at(&mut lines);
     // Keep reading stderr, so the server never blocks writing to it.
     let rest = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    (child, addr, key, rest)
+}
+
+/// Stops a server started by [`serve_examples`] with SIGTERM: it exits 0.
+fn stop(mut child: std::process::Child, rest: std::thread::JoinHandle<Vec<String>>) {
+    // SAFETY: kill(2) on a child we spawned and have not reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    let rest = rest.join().unwrap();
+    assert!(status.success(), "{status:?}: {rest:?}");
+}
+
+#[test]
+fn serve_workflows_serves_every_declared_file_to_langgraph_routes() {
+    let (rt, model) = mock();
+    model.push(MockReply::text("Paris."));
+    let dir = tempfile::tempdir().unwrap();
+    let (child, addr, key, rest) = serve_examples(dir.path(), &model.base_url());
 
     let answer = rt.block_on(async {
         let http = reqwest::Client::builder()
@@ -217,11 +242,118 @@ fn serve_workflows_serves_every_declared_file_to_langgraph_routes() {
         .unwrap()
         .clone();
     assert_eq!(last["content"], "Paris.", "{answer}");
-    // SAFETY: kill(2) on a child we spawned and have not reaped.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let status = child.wait().unwrap();
-    let rest = rest.join().unwrap();
-    assert!(status.success(), "{status:?}: {rest:?}");
+    stop(child, rest);
+}
+
+/// Issue 50's streaming acceptance: the LangGraph Python SDK streams a run of every declared
+/// workflow with `stream_mode=["messages-tuple", "updates"]` and gets the reply in pieces as
+/// the model streamed it (`AIMessageChunk`s, more than one per reply, one id per reply) and
+/// one update per agent step, keyed by the agent, each after its agent's pieces; the
+/// thread's state then holds the whole reply. The model streams each answer in 4-character
+/// fragments.
+#[test]
+fn the_langgraph_sdk_streams_tokens_and_steps_of_every_declared_workflow() {
+    let Some(python) = std::env::var_os("RATH_LANGGRAPH_SDK_PYTHON") else {
+        rath_testkit::skip(
+            "RATH_LANGGRAPH_SDK_PYTHON is not set (see .ci/install.d/67-langgraph-sdk.sh)",
+        );
+        return;
+    };
+    const REPLY: &str = "Four: two and two make four.";
+    let (_rt, model) = mock();
+    model.set_fallback(Some(MockReply::text(REPLY).fragment(4)));
+    let dir = tempfile::tempdir().unwrap();
+    let (child, addr, key, rest) = serve_examples(dir.path(), &model.base_url());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/declared/stream.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(format!("http://{addr}"))
+        .arg("What is two and two?")
+        .env("LG_KEY", &key)
+        .env_remove("LANGGRAPH_API_KEY")
+        .env_remove("LANGSMITH_API_KEY")
+        .env_remove("LANGCHAIN_API_KEY")
+        .output()
+        .expect("python starts");
+    stop(child, rest);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stream.py failed:\n{stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("stream.py prints JSON");
+
+    let agents: [(&str, &[&str]); 3] = [
+        ("helper", &["helper"]),
+        ("research", &["facts", "doubts", "writer"]),
+        ("coder", &["coder"]),
+    ];
+    for (graph, steps) in agents {
+        let run = &v[graph];
+        assert_eq!(
+            run["warnings"],
+            json!([]),
+            "{graph}: the stream ended cleanly"
+        );
+        let events = run["events"].as_array().expect("events");
+        // Pieces of reply text by stream id, and the agent each came from.
+        let mut replies: Vec<(String, String, String)> = Vec::new();
+        let mut updates: Vec<(usize, String)> = Vec::new();
+        let mut last_piece: std::collections::HashMap<String, usize> = Default::default();
+        for (i, e) in events.iter().enumerate() {
+            match e["event"].as_str().unwrap() {
+                "messages" => {
+                    let (m, meta) = (&e["data"][0], &e["data"][1]);
+                    assert_eq!(m["type"], "AIMessageChunk", "{graph}: {e}");
+                    let id = m["id"].as_str().unwrap().to_owned();
+                    let node = meta["langgraph_node"].as_str().unwrap().to_owned();
+                    last_piece.insert(node.clone(), i);
+                    match replies.iter_mut().find(|r| r.0 == id) {
+                        Some(r) => r.2.push_str(m["content"].as_str().unwrap()),
+                        None => replies.push((id, node, m["content"].as_str().unwrap().into())),
+                    }
+                }
+                "updates" => {
+                    let u = e["data"].as_object().unwrap();
+                    assert_eq!(u.len(), 1, "{graph}: {e}");
+                    let (agent, body) = u.iter().next().unwrap();
+                    let added = body["messages"].as_array().unwrap();
+                    assert_eq!(
+                        added.last().unwrap()["content"],
+                        REPLY,
+                        "{graph}: {agent}'s step ends with its reply"
+                    );
+                    updates.push((i, agent.clone()));
+                }
+                "metadata" => assert_eq!(i, 0, "{graph}"),
+                other => panic!("{graph}: unexpected event {other}: {e}"),
+            }
+        }
+        let mut stepped: Vec<&str> = updates.iter().map(|u| u.1.as_str()).collect();
+        stepped.sort_unstable();
+        let mut want = steps.to_vec();
+        want.sort_unstable();
+        assert_eq!(stepped, want, "{graph}: one update per agent step");
+        assert_eq!(
+            replies.len(),
+            steps.len(),
+            "{graph}: one streamed reply per agent"
+        );
+        for (id, node, text) in &replies {
+            assert_eq!(text, REPLY, "{graph}: reply {id} of {node} whole");
+        }
+        let pieces = events.iter().filter(|e| e["event"] == "messages").count();
+        assert!(
+            pieces >= 2 * steps.len(),
+            "{graph}: each reply came in pieces ({pieces} for {} replies)",
+            steps.len()
+        );
+        for (i, agent) in &updates {
+            assert!(
+                last_piece[agent] < *i,
+                "{graph}: {agent}'s update follows its reply's pieces"
+            );
+        }
+        let state = run["state"]["values"]["messages"].as_array().unwrap();
+        assert_eq!(state.last().unwrap()["content"], REPLY, "{graph}");
+    }
 }
 
 /// Polls `rath --json runs show ID` until its status is `want` (a guard of minutes against

@@ -190,7 +190,8 @@ fn request_spans_reach_a_real_collector() {
 /// key in the fragment it draws one node per session of the tenant and one edge per parent
 /// link, lists the runs with the API's statuses, shows a session's transcript with its
 /// evidence on a real click, and follows a run in flight: a gated run approved over the API
-/// turns `succeeded` on the page, and its output joins the graph, without a reload.
+/// turns `succeeded` on the page, the reply its model streamed shows in its row as it
+/// arrives, and its output joins the graph, without a reload.
 #[test]
 fn the_live_viewer_in_headless_chromium() {
     let Some(exe) = chromium::chromium() else {
@@ -386,6 +387,32 @@ fn the_live_viewer_in_headless_chromium() {
             cdp.errors()
         );
     }
+    // The reply the run's model streamed after the approvals, shown in the run's row as
+    // it arrived (the page follows the run's events, so its model calls were streamed).
+    let done = post(
+        &addr,
+        &format!("/v1/runs/{gated_id}/wait"),
+        &key,
+        json!({}),
+        200,
+    );
+    let reply = done["output_text"].as_str().unwrap().to_owned();
+    assert!(!reply.is_empty(), "{done}");
+    let live = format!(
+        "document.querySelector('tr.run[data-run-id=\"{gated_id}\"] td.live').textContent.endsWith({})",
+        json!(reply)
+    );
+    assert_eq!(
+        cdp.eval_until(&s, &live, &json!(true)),
+        json!(true),
+        "the streamed reply in the run's row: {}",
+        cdp.eval(
+            &s,
+            &format!(
+                "document.querySelector('tr.run[data-run-id=\"{gated_id}\"] td.live').textContent"
+            )
+        )
+    );
     let (after, _) = sessions(&addr);
     assert!(after.len() > ids.len(), "the approved run made sessions");
     let want = json!(serde_json::to_string(&after).unwrap());

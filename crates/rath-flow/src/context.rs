@@ -124,6 +124,14 @@ pub enum FlowEvent<'a> {
 pub trait Observer: Send + Sync {
     /// Called for every event, from whatever task produced it.
     fn on_event(&self, event: &FlowEvent<'_>);
+
+    /// Whether [`FlowEvent::TextDelta`]s are wanted right now, asked before each model
+    /// call of a context that asked for them ([`FlowContext::with_text_deltas`]): an
+    /// observer that forwards deltas only while someone reads them says no while nobody
+    /// does, and the call is made unstreamed. Yes unless overridden.
+    fn wants_text_deltas(&self) -> bool {
+        true
+    }
 }
 
 impl<F: Fn(&FlowEvent<'_>) + Send + Sync> Observer for F {
@@ -543,10 +551,14 @@ impl FlowContext {
         self
     }
 
-    /// True when someone consumes text deltas: an observer is attached and
-    /// [`FlowContext::with_text_deltas`] asked for them.
+    /// True when someone consumes text deltas: [`FlowContext::with_text_deltas`] asked for
+    /// them and the observer wants them now ([`Observer::wants_text_deltas`]).
     pub fn wants_text_deltas(&self) -> bool {
-        self.text_deltas && self.observer.is_some()
+        self.text_deltas
+            && self
+                .observer
+                .as_ref()
+                .is_some_and(|o| o.wants_text_deltas())
     }
 
     /// Uses `token` for cancellation (cancel it to stop every loop running in this context).
@@ -626,6 +638,10 @@ impl Observer for Both {
     fn on_event(&self, event: &FlowEvent<'_>) {
         self.0.on_event(event);
         self.1.on_event(event);
+    }
+
+    fn wants_text_deltas(&self) -> bool {
+        self.0.wants_text_deltas() || self.1.wants_text_deltas()
     }
 }
 

@@ -45,6 +45,8 @@
 //!   outside world) and the test crash points.
 //! - [`events`]: a run's events pushed to an [`EventSubscription`] (PostgreSQL
 //!   `LISTEN/NOTIFY`, an in-process hub), resumable after any event id.
+//! - [`feed`]: what a run does as it happens (streamed reply text, agent steps) for
+//!   watchers in the same process; not stored.
 //! - [`Runtime`]: submit, wait, output, approve/reject a waiting run, over both stores.
 //! - [`serve_worker`]: a worker process's main loop (until SIGTERM/ctrl-c, then runs are
 //!   handed back); [`bundled`]: the workflows `rath worker` registers.
@@ -58,6 +60,7 @@ mod clock;
 mod error;
 pub mod events;
 mod failpoint;
+pub mod feed;
 pub mod journal;
 mod live;
 mod model;
@@ -76,6 +79,7 @@ use sha2::{Digest, Sha256};
 pub use clock::RunClock;
 pub use error::RuntimeError;
 pub use events::EventSubscription;
+pub use feed::{FeedEvent, FeedObserver, FeedPublisher, FeedReceiver, RunFeed};
 pub use journal::{CLOCK_STEP, CallInfo, RunScope, current_call, idempotency_key};
 pub use model::{
     Effect, EffectState, Lease, RetryPolicy, Run, RunEvent, RunId, RunOptions, RunStatus,
@@ -99,6 +103,7 @@ pub struct Runtime {
     runs: RunStore,
     sessions: Arc<dyn SessionStore>,
     registry: Arc<WorkflowRegistry>,
+    feed: RunFeed,
 }
 
 impl Runtime {
@@ -112,6 +117,7 @@ impl Runtime {
             runs,
             sessions,
             registry: Arc::new(registry),
+            feed: RunFeed::new(),
         }
     }
 
@@ -127,6 +133,12 @@ impl Runtime {
     /// The run store.
     pub fn runs(&self) -> &RunStore {
         &self.runs
+    }
+
+    /// The feed of the runs this process executes: subscribe to watch one as it happens
+    /// (its workers publish to it; see [`feed`]).
+    pub fn feed(&self) -> &RunFeed {
+        &self.feed
     }
 
     /// The session store.

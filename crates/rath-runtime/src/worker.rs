@@ -529,10 +529,15 @@ impl Worker {
         });
         // Every model and tool call of the workflow goes through the scope's journal and
         // ledger: the workflow cannot make one that a re-execution would repeat.
+        // What the run does as it happens goes to this process's watchers of it; its model
+        // calls are streamed while someone watches.
+        let feed = crate::feed::FeedObserver::new(self.rt.feed().publisher(&lease.run));
         let mut cx = FlowContext::new()
             .with_journal(journal.clone())
             .with_cancel(cancel.clone())
-            .with_layer(scope.clone());
+            .with_layer(scope.clone())
+            .with_observer(feed)
+            .with_text_deltas(true);
         if let Some((sink, _)) = &live {
             cx = cx.with_shared_sink(sink.clone());
         }

@@ -11,7 +11,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
-use rath_runtime::{EventSubscription, Run, RunEvent, RunId, RunOptions, RunStatus};
+use rath_runtime::{
+    EventSubscription, FeedEvent, FeedReceiver, Run, RunEvent, RunId, RunOptions, RunStatus,
+};
 use rath_session::{Session, SessionId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -526,6 +528,33 @@ struct Tail {
     sub: Option<EventSubscription>,
     buf: VecDeque<RunEvent>,
     done: bool,
+    /// What the run does as it happens, when a worker in this process runs it: streamed
+    /// reply text (`token` events) and agent steps (`agent` events), not stored and
+    /// carrying no event id (a client resuming with `Last-Event-ID` gets the stored events
+    /// it missed, not these).
+    feed: Option<FeedReceiver>,
+}
+
+/// A feed event as an SSE event without an id: `token` `{run, agent, reply, text}` or
+/// `agent` `{run, agent, messages}` (the messages the agent's step added).
+fn feed_event(run: &str, e: &FeedEvent) -> Option<Event> {
+    let (kind, data) = match e {
+        FeedEvent::Token { agent, reply, text } => (
+            "token",
+            serde_json::json!({"run": run, "agent": agent, "reply": reply, "text": text}),
+        ),
+        FeedEvent::Step {
+            agent,
+            output,
+            from,
+        } => (
+            "agent",
+            serde_json::json!({"run": run, "agent": agent,
+                "added": output.len().saturating_sub(*from), "session": output.id().as_str()}),
+        ),
+        _ => return None,
+    };
+    Some(Event::default().event(kind).data(data.to_string()))
 }
 
 impl Tail {
@@ -537,9 +566,20 @@ impl Tail {
             return None;
         }
         let sub = self.sub.as_mut()?;
-        let got = tokio::select! {
-            got = sub.next() => got,
-            _ = self.state.shutdown.cancelled() => return None,
+        let got = loop {
+            let fed = tokio::select! {
+                got = sub.next() => break got,
+                Some(e) = async {
+                    match self.feed.as_mut() {
+                        Some(f) => f.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => e,
+                _ = self.state.shutdown.cancelled() => return None,
+            };
+            if let Some(ev) = feed_event(sub.run().as_str(), &fed) {
+                return Some((Ok(ev), self));
+            }
         };
         match got {
             Ok(e) => {
@@ -583,8 +623,10 @@ pub(crate) async fn events(
             sub: None,
             buf: buf.into_iter().filter(|e| e.seq > after).collect(),
             done: true,
+            feed: None,
         }
     } else {
+        let feed = state.runtime.feed().subscribe(&run.id);
         let sub = state
             .runtime
             .runs()
@@ -596,6 +638,7 @@ pub(crate) async fn events(
             sub: Some(sub),
             buf: VecDeque::new(),
             done: false,
+            feed: Some(feed),
         }
     };
     let stream = futures::stream::unfold(tail, Tail::next);

@@ -652,6 +652,63 @@ async fn runs_api_postgres() {
     h.stop().await;
 }
 
+/// A run watched on its own events endpoint while it runs: besides its stored events
+/// (with ids), the reply text as the model streams it (`token`) and the agent's step
+/// (`agent`), which carry no id (not stored: a client resuming with `Last-Event-ID` gets the
+/// stored events it missed). Nobody watching once the stream ends: the feed keeps nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_run_streams_its_reply_text_and_steps_on_its_events() {
+    let h = Harness::sqlite(config()).await;
+    let (_, run) = h
+        .post("/v1/runs", &h.a, json!({"workflow": "slow", "input": "hm"}))
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    // `slow` thinks for SLOW_MS before it answers: the stream is open by then.
+    let resp = h
+        .http
+        .get(format!("{}/v1/runs/{id}/events", h.base))
+        .bearer_auth(&h.a)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = tokio::time::timeout(Duration::from_secs(20), resp.text())
+        .await
+        .expect("the stream ends with the run")
+        .unwrap();
+    let mut live = Vec::new();
+    for block in body.split("\n\n") {
+        let field = |name: &str| {
+            block
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_owned())
+        };
+        if let (None, Some(event), Some(data)) = (field("id:"), field("event:"), field("data:")) {
+            live.push((event, serde_json::from_str::<Value>(&data).unwrap()));
+        }
+    }
+    assert_eq!(live.len(), 2, "{body}");
+    assert_eq!(live[0].0, "token");
+    assert_eq!(
+        live[0].1,
+        json!({"run": id, "agent": "thinker", "reply": 0, "text": "slow done"})
+    );
+    assert_eq!(live[1].0, "agent");
+    assert_eq!(live[1].1["agent"], "thinker");
+    // Chunks the step added: the reply and the model call's evidence.
+    assert_eq!(live[1].1["added"], 2, "{}", live[1].1);
+    let stored = common::parse_sse(&body);
+    assert_eq!(
+        stored.last().unwrap().2["detail"]["status"],
+        "succeeded",
+        "{body}"
+    );
+    let (_, done) = h.get(&format!("/v1/runs/{id}"), &h.a).await;
+    assert_eq!(done["status"], "succeeded");
+    h.stop().await;
+}
+
 /// A server restart during a run: a client follows the events of a run in flight on the
 /// first server's worker and its connection drops when that server shuts down (the run is
 /// handed back to the queue); the second server's worker finishes the run, and the client

@@ -104,8 +104,10 @@ async fn the_langgraph_python_sdk_runs_the_whole_flow() {
     assert_eq!(t["values"], Value::Null);
     let tid = t["thread_id"].as_str().unwrap();
 
-    // The stream: metadata first, then the state after the input, the new message, the
-    // update and the state after the step, in the SDK's parse.
+    // The stream: metadata first, then the state after the input, the reply as the model
+    // streamed it (one piece: the scripted model answers in one), the agent's step as an
+    // update and the state after it, in the SDK's parse. The streamed reply's whole message
+    // is not sent again as a tuple (its pieces were), as LangGraph does.
     let events: Vec<&str> = v["stream"]
         .as_array()
         .unwrap()
@@ -122,11 +124,13 @@ async fn the_langgraph_python_sdk_runs_the_whole_flow() {
     let run1 = s[0]["data"]["run_id"].as_str().unwrap();
     assert!(run1.starts_with("run_"));
     assert_eq!(texts(&s[1]["data"]), pairs(&[("human", "hi")]));
-    assert_eq!(s[2]["data"][0]["type"], "ai");
+    assert_eq!(s[2]["data"][0]["type"], "AIMessageChunk");
     assert_eq!(s[2]["data"][0]["content"], "hello");
+    assert_eq!(s[2]["data"][0]["id"], format!("run--{run1}-0"));
     assert_eq!(s[2]["data"][1]["run_id"], run1);
     assert_eq!(s[2]["data"][1]["thread_id"], tid);
-    assert_eq!(s[3]["data"]["echo"]["messages"][0]["content"], "hello");
+    assert_eq!(s[2]["data"][1]["langgraph_node"], "greeter");
+    assert_eq!(s[3]["data"]["greeter"]["messages"][0]["content"], "hello");
     let after1 = ids(&s[4]["data"]);
     assert_eq!(
         texts(&s[4]["data"]),
@@ -137,7 +141,13 @@ async fn the_langgraph_python_sdk_runs_the_whole_flow() {
         after1[0],
         "the human message kept its id"
     );
-    assert_eq!(s[2]["data"][0]["id"].as_str().unwrap(), after1[1]);
+    assert_eq!(
+        s[3]["data"]["greeter"]["messages"][0]["id"]
+            .as_str()
+            .unwrap(),
+        after1[1],
+        "a step's message has the id it has in the state"
+    );
     assert_eq!(v["stream_warnings"], json!([]), "the stream ended cleanly");
 
     // wait: the final values, continuing the thread.

@@ -39,16 +39,46 @@ pub(crate) fn settled(s: RunStatus) -> bool {
 /// same chunk shows the same id in every state of the thread, and no two messages of one
 /// state share an id.
 pub fn messages(thread_id: &str, session: &Session) -> Vec<Value> {
+    messages_from(thread_id, session, 0)
+}
+
+/// The messages of `session`'s chunks from index `from` on, with the ids [`messages`] gives
+/// them (named over the whole session, so an agent's step shows the ids its messages have
+/// in the thread's state).
+pub(crate) fn messages_from(thread_id: &str, session: &Session, from: usize) -> Vec<Value> {
     let mut namer = Namer::new(thread_id);
     let mut out = Vec::new();
-    for c in session.chunks().iter() {
+    for (i, c) in session.chunks().iter().enumerate() {
         let Some(m) = Message::of(c) else { continue };
         let id = namer.id(c);
+        if i < from {
+            continue;
+        }
         if let Ok(v) = serde_json::to_value(m.with_id(id.as_str())) {
             out.push(v);
         }
     }
     out
+}
+
+/// A piece of streamed reply text as LangChain's `AIMessageChunk` (`id`: the reply's
+/// stream id, the same for every piece of one reply).
+pub(crate) fn ai_chunk(id: &str, text: &str) -> Value {
+    json!({
+        "content": text, "additional_kwargs": {}, "response_metadata": {},
+        "type": "AIMessageChunk", "name": null, "id": id, "example": false,
+        "tool_calls": [], "invalid_tool_calls": [], "usage_metadata": null,
+        "tool_call_chunks": [],
+    })
+}
+
+/// The reply streamed so far (`text`) as the AI message `messages/partial` events carry.
+pub(crate) fn ai_partial(id: &str, text: &str) -> Value {
+    json!({
+        "content": text, "additional_kwargs": {}, "response_metadata": {},
+        "type": "ai", "name": null, "id": id, "example": false,
+        "tool_calls": [], "invalid_tool_calls": [], "usage_metadata": null,
+    })
 }
 
 /// [`messages`] one chunk at a time, for an answer written a window of chunks at a time:

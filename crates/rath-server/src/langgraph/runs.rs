@@ -11,7 +11,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use rath_runtime::{Run, RunId, RunOptions, RunStatus};
+use rath_runtime::{FeedEvent, FeedReceiver, Run, RunId, RunOptions, RunStatus};
 use rath_session::{ChunkKind, Session};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -156,14 +156,19 @@ struct Submitted {
     run: Run,
     input: Session,
     modes: Modes,
+    /// The run's feed, watched from before it was queued (when its modes show what the
+    /// feed carries: `messages-tuple`, `messages`, `updates`).
+    feed: Option<FeedReceiver>,
 }
 
-/// Appends the input to the thread's state and submits a run of the assistant on it.
+/// Appends the input to the thread's state and submits a run of the assistant on it;
+/// `watch`: its feed is subscribed to (for a stream of it) before it is queued.
 async fn submit(
     state: &AppState,
     who: &Principal,
     tid: &str,
     req: RunCreate,
+    watch: bool,
 ) -> Result<Submitted, LgError> {
     let t = threads::load(state, &who.tenant, tid).await?;
     let def = resolve(state, &req.assistant_id)
@@ -195,6 +200,9 @@ async fn submit(
     let input = continue_state(state, &t, chunks).await?;
     let stamper = &state.config.stamper;
     let id = RunId(format!("run_{}", stamper.next_id()));
+    // Watched before it is queued, so a stream misses nothing its worker publishes.
+    let feed = (watch && (modes.tuple || modes.messages || modes.updates))
+        .then(|| state.runtime.feed().subscribe(&id));
     // Both owned before either is stored: a stored session or queued run is always some
     // tenant's.
     state
@@ -229,6 +237,7 @@ async fn submit(
         run,
         input,
         modes,
+        feed,
     })
 }
 
@@ -291,7 +300,7 @@ pub(crate) async fn create(
     LgPath(tid): LgPath<String>,
     LgJson(req): LgJson<RunCreate>,
 ) -> Result<Response, LgError> {
-    let sub = submit(&state, &who, &tid, req).await?;
+    let sub = submit(&state, &who, &tid, req, false).await?;
     let view = run_view(&state, &sub.row, &sub.run).await?;
     let mut resp = axum::Json(view).into_response();
     set_header(
@@ -368,10 +377,27 @@ struct Follow {
     out: VecDeque<Bytes>,
     done: bool,
     quiet_since: Instant,
+    /// The run as it happens (streamed reply text, agent steps), when a worker in this
+    /// process runs it.
+    feed: Option<FeedReceiver>,
+    /// Steps came from the feed: `updates` are sent per agent step from it, not from the
+    /// stored state's growth.
+    live_steps: bool,
+    /// Reply text streamed so far, by stream id; a streamed reply's whole message is not
+    /// sent again as a `messages` tuple (its pieces were), as LangGraph does.
+    streamed: HashMap<String, String>,
+    /// When the stored state was last read.
+    polled: Option<Instant>,
 }
 
 impl Follow {
-    fn new(state: Arc<AppState>, row: &ThreadRunRow, run: &Run, modes: Modes) -> Follow {
+    fn new(
+        state: Arc<AppState>,
+        row: &ThreadRunRow,
+        run: &Run,
+        modes: Modes,
+        feed: Option<FeedReceiver>,
+    ) -> Follow {
         let mut f = Follow {
             state,
             tid: row.thread_id.clone(),
@@ -383,6 +409,10 @@ impl Follow {
             out: VecDeque::new(),
             done: false,
             quiet_since: Instant::now(),
+            feed,
+            live_steps: false,
+            streamed: HashMap::new(),
+            polled: None,
         };
         f.out.push_back(sse(
             "metadata",
@@ -400,9 +430,11 @@ impl Follow {
         }
     }
 
-    fn meta(&self, step: usize) -> Value {
-        json!({"langgraph_node": self.graph, "langgraph_step": step,
-            "langgraph_triggers": [self.graph], "langgraph_path": ["__pregel_pull", self.graph],
+    /// The metadata of a message of `node` (the workflow, or the agent whose reply or
+    /// step it is) at `step`.
+    fn meta(&self, node: &str, step: usize) -> Value {
+        json!({"langgraph_node": node, "langgraph_step": step,
+            "langgraph_triggers": [node], "langgraph_path": ["__pregel_pull", node],
             "langgraph_checkpoint_ns": "", "run_id": self.run.as_str(),
             "thread_id": self.tid, "graph_id": self.graph, "assistant_id": self.assistant})
     }
@@ -417,8 +449,8 @@ impl Follow {
         }
         let new = all[self.sent..].to_vec();
         for (i, m) in new.iter().enumerate() {
-            let meta = self.meta(self.sent + i);
-            if self.modes.tuple {
+            let meta = self.meta(&self.graph, self.sent + i);
+            if self.modes.tuple && !self.was_streamed(m) {
                 self.out.push_back(sse("messages", &json!([m, meta])));
             }
             if self.modes.messages {
@@ -428,7 +460,7 @@ impl Follow {
                 self.out.push_back(sse("messages/complete", &json!([m])));
             }
         }
-        if self.modes.updates {
+        if self.modes.updates && !self.live_steps {
             let mut u = serde_json::Map::new();
             u.insert(self.graph.clone(), json!({ "messages": new }));
             self.out.push_back(sse("updates", &Value::Object(u)));
@@ -439,9 +471,91 @@ impl Follow {
         self.sent = all.len();
     }
 
+    /// True when `m` is an AI message whose text was streamed in pieces (each streamed
+    /// reply answers for one message).
+    fn was_streamed(&mut self, m: &Value) -> bool {
+        if m["type"] != "ai" {
+            return false;
+        }
+        let Some(text) = m["content"].as_str().filter(|t| !t.is_empty()) else {
+            return false;
+        };
+        let found = self
+            .streamed
+            .iter()
+            .find(|(_, t)| t.as_str() == text)
+            .map(|(id, _)| id.clone());
+        found.is_some_and(|id| self.streamed.remove(&id).is_some())
+    }
+
+    /// What the run did just now, as LangGraph's events: reply text as `AIMessageChunk`
+    /// tuples (and `messages/partial`), an agent's step as an `updates` event keyed by the
+    /// agent.
+    fn fed(&mut self, e: &FeedEvent) {
+        match e {
+            FeedEvent::Token { agent, reply, text } => {
+                let id = format!("run--{}-{reply}", self.run.as_str());
+                let node = agent.as_deref().unwrap_or(&self.graph).to_owned();
+                let meta = self.meta(&node, self.sent);
+                let so_far = self.streamed.entry(id.clone()).or_default();
+                let first = so_far.is_empty();
+                so_far.push_str(text);
+                let partial = self
+                    .modes
+                    .messages
+                    .then(|| convert::ai_partial(&id, so_far));
+                if self.modes.tuple {
+                    self.out.push_back(sse(
+                        "messages",
+                        &json!([convert::ai_chunk(&id, text), meta]),
+                    ));
+                }
+                if let Some(partial) = partial {
+                    if first {
+                        self.out.push_back(sse(
+                            "messages/metadata",
+                            &json!({ id.as_str(): {"metadata": meta} }),
+                        ));
+                    }
+                    self.out
+                        .push_back(sse("messages/partial", &json!([partial])));
+                }
+            }
+            FeedEvent::Step {
+                agent,
+                output,
+                from,
+            } => {
+                if !self.modes.updates {
+                    return;
+                }
+                self.live_steps = true;
+                let new = convert::messages_from(&self.tid, output, *from);
+                let mut u = serde_json::Map::new();
+                u.insert(agent.clone(), json!({ "messages": new }));
+                self.out.push_back(sse("updates", &Value::Object(u)));
+            }
+            _ => {}
+        }
+    }
+
+    /// Takes what the feed holds now.
+    fn drain_feed(&mut self) {
+        while let Some(e) = self.feed.as_mut().and_then(FeedReceiver::try_recv) {
+            self.fed(&e);
+        }
+    }
+
     async fn poll(&mut self) -> Result<(), LgError> {
+        // What the worker published before the state this poll reads comes first (a
+        // reply's pieces before its message, a step before the state after it).
+        self.drain_feed();
         let run = self.state.runtime.runs().get(&self.run).await?;
         let reached = reached(&self.state, &run).await?;
+        if settled(run.status) {
+            // Published before the run settled: taken before the stream ends.
+            self.drain_feed();
+        }
         if let Some(s) = &reached {
             self.grew(s);
         }
@@ -471,25 +585,47 @@ impl Follow {
             if self.done || self.state.shutdown.is_cancelled() {
                 return None;
             }
-            if let Err(e) = self.poll().await {
-                self.done = true;
-                let msg = e.0.to_string();
-                self.out.push_back(sse(
-                    "error",
-                    &json!({"error": "StreamError", "message": msg}),
-                ));
+            let poll = self.state.config.poll;
+            if self.polled.is_none_or(|at| at.elapsed() >= poll) {
+                self.polled = Some(Instant::now());
+                if let Err(e) = self.poll().await {
+                    self.done = true;
+                    let msg = e.0.to_string();
+                    self.out.push_back(sse(
+                        "error",
+                        &json!({"error": "StreamError", "message": msg}),
+                    ));
+                }
                 continue;
             }
-            if self.out.is_empty() && !self.done {
-                if self.quiet_since.elapsed() >= self.state.config.heartbeat {
-                    self.out
-                        .push_back(Bytes::from_static(b": heartbeat\r\n\r\n"));
-                    continue;
+            if self.quiet_since.elapsed() >= self.state.config.heartbeat {
+                self.out
+                    .push_back(Bytes::from_static(b": heartbeat\r\n\r\n"));
+                continue;
+            }
+            let wait = self
+                .polled
+                .map_or(poll, |at| poll.saturating_sub(at.elapsed()));
+            let shutdown = self.state.shutdown.clone();
+            // Woken by what the run does (a piece of reply text goes out as it comes);
+            // the stored state is read every poll interval.
+            let fed = match self.feed.as_mut() {
+                Some(feed) => tokio::select! {
+                    e = feed.recv() => e,
+                    _ = tokio::time::sleep(wait) => None,
+                    _ = shutdown.cancelled() => None,
+                },
+                None => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = shutdown.cancelled() => {}
+                    }
+                    None
                 }
-                tokio::select! {
-                    _ = tokio::time::sleep(self.state.config.poll) => {}
-                    _ = self.state.shutdown.cancelled() => {}
-                }
+            };
+            if let Some(e) = fed {
+                self.fed(&e);
+                self.drain_feed();
             }
         }
     }
@@ -533,8 +669,8 @@ pub(crate) async fn stream(
     LgPath(tid): LgPath<String>,
     LgJson(req): LgJson<RunCreate>,
 ) -> Result<Response, LgError> {
-    let sub = submit(&state, &who, &tid, req).await?;
-    let mut follow = Follow::new(state.clone(), &sub.row, &sub.run, sub.modes);
+    let sub = submit(&state, &who, &tid, req, true).await?;
+    let mut follow = Follow::new(state.clone(), &sub.row, &sub.run, sub.modes, sub.feed);
     follow.start_at(&sub.input);
     Ok(stream_response(follow, &tid, &sub.row.run_id))
 }
@@ -563,7 +699,9 @@ pub(crate) async fn join_stream(
             },
             |m| m.0,
         );
-    let mut follow = Follow::new(state.clone(), &row, &run, modes);
+    let feed = (!run.status.is_final() && (modes.tuple || modes.messages || modes.updates))
+        .then(|| state.runtime.feed().subscribe(&run.id));
+    let mut follow = Follow::new(state.clone(), &row, &run, modes, feed);
     let at = match reached(&state, &run).await? {
         Some(s) => s,
         None => {
@@ -687,7 +825,7 @@ pub(crate) async fn wait(
     LgPath(tid): LgPath<String>,
     LgJson(req): LgJson<RunCreate>,
 ) -> Result<Response, LgError> {
-    let sub = submit(&state, &who, &tid, req).await?;
+    let sub = submit(&state, &who, &tid, req, false).await?;
     Ok(waiting_response(state.clone(), &tid, &sub.row.run_id))
 }
 
