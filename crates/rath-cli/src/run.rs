@@ -72,7 +72,7 @@ fn progress(started: Instant) -> impl Fn(&FlowEvent<'_>) + Send + Sync {
 
 /// The workflows `rath run` chooses from, and the name of the one to run: a file's, the
 /// directory's, or the bundled ones.
-fn registry(args: &RunArgs) -> Result<(WorkflowRegistry, String), Failure> {
+async fn registry(args: &RunArgs) -> Result<(WorkflowRegistry, String), Failure> {
     let file = Path::new(&args.name);
     if args.name.ends_with(".toml") || file.is_file() {
         let text = std::fs::read_to_string(file)
@@ -83,30 +83,31 @@ fn registry(args: &RunArgs) -> Result<(WorkflowRegistry, String), Failure> {
             .first()
             .map(|n| (*n).to_owned())
             .unwrap_or_default();
-        return Ok((crate::workflows::declared_registry(&declared)?, name));
+        return Ok((crate::workflows::declared_registry(declared).await?, name));
     }
     let registry =
-        crate::workflows::registry(args.workflows.as_deref(), &BundledOptions::default())?;
+        crate::workflows::registry(args.workflows.as_deref(), &BundledOptions::default()).await?;
     Ok((registry, args.name.clone()))
 }
 
 /// Runs `args.name` on the store `store` names (`None`: the default JSONL directory) and
 /// reports it.
 pub(crate) fn run(store: Option<&str>, args: &RunArgs, as_json: bool) -> Result<Output, Failure> {
-    let (registry, name) = registry(args)?;
-    let Some(def) = registry.get(&name) else {
-        return Err(Failure(format!(
-            "no workflow {:?}: the workflows are {}",
-            args.name,
-            registry.names().join(", ")
-        )));
-    };
-    let workflow = (def.constructor)().map_err(|e| Failure(format!("{name}: {e}")))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| Failure(format!("cannot start the async runtime: {e}")))?;
     rt.block_on(async {
+        // The workflows first: a declared file's MCP servers start on this runtime.
+        let (registry, name) = registry(args).await?;
+        let Some(def) = registry.get(&name) else {
+            return Err(Failure(format!(
+                "no workflow {:?}: the workflows are {}",
+                args.name,
+                registry.names().join(", ")
+            )));
+        };
+        let workflow = (def.constructor)().map_err(|e| Failure(format!("{name}: {e}")))?;
         // `--store`, else $OPENRATH_STORE, else the JSONL directory under $OPENRATH_HOME.
         let store = RunStore::open(store)
             .await

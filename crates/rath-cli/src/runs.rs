@@ -229,8 +229,9 @@ pub(crate) fn worker(store: &str, a: &WorkerArgs, as_json: bool) -> Result<Outpu
         effects: a.effects.clone(),
         think: Duration::from_millis(a.think_ms),
     };
-    let registry = crate::workflows::registry(a.workflows.as_deref(), &bundled)?;
     let report = block_on(async {
+        // Checked (and a declared file's MCP servers started) before anything is opened.
+        let registry = crate::workflows::registry(a.workflows.as_deref(), &bundled).await?;
         let telemetry = crate::telemetry::init()?;
         let served = async {
             let rt = runtime(&runs, store, registry).await?;

@@ -112,12 +112,14 @@ pub(crate) fn serve(store: &str, args: &ServeArgs) -> Result<Output, Failure> {
     if !args.burst.is_finite() {
         return Err(Failure("--burst must be a finite number".into()));
     }
-    // Checked before anything is opened or bound: the server never starts half-configured.
-    let registry = crate::workflows::registry(
-        args.workflows.as_deref(),
-        &rath_runtime::bundled::BundledOptions::default(),
-    )?;
     runtime()?.block_on(async {
+        // Checked (and a declared file's MCP servers started) before anything is opened or
+        // bound: the server never starts half-configured.
+        let registry = crate::workflows::registry(
+            args.workflows.as_deref(),
+            &rath_runtime::bundled::BundledOptions::default(),
+        )
+        .await?;
         let telemetry = crate::telemetry::init()?;
         let served = serve_on(store, &args.runs, &args.bind, registry, config).await;
         telemetry.shutdown();

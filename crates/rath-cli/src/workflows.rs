@@ -25,25 +25,33 @@ fn live(_agent: &str) -> Result<Arc<dyn Provider>, ProviderError> {
     openrath::select::live()
 }
 
-/// `declared` as a registry, once the environment is known to choose a model.
-pub(crate) fn declared_registry(declared: &Declared) -> Result<WorkflowRegistry, Failure> {
+/// `declared` as a registry to run, once the environment is known to choose a model and
+/// the MCP servers the files declare are started (on the calling runtime, which must be
+/// the one that runs the workflows: the servers' connections live on it).
+pub(crate) async fn declared_registry(mut declared: Declared) -> Result<WorkflowRegistry, Failure> {
     live("").map_err(|e| Failure(format!("declared workflows need a model: {e}")))?;
+    if declared.uses_mcp() {
+        declared
+            .connect_mcp(&openrath::mcp::ConnectOptions::default())
+            .await?;
+    }
     Ok(declared.registry(live))
 }
 
-/// The declared workflows of `dir`, else the bundled ones with `bundled`'s options.
-pub(crate) fn registry(
+/// The declared workflows of `dir` (checked, their MCP servers started), else the bundled
+/// ones with `bundled`'s options.
+pub(crate) async fn registry(
     dir: Option<&Path>,
     bundled: &BundledOptions,
 ) -> Result<WorkflowRegistry, Failure> {
     match dir {
-        Some(dir) => declared_registry(&Declared::load_dir(dir)?),
+        Some(dir) => declared_registry(Declared::load_dir(dir)?).await,
         None => Ok(bundled::registry(bundled)),
     }
 }
 
 /// [`registry`] for submitting runs and reading them: the workflows' definitions, which
-/// need no model (one is asked for only when a run is built).
+/// need no model and no MCP server (both are asked for only when a run is built).
 pub(crate) fn definitions(dir: Option<&Path>) -> Result<WorkflowRegistry, Failure> {
     match dir {
         Some(dir) => Ok(Declared::load_dir(dir)?.registry(live)),

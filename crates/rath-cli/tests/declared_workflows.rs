@@ -81,6 +81,56 @@ fn rath_run_runs_a_declared_team_file() {
     assert_eq!(model.requests().len(), 3, "one call per agent");
 }
 
+/// `rath run FILE` with a file that declares an MCP server (`mcp-server-everything` over
+/// stdio): the server is started with the command, and the agent's call of its `echo` tool
+/// is answered by it.
+#[test]
+fn rath_run_starts_the_mcp_server_a_file_declares_and_its_agent_calls_it() {
+    let Ok(bin) = std::env::var("RATH_MCP_EVERYTHING") else {
+        rath_testkit::skip(
+            "RATH_MCP_EVERYTHING is not set to mcp-server-everything (see .ci/install.d/50-mcp.sh)",
+        );
+        return;
+    };
+    let (_rt, model) = mock();
+    model.push(MockReply::tool_calls(vec![(
+        "c1",
+        "echo",
+        json!({"message": "ping"}),
+    )]));
+    model.push(MockReply::text("It said ping."));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("echo.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[agents.echoer]\ninstructions = \"Echo.\"\ntools = [\"mcp:everything/echo\"]\n\n\
+             [mcp.everything]\ncommand = {bin:?}\nargs = [\"stdio\"]\n"
+        ),
+    )
+    .unwrap();
+    let out = rath(Some(&model.base_url()))
+        .args([
+            "--store",
+            &dir.path().join("home").display().to_string(),
+            "run",
+        ])
+        .arg(&file)
+        .args(["--input", "Say ping."])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(stdout.lines().next(), Some("It said ping."), "{stdout}");
+    assert!(stderr.contains("echoer: tool echo ok"), "{stderr}");
+    // The model's second request carries the server's answer.
+    let second = model.requests()[1].to_string();
+    assert!(second.contains("Echo: ping"), "{second}");
+}
+
 #[test]
 fn a_bad_workflow_directory_stops_serve_before_it_listens() {
     let (_rt, model) = mock();
@@ -114,6 +164,24 @@ fn a_bad_workflow_directory_stops_serve_before_it_listens() {
     assert!(
         stderr.contains(&format!(
             "{}:3: agent \"a\": unknown tool",
+            flows.join("zbad.toml").display()
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("serving on"), "{stderr}");
+    assert!(!dir.path().join("runs.db").exists(), "nothing was opened");
+    // An MCP server whose program is not there: refused at its line, before any run.
+    std::fs::write(
+        flows.join("zbad.toml"),
+        "[agents.a]\ninstructions = \"x\"\ntools = [\"mcp:fs\"]\n\n[mcp.fs]\ncommand = \"no-such-mcp-server\"\n",
+    )
+    .unwrap();
+    let out = serve(Some(&model.base_url()), &flows);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{}:5: MCP server \"fs\": program \"no-such-mcp-server\" not found",
             flows.join("zbad.toml").display()
         )),
         "{stderr}"

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use rath_flow::ToolSet;
 
 use crate::DeclareError;
-use crate::spec::{Step, WorkflowSpec};
+use crate::spec::{Step, ToolRef, WorkflowSpec};
 
 /// The names used by `step`, with their lines.
 fn uses<'s>(step: &'s Step, out: &mut Vec<(&'s str, usize)>) {
@@ -33,18 +33,46 @@ pub(crate) fn check(all: &BTreeMap<String, Arc<WorkflowSpec>>) -> Result<(), Dec
     for (name, spec) in all {
         for (agent, a) in &spec.agents {
             for t in &a.tools {
-                if !builtins.contains(t) {
-                    return Err(spec.error_at(
-                        a.lines.get(t).copied().unwrap_or(a.line),
-                        format!(
-                            "agent {agent:?}: unknown tool {t:?} (the built-in tools are {})",
-                            builtins.join(", ")
-                        ),
-                    ));
+                let line = a.lines.get(t).copied().unwrap_or(a.line);
+                match ToolRef::of(t) {
+                    ToolRef::Builtin(b) if !builtins.iter().any(|n| n == b) => {
+                        return Err(spec.error_at(
+                            line,
+                            format!(
+                                "agent {agent:?}: unknown tool {t:?} (the built-in tools are \
+                                 {}; an MCP server's are mcp:SERVER or mcp:SERVER/TOOL)",
+                                builtins.join(", ")
+                            ),
+                        ));
+                    }
+                    ToolRef::McpServer(server) | ToolRef::McpTool(server, _)
+                        if !spec.mcp.contains_key(server) =>
+                    {
+                        return Err(spec.error_at(
+                            line,
+                            format!(
+                                "agent {agent:?}: tool {t:?} is of MCP server {server:?}, which \
+                                 this file does not declare ([mcp.{server}])"
+                            ),
+                        ));
+                    }
+                    ToolRef::McpTool(_, "") | ToolRef::McpServer("") => {
+                        return Err(
+                            spec.error_at(line, format!("agent {agent:?}: {t:?} names no tool"))
+                        );
+                    }
+                    _ => {}
                 }
             }
             for t in &a.approve {
-                if !a.tools.contains(t) {
+                // An MCP tool given with its whole server is approved by its own name.
+                let of_server = match ToolRef::of(t) {
+                    ToolRef::McpTool(server, _) => {
+                        a.tools.iter().any(|u| *u == format!("mcp:{server}"))
+                    }
+                    _ => false,
+                };
+                if !a.tools.contains(t) && !of_server {
                     return Err(spec.error_at(
                         a.lines.get(t).copied().unwrap_or(a.line),
                         format!(

@@ -35,13 +35,21 @@
 //! instructions = "List the facts the question needs."
 //! model = "gpt-4o-mini"              # the model name asked for; the provider and its
 //!                                    # credentials come from the environment only
-//! tools = ["read_workspace_file"]    # built-in workspace tools
+//! tools = ["read_workspace_file",    # built-in workspace tools,
+//!          "mcp:docs/search"]        # and MCP servers' (mcp:SERVER or mcp:SERVER/TOOL)
 //! approve = []                       # tools whose calls wait for a person's decision
 //! max_tool_rounds = 8
 //!
 //! [agents.writer]
 //! instructions = "Answer from those facts."
+//!
+//! [mcp.docs]                         # an MCP server: `command` (stdio) or `url` (HTTP)
+//! command = "docs-mcp-server"
 //! ```
+//!
+//! A file that declares MCP servers needs them started before its workflows run:
+//! [`Declared::connect_mcp`] starts each one, lists its tools and refuses a tool it does not
+//! have, naming the file and line.
 //!
 //! A step of `flow` is an agent's name, another declared workflow's name, or a table:
 //! `{ sequence = [steps] }`, `{ parallel = [steps] }`, `{ select = [steps] }` (a model
@@ -59,13 +67,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rath_flow::{
-    Agent, FlowError, LoopOptions, LoopUntil, Parallel, Selector, Sequence, SharedWorkflow,
+    Agent, FlowError, LoopOptions, LoopUntil, Parallel, Selector, Sequence, SharedWorkflow, Tool,
     ToolPolicy, ToolSet,
 };
+use rath_mcp::{ConnectOptions, McpClient};
 use rath_provider::{Provider, ProviderError};
 use rath_runtime::WorkflowRegistry;
 
-pub use spec::{AgentSpec, Step, WorkflowSpec};
+pub use spec::{AgentSpec, McpSpec, Step, ToolRef, WorkflowSpec};
 
 /// Why declared workflows were refused: one line naming the file and the line.
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +121,19 @@ where
 #[derive(Clone, Debug, Default)]
 pub struct Declared {
     workflows: BTreeMap<String, Arc<WorkflowSpec>>,
+    /// The MCP servers' tools, once [`Declared::connect_mcp`] started them.
+    mcp: Arc<Connected>,
+}
+
+/// The tools of each started MCP server, by workflow and server name. The tools hold their
+/// server's connection: a stdio server lives while a workflow built with its tools does.
+#[derive(Default)]
+struct Connected(BTreeMap<(String, String), Vec<Arc<dyn Tool>>>);
+
+impl std::fmt::Debug for Connected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
 }
 
 impl Declared {
@@ -171,7 +193,57 @@ impl Declared {
             workflows.insert(spec.name.clone(), Arc::new(spec));
         }
         check::check(&workflows)?;
-        Ok(Self { workflows })
+        Ok(Self {
+            workflows,
+            mcp: Arc::default(),
+        })
+    }
+
+    /// True when some file declares MCP servers (`[mcp.NAME]`), which
+    /// [`Declared::connect_mcp`] starts before any of its workflows can run.
+    pub fn uses_mcp(&self) -> bool {
+        self.workflows.values().any(|w| !w.mcp.is_empty())
+    }
+
+    /// Starts (or reaches) every declared MCP server, lists its tools and checks that every
+    /// tool an agent names is one of them and every agent's tools go together (no two of
+    /// the same name, every schema usable). A server that cannot be started or reached, or
+    /// a tool it does not have, is refused naming the file and line. The servers stay up
+    /// while this value, its registry or a workflow built from it does (a stdio server is
+    /// stopped when the last of them is dropped).
+    pub async fn connect_mcp(&mut self, options: &ConnectOptions) -> Result<(), DeclareError> {
+        let mut connected = Connected::default();
+        for (wf, spec) in &self.workflows {
+            for (server, m) in &spec.mcp {
+                let at = |message: String| {
+                    spec.error_at(m.line, format!("MCP server {server:?}: {message}"))
+                };
+                let how = m.config.spec().map_err(|e| at(e.to_string()))?;
+                let mut opts = options.clone();
+                if let Some(t) = m.config.call_timeout() {
+                    opts = opts.call_timeout(t);
+                }
+                let client = McpClient::connect(server.clone(), how, &opts)
+                    .await
+                    .map_err(|e| at(format!("cannot be started or reached: {e}")))?;
+                let tools = client
+                    .tools()
+                    .await
+                    .map_err(|e| at(format!("cannot list its tools: {e}")))?;
+                let tools = tools
+                    .into_iter()
+                    .map(|t| Arc::new(t) as Arc<dyn Tool>)
+                    .collect();
+                connected.0.insert((wf.clone(), server.clone()), tools);
+            }
+        }
+        for spec in self.workflows.values() {
+            for (agent, a) in &spec.agents {
+                agent_tools(spec, agent, a, &connected)?;
+            }
+        }
+        self.mcp = Arc::new(connected);
+        Ok(())
     }
 
     /// The declared workflows' names, in order.
@@ -191,11 +263,11 @@ impl Declared {
         let models: Arc<dyn Models> = Arc::new(models);
         let mut registry = WorkflowRegistry::new();
         for (name, spec) in &self.workflows {
-            let all = self.workflows.clone();
+            let all = self.clone();
             let models = models.clone();
             let top = spec.clone();
             registry = registry.register(name.clone(), &spec.text, move || {
-                build_workflow(&all, &top, models.as_ref())
+                all.build_spec(&top, models.as_ref())
             });
         }
         registry
@@ -207,111 +279,173 @@ impl Declared {
             .workflows
             .get(name)
             .ok_or_else(|| FlowError::Config(format!("no declared workflow {name:?}")))?;
-        build_workflow(&self.workflows, spec, models)
+        self.build_spec(spec, models)
     }
-}
 
-fn build_workflow(
-    all: &BTreeMap<String, Arc<WorkflowSpec>>,
-    spec: &WorkflowSpec,
-    models: &dyn Models,
-) -> Result<SharedWorkflow, FlowError> {
-    build_step(all, spec, &spec.flow, Some(&spec.name), models)
-}
+    fn build_spec(
+        &self,
+        spec: &WorkflowSpec,
+        models: &dyn Models,
+    ) -> Result<SharedWorkflow, FlowError> {
+        self.build_step(spec, &spec.flow, Some(&spec.name), models)
+    }
 
-/// The workflow of `step` of `spec` (`name`: the name a combinator at the top takes).
-fn build_step(
-    all: &BTreeMap<String, Arc<WorkflowSpec>>,
-    spec: &WorkflowSpec,
-    step: &Step,
-    name: Option<&str>,
-    models: &dyn Models,
-) -> Result<SharedWorkflow, FlowError> {
-    let named = |own: &Option<String>, kind: &str| {
-        own.clone()
-            .or_else(|| name.map(str::to_owned))
-            .unwrap_or_else(|| kind.to_owned())
-    };
-    Ok(match step {
-        Step::Use { name: used, .. } => match spec.agents.get(used) {
-            Some(agent) => Arc::new(build_agent(used, agent, models)?),
-            // The check made sure it is a declared workflow.
-            None => match all.get(used) {
-                Some(other) => build_workflow(all, other, models)?,
-                None => return Err(FlowError::Config(format!("no agent or workflow {used:?}"))),
+    /// The workflow of `step` of `spec` (`name`: the name a combinator at the top takes).
+    fn build_step(
+        &self,
+        spec: &WorkflowSpec,
+        step: &Step,
+        name: Option<&str>,
+        models: &dyn Models,
+    ) -> Result<SharedWorkflow, FlowError> {
+        let named = |own: &Option<String>, kind: &str| {
+            own.clone()
+                .or_else(|| name.map(str::to_owned))
+                .unwrap_or_else(|| kind.to_owned())
+        };
+        Ok(match step {
+            Step::Use { name: used, .. } => match spec.agents.get(used) {
+                Some(agent) => Arc::new(self.build_agent(spec, used, agent, models)?),
+                // The check made sure it is a declared workflow.
+                None => match self.workflows.get(used) {
+                    Some(other) => self.build_spec(other, models)?,
+                    None => {
+                        return Err(FlowError::Config(format!("no agent or workflow {used:?}")));
+                    }
+                },
             },
-        },
-        Step::Sequence { name: own, steps } => {
-            let mut s = Sequence::new(named(own, "sequence"));
-            if name.is_some() {
-                // The top step is the workflow: it says what the workflow is for.
-                s = s.describe(spec.description.clone());
+            Step::Sequence { name: own, steps } => {
+                let mut s = Sequence::new(named(own, "sequence"));
+                if name.is_some() {
+                    // The top step is the workflow: it says what the workflow is for.
+                    s = s.describe(spec.description.clone());
+                }
+                for st in steps {
+                    s = s.then_shared(self.build_step(spec, st, None, models)?);
+                }
+                Arc::new(s)
             }
-            for st in steps {
-                s = s.then_shared(build_step(all, spec, st, None, models)?);
+            Step::Parallel { name: own, steps } => {
+                let mut p = Parallel::new(named(own, "parallel"));
+                for st in steps {
+                    p = p.branch_shared(self.build_step(spec, st, None, models)?);
+                }
+                Arc::new(p)
             }
-            Arc::new(s)
+            Step::Select { name: own, steps } => {
+                let own = named(own, "select");
+                let mut s = Selector::by_model(own.clone(), models.provider(&own)?);
+                for st in steps {
+                    s = s.candidate_shared(self.build_step(spec, st, None, models)?);
+                }
+                Arc::new(s)
+            }
+            Step::Loop {
+                name: own,
+                body,
+                until,
+                max,
+            } => {
+                let body = self.build_step(spec, body, None, models)?;
+                let mut l = LoopUntil::new(named(own, "loop"), body, *max);
+                if let Some(text) = until.clone() {
+                    l = l.until(move |s| {
+                        rath_flow::final_text(s).is_some_and(|t| t.contains(text.as_str()))
+                    });
+                }
+                Arc::new(l)
+            }
+        })
+    }
+
+    fn build_agent(
+        &self,
+        spec: &WorkflowSpec,
+        name: &str,
+        a: &AgentSpec,
+        models: &dyn Models,
+    ) -> Result<Agent, FlowError> {
+        let mut agent = Agent::new(name, a.instructions.clone(), models.provider(name)?);
+        if let Some(d) = &a.description {
+            agent = agent.describe(d.clone());
         }
-        Step::Parallel { name: own, steps } => {
-            let mut p = Parallel::new(named(own, "parallel"));
-            for st in steps {
-                p = p.branch_shared(build_step(all, spec, st, None, models)?);
-            }
-            Arc::new(p)
+        if !a.tools.is_empty() {
+            let tools = agent_tools(spec, name, a, &self.mcp)
+                .map_err(|e| FlowError::Config(e.to_string()))?;
+            agent = agent.with_tools(tools);
         }
-        Step::Select { name: own, steps } => {
-            let own = named(own, "select");
-            let mut s = Selector::by_model(own.clone(), models.provider(&own)?);
-            for st in steps {
-                s = s.candidate_shared(build_step(all, spec, st, None, models)?);
+        if !a.approve.is_empty() {
+            let mut policy = ToolPolicy::allow_all();
+            for t in &a.approve {
+                if let Some(tool) = ToolRef::of(t).tool_name() {
+                    policy = policy.require_approval(tool.to_owned());
+                }
             }
-            Arc::new(s)
+            agent = agent.with_policy(policy);
         }
-        Step::Loop {
-            name: own,
-            body,
-            until,
-            max,
-        } => {
-            let body = build_step(all, spec, body, None, models)?;
-            let mut l = LoopUntil::new(named(own, "loop"), body, *max);
-            if let Some(text) = until.clone() {
-                l = l.until(move |s| {
-                    rath_flow::final_text(s).is_some_and(|t| t.contains(text.as_str()))
-                });
-            }
-            Arc::new(l)
+        let mut options = LoopOptions::default();
+        options.model = a.model.clone();
+        if let Some(n) = a.max_tool_rounds {
+            options.max_tool_rounds = n;
         }
-    })
+        Ok(agent.with_options(options))
+    }
 }
 
-fn build_agent(name: &str, spec: &AgentSpec, models: &dyn Models) -> Result<Agent, FlowError> {
-    let mut agent = Agent::new(name, spec.instructions.clone(), models.provider(name)?);
-    if let Some(d) = &spec.description {
-        agent = agent.describe(d.clone());
-    }
-    if !spec.tools.is_empty() {
-        let all = ToolSet::builtins();
-        let mut tools = ToolSet::new();
-        for t in &spec.tools {
-            // The check made sure every name is a built-in tool.
-            if let Some(tool) = all.get(t) {
-                tools.add(tool.clone())?;
+/// The tools of agent `agent` (declared as `a` in `spec`): its built-in ones and those of
+/// its MCP servers (`connected`: their tools once started). A tool named alone that the
+/// server does not have or whose schema is unusable is an error at the line that names it;
+/// of a server given whole, a tool whose schema is unusable is left out.
+fn agent_tools(
+    spec: &WorkflowSpec,
+    agent: &str,
+    a: &AgentSpec,
+    connected: &Connected,
+) -> Result<ToolSet, DeclareError> {
+    let builtins = ToolSet::builtins();
+    let mut tools = ToolSet::new();
+    for t in &a.tools {
+        let line = a.lines.get(t).copied().unwrap_or(a.line);
+        let at = |message: String| spec.error_at(line, format!("agent {agent:?}: {message}"));
+        let server_tools = |server: &str| {
+            connected
+                .0
+                .get(&(spec.name.clone(), server.to_owned()))
+                .ok_or_else(|| {
+                    at(format!(
+                        "MCP server {server:?} was not started (Declared::connect_mcp starts \
+                         the servers a directory declares)"
+                    ))
+                })
+        };
+        match ToolRef::of(t) {
+            ToolRef::Builtin(b) => {
+                // The check made sure every such name is a built-in tool.
+                if let Some(tool) = builtins.get(b) {
+                    tools.add(tool.clone()).map_err(|e| at(e.to_string()))?;
+                }
+            }
+            ToolRef::McpServer(server) => {
+                for tool in server_tools(server)? {
+                    match tools.add(tool.clone()) {
+                        Ok(()) | Err(FlowError::InvalidTool { .. }) => {}
+                        Err(e) => return Err(at(e.to_string())),
+                    }
+                }
+            }
+            ToolRef::McpTool(server, name) => {
+                let all = server_tools(server)?;
+                let tool = all.iter().find(|x| x.name() == name).ok_or_else(|| {
+                    let mut names: Vec<&str> = all.iter().map(|x| x.name()).collect();
+                    names.sort_unstable();
+                    at(format!(
+                        "MCP server {server:?} has no tool {name:?} (it has {})",
+                        names.join(", ")
+                    ))
+                })?;
+                tools.add(tool.clone()).map_err(|e| at(e.to_string()))?;
             }
         }
-        agent = agent.with_tools(tools);
     }
-    if !spec.approve.is_empty() {
-        let mut policy = ToolPolicy::allow_all();
-        for t in &spec.approve {
-            policy = policy.require_approval(t.clone());
-        }
-        agent = agent.with_policy(policy);
-    }
-    let mut options = LoopOptions::default();
-    options.model = spec.model.clone();
-    if let Some(n) = spec.max_tool_rounds {
-        options.max_tool_rounds = n;
-    }
-    Ok(agent.with_options(options))
+    Ok(tools)
 }

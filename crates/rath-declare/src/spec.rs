@@ -22,12 +22,56 @@ pub struct WorkflowSpec {
     pub agents: BTreeMap<String, AgentSpec>,
     /// What runs.
     pub flow: Step,
+    /// The MCP servers its agents take tools from, by name (`[mcp.NAME]`).
+    pub mcp: BTreeMap<String, McpSpec>,
     /// The file it came from, and its text.
     pub file: PathBuf,
     /// The file's text (the workflow's definition).
     pub text: String,
     /// The line of its name (or 1).
     pub(crate) name_line: usize,
+}
+
+/// A declared MCP server: a program spawned over stdio or a streamable-HTTP endpoint.
+#[derive(Clone, Debug)]
+pub struct McpSpec {
+    /// How to reach it (the `mcpServers` entry it amounts to).
+    pub config: rath_mcp::ServerConfig,
+    /// The line of its table.
+    pub(crate) line: usize,
+}
+
+/// A tool an agent names: a built-in one, or an MCP server's (`mcp:SERVER` for all its
+/// tools, `mcp:SERVER/TOOL` for one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolRef<'a> {
+    /// A built-in tool.
+    Builtin(&'a str),
+    /// Every tool of an MCP server.
+    McpServer(&'a str),
+    /// One tool of an MCP server.
+    McpTool(&'a str, &'a str),
+}
+
+impl<'a> ToolRef<'a> {
+    /// What `name` refers to.
+    pub fn of(name: &'a str) -> ToolRef<'a> {
+        match name.strip_prefix("mcp:") {
+            Some(rest) => match rest.split_once('/') {
+                Some((server, tool)) => ToolRef::McpTool(server, tool),
+                None => ToolRef::McpServer(rest),
+            },
+            None => ToolRef::Builtin(name),
+        }
+    }
+
+    /// The name the model sees for a single tool (`None` for a whole server).
+    pub fn tool_name(&self) -> Option<&'a str> {
+        match self {
+            ToolRef::Builtin(t) | ToolRef::McpTool(_, t) => Some(t),
+            ToolRef::McpServer(_) => None,
+        }
+    }
 }
 
 /// A declared agent.
@@ -39,7 +83,8 @@ pub struct AgentSpec {
     pub description: Option<String>,
     /// The model name asked for (the provider comes from the environment).
     pub model: Option<String>,
-    /// Built-in workspace tools it may call.
+    /// Tools it may call: built-in workspace tools by name, MCP servers' tools as
+    /// `mcp:SERVER` or `mcp:SERVER/TOOL` (see [`ToolRef`]).
     pub tools: Vec<String>,
     /// Tools whose calls wait for a person's decision.
     pub approve: Vec<String>,
@@ -115,6 +160,21 @@ struct RawFile {
     flow: Option<Spanned<Value>>,
     #[serde(default)]
     agents: BTreeMap<String, Spanned<RawAgent>>,
+    #[serde(default)]
+    mcp: BTreeMap<String, Spanned<RawMcp>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMcp {
+    command: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    cwd: Option<PathBuf>,
+    url: Option<String>,
+    timeout: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -222,6 +282,7 @@ pub(crate) fn parse(file: &Path, text: &str) -> Result<WorkflowSpec, DeclareErro
         ));
     }
     let agents = agents(file, text, &raw.agents)?;
+    let mcp = mcp_servers(file, text, &raw.mcp)?;
     let flow = match &raw.flow {
         Some(flow) => {
             let from = flow.span().start;
@@ -251,10 +312,85 @@ pub(crate) fn parse(file: &Path, text: &str) -> Result<WorkflowSpec, DeclareErro
         description: raw.description,
         agents,
         flow,
+        mcp,
         file: file.to_owned(),
         text: text.to_owned(),
         name_line,
     })
+}
+
+/// The MCP servers of a file, each checked as far as can be without starting it: a
+/// program that exists (a path to a file, or a name found on `PATH`), or an `http(s)` URL.
+fn mcp_servers(
+    file: &Path,
+    text: &str,
+    raw: &BTreeMap<String, Spanned<RawMcp>>,
+) -> Result<BTreeMap<String, McpSpec>, DeclareError> {
+    let mut out = BTreeMap::new();
+    for (name, spanned) in raw {
+        let line = line_of(text, spanned.span().start);
+        let invalid = |message: String| DeclareError::Invalid {
+            file: file.to_owned(),
+            line,
+            message: format!("MCP server {name:?}: {message}"),
+        };
+        let m = spanned.get_ref();
+        let mut config = rath_mcp::ServerConfig::default();
+        config.command = m.command.clone();
+        config.args = m.args.clone();
+        config.env = m.env.clone();
+        config.cwd = m.cwd.clone();
+        config.url = m.url.clone();
+        config.timeout = m.timeout;
+        match config.spec().map_err(|e| invalid(e.to_string()))? {
+            rath_mcp::ServerSpec::Stdio(s) => {
+                if find_program(&s.command, s.cwd.as_deref()).is_none() {
+                    return Err(invalid(format!(
+                        "program {:?} not found (neither a file nor on PATH)",
+                        s.command
+                    )));
+                }
+            }
+            rath_mcp::ServerSpec::Http(h) => {
+                if !(h.url.starts_with("http://") || h.url.starts_with("https://")) {
+                    return Err(invalid(format!("url {:?} is not http(s)", h.url)));
+                }
+            }
+            _ => return Err(invalid("an unknown transport".into())),
+        }
+        if m.timeout.is_some_and(|t| !(t.is_finite() && t > 0.0)) {
+            return Err(invalid("timeout is a positive number of seconds".into()));
+        }
+        out.insert(name.clone(), McpSpec { config, line });
+    }
+    Ok(out)
+}
+
+/// Where program `command` is: itself when it names a path (relative to `cwd` when given),
+/// else the first executable file of that name on `PATH`.
+fn find_program(command: &str, cwd: Option<&Path>) -> Option<PathBuf> {
+    let runnable = |p: &Path| p.metadata().is_ok_and(|m| m.is_file() && executable(&m));
+    if command.contains('/') {
+        let p = match cwd {
+            Some(dir) if !Path::new(command).is_absolute() => dir.join(command),
+            _ => PathBuf::from(command),
+        };
+        return runnable(&p).then_some(p);
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(command))
+        .find(|p| runnable(p))
+}
+
+#[cfg(unix)]
+fn executable(m: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    m.permissions().mode() & 0o111 != 0
+}
+
+#[cfg(not(unix))]
+fn executable(_: &std::fs::Metadata) -> bool {
+    true
 }
 
 /// The agents of a file, with the lines of their tables and of the tool names they use.

@@ -189,3 +189,172 @@ fn a_directory_without_files_or_with_a_duplicate_name_is_refused() {
         "{e}"
     );
 }
+
+#[test]
+fn bad_mcp_declarations_are_refused_with_their_file_and_line() {
+    // A program that is not there (the server would fail only at the first run).
+    let e = refused(
+        "[agents.a]\ninstructions = \"x\"\ntools = [\"mcp:fs\"]\n\n[mcp.fs]\ncommand = \"no-such-mcp-server-here\"\n",
+    );
+    assert!(
+        e.starts_with("bad.toml:5: ") && e.contains("\"no-such-mcp-server-here\" not found"),
+        "{e}"
+    );
+    // A path that is not a program.
+    let e = refused("[agents.a]\ninstructions = \"x\"\n[mcp.fs]\ncommand = \"/no/such/server\"\n");
+    assert!(
+        e.starts_with("bad.toml:3: ") && e.contains("not found"),
+        "{e}"
+    );
+    // Neither a program nor a URL, or both.
+    let e = refused("[agents.a]\ninstructions = \"x\"\n[mcp.fs]\nargs = [\"x\"]\n");
+    assert!(
+        e.starts_with("bad.toml:3: ") && e.contains("`command` or `url`"),
+        "{e}"
+    );
+    let e = refused("[agents.a]\ninstructions = \"x\"\n[mcp.fs]\nurl = \"ftp://host/mcp\"\n");
+    assert!(e.contains("not http(s)"), "{e}");
+    // A field MCP tables do not have (headers carry credentials: not in a file).
+    let e = refused(
+        "[agents.a]\ninstructions = \"x\"\n[mcp.fs]\nurl = \"http://127.0.0.1:1/mcp\"\nheaders = { X = \"y\" }\n",
+    );
+    assert!(
+        e.starts_with("bad.toml:5: ") && e.contains("headers"),
+        "{e}"
+    );
+    // A tool of a server the file does not declare.
+    let e = refused("[agents.a]\ninstructions = \"x\"\ntools = [\"mcp:web/fetch\"]\n");
+    assert!(
+        e.starts_with("bad.toml:3: ") && e.contains("does not declare ([mcp.web])"),
+        "{e}"
+    );
+}
+
+/// `mcp-server-everything` over stdio (`.ci/install.d/50-mcp.sh`), or a skip.
+fn everything() -> Option<String> {
+    let found = std::env::var("RATH_MCP_EVERYTHING").ok();
+    if found.is_none() {
+        rath_testkit::skip(
+            "RATH_MCP_EVERYTHING is not set to mcp-server-everything (see .ci/install.d/50-mcp.sh)",
+        );
+    }
+    found
+}
+
+/// A file whose agent calls `echo` of the MCP server declared beside it.
+fn echo_file(server: &str) -> String {
+    format!(
+        "description = \"Echoes through MCP.\"\n\n[agents.echoer]\ninstructions = \"Echo.\"\n\
+         tools = [\"mcp:everything/echo\"]\n\n[mcp.everything]\n{server}\n"
+    )
+}
+
+/// Runs the `echoer` agent of `declared`, its model asking for `echo` once: the tool's
+/// answer, as the session's tool result.
+async fn echo_through(mut declared: Declared) -> String {
+    declared
+        .connect_mcp(&rath_mcp::ConnectOptions::default())
+        .await
+        .expect("the server starts and has echo");
+    let models = |_: &str| -> Result<Arc<dyn Provider>, ProviderError> {
+        Ok(Arc::new(ScriptedProvider::new(vec![
+            ScriptedResponse::tool_calls([("c1", "echo", serde_json::json!({"message": "ping"}))]),
+            ScriptedResponse::text("done"),
+        ])))
+    };
+    let registry = declared.registry(models);
+    let w = (registry.get("echo").unwrap().constructor)().expect("builds");
+    drop(registry);
+    drop(declared);
+    // The workflow alone keeps its server.
+    let out = FlowContext::new()
+        .forward(w.as_ref(), Session::user("say ping"))
+        .await
+        .expect("the run");
+    out.chunks()
+        .iter()
+        .find_map(|c| match c.body() {
+            rath_session::ChunkBody::ToolResult(r) => Some(r.content.clone()),
+            _ => None,
+        })
+        .expect("a tool result")
+}
+
+#[tokio::test]
+async fn an_agent_calls_a_tool_of_an_mcp_server_its_file_declares_over_stdio() {
+    let Some(bin) = everything() else { return };
+    let text = echo_file(&format!("command = {bin:?}\nargs = [\"stdio\"]"));
+    let declared = Declared::parse_str("echo.toml", &text).unwrap();
+    assert!(declared.uses_mcp());
+    let answer = echo_through(declared).await;
+    assert!(answer.contains("ping"), "{answer}");
+
+    // A tool the server does not have: refused when the servers start, at its line.
+    let bad = text.replace("mcp:everything/echo", "mcp:everything/launch");
+    let mut declared = Declared::parse_str("echo.toml", &bad).unwrap();
+    let e = declared
+        .connect_mcp(&rath_mcp::ConnectOptions::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("echo.toml:5: ") && e.contains("has no tool \"launch\" (it has "),
+        "{e}"
+    );
+    // Not started: building says so (never a silent agent without its tools).
+    let declared = Declared::parse_str("echo.toml", &text).unwrap();
+    let e = declared
+        .build("echo", &scripted)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("was not started"), "{e}");
+}
+
+#[tokio::test]
+async fn an_agent_calls_a_tool_of_an_mcp_server_its_file_declares_over_http() {
+    let Some(bin) = everything() else { return };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = tokio::process::Command::new(&bin)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("mcp-server-everything starts");
+    // Up when it accepts a connection (a guard of seconds against a hang).
+    let start = std::time::Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "never listened"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let text = echo_file(&format!("url = \"http://127.0.0.1:{port}/mcp\""));
+    let answer = echo_through(Declared::parse_str("echo.toml", &text).unwrap()).await;
+    assert!(answer.contains("ping"), "{answer}");
+    let _ = server.kill().await;
+
+    // A server that is not there: refused when the servers start, at its table's line.
+    let mut declared = Declared::parse_str("echo.toml", &text).unwrap();
+    let e = declared
+        .connect_mcp(
+            &rath_mcp::ConnectOptions::default().connect_timeout(std::time::Duration::from_secs(5)),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("echo.toml:7: ") && e.contains("cannot be started or reached"),
+        "{e}"
+    );
+}

@@ -44,7 +44,7 @@ use tokio::sync::broadcast;
 use crate::model::RunId;
 
 /// Events a watcher may fall behind by before the oldest are dropped for it.
-const CAPACITY: usize = 1024;
+pub const FEED_CAPACITY: usize = 1024;
 
 /// Something a run did just now.
 #[derive(Clone, Debug)]
@@ -82,7 +82,7 @@ struct Slot {
 /// The feeds of the runs of one process: cheap to clone, shared by a
 /// [`crate::Runtime`]'s clones (its workers publish, its servers subscribe). Memory is
 /// bounded by the runs being watched or executed: a run's channel exists while it has a
-/// watcher or a publisher, and holds at most [`CAPACITY`] events a slow watcher has not
+/// watcher or a publisher, and holds at most [`FEED_CAPACITY`] events a slow watcher has not
 /// read.
 #[derive(Clone, Default)]
 pub struct RunFeed {
@@ -116,7 +116,7 @@ impl RunFeed {
             .lock()
             .entry(run.clone())
             .or_insert_with(|| Slot {
-                tx: broadcast::channel(CAPACITY).0,
+                tx: broadcast::channel(FEED_CAPACITY).0,
                 publishers: 0,
             })
             .tx
@@ -134,7 +134,7 @@ impl RunFeed {
         let tx = {
             let mut slots = self.lock();
             let slot = slots.entry(run.clone()).or_insert_with(|| Slot {
-                tx: broadcast::channel(CAPACITY).0,
+                tx: broadcast::channel(FEED_CAPACITY).0,
                 publishers: 0,
             });
             slot.publishers += 1;
@@ -227,7 +227,7 @@ impl std::fmt::Debug for FeedReceiver {
 
 impl FeedReceiver {
     /// The next event; pending for good while nothing is published (select it against
-    /// the run's end). Events a slow reader fell [`CAPACITY`] behind on are skipped and
+    /// the run's end). Events a slow reader fell [`FEED_CAPACITY`] behind on are skipped and
     /// counted ([`FeedReceiver::missed`]).
     pub async fn recv(&mut self) -> Option<Arc<FeedEvent>> {
         let rx = self.rx.as_mut()?;
@@ -412,7 +412,7 @@ mod tests {
         let run = RunId("r".into());
         let mut w = feed.subscribe(&run);
         let p = feed.publisher(&run);
-        for i in 0..CAPACITY + 10 {
+        for i in 0..FEED_CAPACITY + 10 {
             p.send(token(&i.to_string()));
         }
         let first = w.recv().await.unwrap();

@@ -79,7 +79,7 @@ use sha2::{Digest, Sha256};
 pub use clock::RunClock;
 pub use error::RuntimeError;
 pub use events::EventSubscription;
-pub use feed::{FeedEvent, FeedObserver, FeedPublisher, FeedReceiver, RunFeed};
+pub use feed::{FEED_CAPACITY, FeedEvent, FeedObserver, FeedPublisher, FeedReceiver, RunFeed};
 pub use journal::{CLOCK_STEP, CallInfo, RunScope, current_call, idempotency_key};
 pub use model::{
     Effect, EffectState, Lease, RetryPolicy, Run, RunEvent, RunId, RunOptions, RunStatus,
