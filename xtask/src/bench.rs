@@ -39,8 +39,10 @@ pub struct BenchArgs {
     /// `dev`, reusing the test build: it checks that every workload runs, not its figures.
     #[arg(long, default_value = "bench")]
     pub profile: String,
-    /// Run one workload only and replace its section of the page: `store` (issue 19's
-    /// session stores vs LangGraph's Postgres checkpointer; see `bench_store.rs`).
+    /// Run some workloads only (comma-separated) and replace their sections of the page:
+    /// `wave1`, `store` (issue 19's session stores vs LangGraph's Postgres checkpointer;
+    /// see `bench_store.rs`), `runtime`, `server`, `ttft` (issue 50's time to first token
+    /// through the server; see `bench_ttft.rs`).
     #[arg(long, value_name = "WORKLOAD")]
     pub only: Option<String>,
 }
@@ -605,6 +607,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             "wave1" => wave1(&root, args, &out),
             "store" => store_section(&root, args, &out),
             "runtime" => runtime_section(args, &out),
+            "ttft" => ttft_section(args),
             _ => server_section(args, &out),
         };
         // A workload that cannot run says why in its section; the others still run.
@@ -626,7 +629,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 }
 
 /// The workloads of the page, in page order (`--only` takes a comma-separated subset).
-const WORKLOADS: [&str; 4] = ["wave1", "store", "runtime", "server"];
+const WORKLOADS: [&str; 5] = ["wave1", "store", "runtime", "server", "ttft"];
 
 /// Markers of workload `name`'s section in the page.
 fn markers(name: &str) -> (String, String) {
@@ -774,6 +777,15 @@ fn runtime_section(args: &BenchArgs, out: &Path) -> Result<(String, Vec<GoalRow>
 const SERVER_CHART: &str = "bench-server-latency.svg";
 
 /// The agent server against Python OpenRath 2.0's server (issue 21), and its latency chart.
+/// Time to first token through the server vs the model directly (issue 50).
+fn ttft_section(args: &BenchArgs) -> Result<(String, Vec<GoalRow>)> {
+    let r = crate::bench_ttft::measure(args.quick)?;
+    Ok((
+        crate::bench_ttft::render(&r),
+        crate::bench_ttft::goal_rows(&r),
+    ))
+}
+
 fn server_section(args: &BenchArgs, out: &Path) -> Result<(String, Vec<GoalRow>)> {
     let r = crate::bench_server::measure(args.quick)?;
     let chart = out.with_file_name(SERVER_CHART);

@@ -14,6 +14,7 @@ mod bench;
 mod bench_runtime;
 mod bench_server;
 mod bench_store;
+mod bench_ttft;
 mod chart;
 
 /// openrath project automation.

@@ -61,6 +61,10 @@ pub(crate) struct Hub {
     /// run to `running`, which nothing waits for): what [`Runtime::wait`](crate::Runtime::wait)
     /// reads again on.
     moved: broadcast::Sender<Arc<str>>,
+    /// A run was queued by this process (submitted, or put back by an operator's decision):
+    /// wakes an idle worker of this process at once instead of at its next poll (a permit
+    /// is kept when none waits, so a claim that was in flight is followed by another).
+    queued: tokio::sync::Notify,
     listener: OnceCell<()>,
     stop: CancellationToken,
 }
@@ -70,6 +74,7 @@ impl Default for Hub {
         Self {
             tx: broadcast::channel(4096).0,
             moved: broadcast::channel(4096).0,
+            queued: tokio::sync::Notify::new(),
             listener: OnceCell::new(),
             stop: CancellationToken::new(),
         }
@@ -94,6 +99,16 @@ impl Hub {
         let run: Arc<str> = Arc::from(run);
         let _ = self.tx.send(run.clone());
         let _ = self.moved.send(run);
+    }
+
+    /// Tells an idle worker of this process that a run is queued (after the commit).
+    pub(crate) fn notify_queued(&self) {
+        self.queued.notify_one();
+    }
+
+    /// Resolves once a run is queued by this process (see [`Hub::notify_queued`]).
+    pub(crate) async fn queued(&self) {
+        self.queued.notified().await;
     }
 
     pub(crate) fn receiver(&self) -> broadcast::Receiver<Arc<str>> {

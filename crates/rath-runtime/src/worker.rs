@@ -29,8 +29,9 @@ pub struct WorkerOptions {
     /// Lease length; heartbeats renew it every third of it.
     pub lease: Duration,
     /// Sleep between empty claims (one loop of an idle worker polls; its others wait for
-    /// it to find a run). An idle worker also sweeps for runs past their deadline, at most
-    /// once a second.
+    /// it to find a run). A run submitted through the same [`crate::RunStore`] (an embedded
+    /// worker beside its server) ends the sleep at once. An idle worker also sweeps for runs
+    /// past their deadline, at most once a second.
     pub poll: Duration,
     /// Run a workflow whose definition changed since the run was submitted.
     pub accept_changed_definitions: bool,
@@ -315,8 +316,11 @@ impl Worker {
                         match turn {
                             Turn::Claim => {}
                             Turn::Poll => {
+                                // A run queued by this process is claimed at once, not
+                                // at the next poll.
                                 tokio::select! {
                                     _ = tokio::time::sleep(me.opts.poll) => {}
+                                    _ = me.rt.runs.queued_here() => {}
                                     _ = shutdown.cancelled() => break,
                                 }
                             }

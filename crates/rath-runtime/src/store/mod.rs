@@ -528,7 +528,15 @@ impl RunStore {
             );
         });
         self.hub.notify_moved(id.as_str());
+        self.hub.notify_queued();
         Ok(id)
+    }
+
+    /// Resolves once this process queues a run (a submission, or an operator's decision
+    /// that puts a run back in the queue): what an idle worker's poll waits on besides its
+    /// interval.
+    pub(crate) async fn queued_here(&self) {
+        self.hub.queued().await;
     }
 
     /// The run `id`.
@@ -872,6 +880,9 @@ impl RunStore {
             );
         });
         self.hub.notify_moved(id.as_str());
+        // A decision may have put the run back in the queue (an idle worker that finds
+        // nothing to claim goes back to its poll).
+        self.hub.notify_queued();
         Ok(())
     }
 
