@@ -151,22 +151,35 @@ impl ServerDb {
         let sql = format!(
             "INSERT INTO sv_thread_runs (tenant, {RUN_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
         );
-        let done = on_pool!(self, p, {
-            sqlx::query(&sql)
-                .bind(tenant)
-                .bind(&run.run_id)
-                .bind(&run.thread_id)
-                .bind(run.seq)
-                .bind(&run.assistant_id)
-                .bind(&run.metadata)
-                .bind(&run.kwargs)
-                .bind(run.created_ms)
-                .execute(p)
-                .await
-                .map(|r| r.rows_affected())
+        let touch = "UPDATE sv_threads SET updated_ms = $1 WHERE tenant = $2 AND thread_id = $3";
+        // The row and the thread's time in one transaction: one commit, and never one
+        // without the other.
+        let done: Result<(), sqlx::Error> = on_pool!(self, p, {
+            async {
+                let mut tx = p.begin().await?;
+                sqlx::query(&sql)
+                    .bind(tenant)
+                    .bind(&run.run_id)
+                    .bind(&run.thread_id)
+                    .bind(run.seq)
+                    .bind(&run.assistant_id)
+                    .bind(&run.metadata)
+                    .bind(&run.kwargs)
+                    .bind(run.created_ms)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(touch)
+                    .bind(run.created_ms)
+                    .bind(tenant)
+                    .bind(&run.thread_id)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await
+            }
+            .await
         });
         match done {
-            Ok(_) => {}
+            Ok(()) => {}
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
                 return Err(ServerError::Conflict(format!(
                     "thread {} got another run at the same time",
@@ -175,15 +188,6 @@ impl ServerDb {
             }
             Err(e) => return Err(e.into()),
         }
-        let touch = "UPDATE sv_threads SET updated_ms = $1 WHERE tenant = $2 AND thread_id = $3";
-        on_pool!(self, p, {
-            sqlx::query(touch)
-                .bind(run.created_ms)
-                .bind(tenant)
-                .bind(&run.thread_id)
-                .execute(p)
-                .await?;
-        });
         Ok(())
     }
 }

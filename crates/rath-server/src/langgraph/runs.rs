@@ -383,8 +383,9 @@ struct Follow {
     /// Steps came from the feed: `updates` are sent per agent step from it, not from the
     /// stored state's growth.
     live_steps: bool,
-    /// Reply text streamed so far, by stream id; a streamed reply's whole message is not
-    /// sent again as a `messages` tuple (its pieces were), as LangGraph does.
+    /// Reply text streamed so far, by stream id (kept for the stream's life: it is what
+    /// the run's model wrote, which its state holds too); a streamed reply's whole message
+    /// is not sent again as a `messages` tuple (its pieces were), as LangGraph does.
     streamed: HashMap<String, String>,
     /// When the stored state was last read.
     polled: Option<Instant>,
@@ -471,21 +472,17 @@ impl Follow {
         self.sent = all.len();
     }
 
-    /// True when `m` is an AI message whose text was streamed in pieces (each streamed
-    /// reply answers for one message).
-    fn was_streamed(&mut self, m: &Value) -> bool {
+    /// True when `m` is an AI message whose text was streamed in pieces. A streamed reply
+    /// answers for every message with its text: the state a poll reads may be an agent's
+    /// fork before it is the merged session, and the same message is new in both.
+    fn was_streamed(&self, m: &Value) -> bool {
         if m["type"] != "ai" {
             return false;
         }
         let Some(text) = m["content"].as_str().filter(|t| !t.is_empty()) else {
             return false;
         };
-        let found = self
-            .streamed
-            .iter()
-            .find(|(_, t)| t.as_str() == text)
-            .map(|(id, _)| id.clone());
-        found.is_some_and(|id| self.streamed.remove(&id).is_some())
+        self.streamed.values().any(|t| t.as_str() == text)
     }
 
     /// What the run did just now, as LangGraph's events: reply text as `AIMessageChunk`
