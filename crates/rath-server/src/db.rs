@@ -345,12 +345,12 @@ impl ServerDb {
     /// Records that `tenant` owns session `id` (a second record of the same id is a no-op
     /// for the same tenant and refused for another).
     pub async fn own_session(&self, tenant: &str, id: &str) -> Result<(), ServerError> {
-        self.own(tenant, &[(Owned::Session, id)]).await
+        self.own(tenant, &[(Owned::Session, id)], None).await
     }
 
     /// Records that `tenant` owns run `id`.
     pub async fn own_run(&self, tenant: &str, id: &str) -> Result<(), ServerError> {
-        self.own(tenant, &[(Owned::Run, id)]).await
+        self.own(tenant, &[(Owned::Run, id)], None).await
     }
 
     /// Records that `tenant` owns session `session` and run `run`, in one write.
@@ -360,19 +360,44 @@ impl ServerDb {
         session: &str,
         run: &str,
     ) -> Result<(), ServerError> {
-        self.own(tenant, &[(Owned::Session, session), (Owned::Run, run)])
-            .await
+        self.own(
+            tenant,
+            &[(Owned::Session, session), (Owned::Run, run)],
+            None,
+        )
+        .await
+    }
+
+    /// Records `tenant`'s ownership of `session` and of `row`'s run, and `row` as its
+    /// thread's run number `row.seq` (moving the thread's time), in one commit on the
+    /// ownership lane; a conflict (409) when another tenant owns an id or another run took
+    /// the place. Written before the run's session and the run itself: a row whose
+    /// submission then fails names no run, which a thread reads as a run that never ran.
+    pub(crate) async fn own_thread_run(
+        &self,
+        tenant: &str,
+        session: &str,
+        row: &ThreadRunRow,
+    ) -> Result<(), ServerError> {
+        let ids = [(Owned::Session, session), (Owned::Run, row.run_id.as_str())];
+        self.own(tenant, &ids, Some(row.clone())).await
     }
 
     /// Records `tenant`'s ownership of `ids` through the ownership lane: the records of
     /// every request waiting at the time are written in one transaction (one commit, one
     /// wait for the database's write lock), which is what a busy server's creates spend
     /// most of their time on otherwise.
-    async fn own(&self, tenant: &str, ids: &[(Owned, &str)]) -> Result<(), ServerError> {
+    async fn own(
+        &self,
+        tenant: &str,
+        ids: &[(Owned, &str)],
+        thread_run: Option<ThreadRunRow>,
+    ) -> Result<(), ServerError> {
         let (done, answer) = oneshot::channel();
         let job = OwnJob {
             tenant: tenant.to_owned(),
             ids: ids.iter().map(|(t, id)| (*t, (*id).to_owned())).collect(),
+            thread_run,
             done,
         };
         if self.owners.send(job).is_err() {
@@ -502,6 +527,8 @@ impl Owned {
 struct OwnJob {
     tenant: String,
     ids: Vec<(Owned, String)>,
+    /// A thread's run row written with them.
+    thread_run: Option<ThreadRunRow>,
     done: oneshot::Sender<Result<(), ServerError>>,
 }
 
@@ -567,6 +594,33 @@ macro_rules! own_job {
             if owner != $job.tenant {
                 answer = Err(ServerError::Conflict(format!("id {id} is taken")));
                 break;
+            }
+        }
+        if let (Ok(()), Some(run)) = (&answer, &$job.thread_run) {
+            let added = sqlx::query(&threads::insert_run_sql())
+                .bind(&$job.tenant)
+                .bind(&run.run_id)
+                .bind(&run.thread_id)
+                .bind(run.seq)
+                .bind(&run.assistant_id)
+                .bind(&run.metadata)
+                .bind(&run.kwargs)
+                .bind(run.created_ms)
+                .execute(&mut *$tx)
+                .await?
+                .rows_affected();
+            if added == 0 {
+                answer = Err(ServerError::Conflict(format!(
+                    "thread {} got another run at the same time",
+                    run.thread_id
+                )));
+            } else {
+                sqlx::query(threads::TOUCH_SQL)
+                    .bind(run.created_ms)
+                    .bind(&$job.tenant)
+                    .bind(&run.thread_id)
+                    .execute(&mut *$tx)
+                    .await?;
             }
         }
         answer

@@ -576,3 +576,83 @@ async fn plain_http_sse_framing_cancel_and_errors_postgres() {
     plain_http(&h).await;
     h.stop().await;
 }
+
+/// Runs racing for one thread: of eight started at once on a new thread, one is accepted
+/// and the others are refused with a 409 (the newest run has not finished, or its place was
+/// taken at the same time); the thread then has exactly that one run, and it answers.
+async fn runs_racing_for_one_thread(h: &Harness) {
+    use reqwest::Method as M;
+    let (_, t) = json_of(
+        req(h, M::POST, "/threads", &h.a)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let tid = t["thread_id"].as_str().unwrap().to_owned();
+    let tries = (0..8).map(|i| {
+        req(h, M::POST, &format!("/threads/{tid}/runs"), &h.a)
+            .json(&json!({"assistant_id": "slow", "input": {"messages": [format!("try {i}")]}}))
+            .send()
+    });
+    let mut accepted = Vec::new();
+    for r in futures::future::join_all(tries).await {
+        let (s, v) = json_of(r.unwrap()).await;
+        match s {
+            StatusCode::OK => accepted.push(v["run_id"].as_str().unwrap().to_owned()),
+            StatusCode::CONFLICT => {}
+            other => panic!("{other}: {v}"),
+        }
+    }
+    assert_eq!(accepted.len(), 1, "{accepted:?}");
+    let (s, listed) = json_of(
+        req(h, M::GET, &format!("/threads/{tid}/runs"), &h.a)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [accepted[0].as_str()], "{listed}");
+    let (s, v) = json_of(
+        req(
+            h,
+            M::GET,
+            &format!("/threads/{tid}/runs/{}/join", accepted[0]),
+            &h.a,
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        v["messages"].as_array().unwrap().last().unwrap()["content"],
+        "slow done",
+        "{v}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_racing_for_one_thread_sqlite() {
+    let h = Harness::sqlite(lg_config()).await;
+    runs_racing_for_one_thread(&h).await;
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_racing_for_one_thread_postgres() {
+    let Some(h) = Harness::postgres("lgrace", lg_config()).await else {
+        return;
+    };
+    runs_racing_for_one_thread(&h).await;
+    h.stop().await;
+}

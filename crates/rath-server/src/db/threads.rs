@@ -75,6 +75,22 @@ where
 
 const RUN_COLS: &str = "run_id, thread_id, seq, assistant_id, metadata, kwargs, created_ms";
 
+/// Inserts a thread's run row (`$1` the tenant, then [`RUN_COLS`]); nothing when its place
+/// (or its run) is taken: two runs racing for one place both read the same newest run, and
+/// the second finds its place taken (a 409), so a thread never forks into two runs
+/// continuing one state.
+pub(super) fn insert_run_sql() -> String {
+    format!(
+        "INSERT INTO sv_thread_runs (tenant, {RUN_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+         ON CONFLICT DO NOTHING"
+    )
+}
+
+/// Moves a thread's time to its newest run's (`$1` the time, `$2` the tenant, `$3` the
+/// thread).
+pub(super) const TOUCH_SQL: &str =
+    "UPDATE sv_threads SET updated_ms = $1 WHERE tenant = $2 AND thread_id = $3";
+
 impl ServerDb {
     /// Creates thread `id` for `tenant` with `metadata` (JSON text); returns the stored row
     /// and whether this call created it. Thread ids are per tenant: another tenant's thread
@@ -138,56 +154,5 @@ impl ServerDb {
             let rows = sqlx::query(&sql).bind(tenant).bind(id).fetch_all(p).await?;
             rows.iter().map(run_from).collect()
         })
-    }
-
-    /// Records `run` as the thread's run number `run.seq`. Two runs racing for one place
-    /// both read the same newest run; the second insert is refused (409), so a thread never
-    /// forks into two runs continuing one state.
-    pub(crate) async fn add_thread_run(
-        &self,
-        tenant: &str,
-        run: &ThreadRunRow,
-    ) -> Result<(), ServerError> {
-        let sql = format!(
-            "INSERT INTO sv_thread_runs (tenant, {RUN_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
-        );
-        let touch = "UPDATE sv_threads SET updated_ms = $1 WHERE tenant = $2 AND thread_id = $3";
-        // The row and the thread's time in one transaction: one commit, and never one
-        // without the other.
-        let done: Result<(), sqlx::Error> = on_pool!(self, p, {
-            async {
-                let mut tx = p.begin().await?;
-                sqlx::query(&sql)
-                    .bind(tenant)
-                    .bind(&run.run_id)
-                    .bind(&run.thread_id)
-                    .bind(run.seq)
-                    .bind(&run.assistant_id)
-                    .bind(&run.metadata)
-                    .bind(&run.kwargs)
-                    .bind(run.created_ms)
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query(touch)
-                    .bind(run.created_ms)
-                    .bind(tenant)
-                    .bind(&run.thread_id)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await
-            }
-            .await
-        });
-        match done {
-            Ok(()) => {}
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                return Err(ServerError::Conflict(format!(
-                    "thread {} got another run at the same time",
-                    run.thread_id
-                )));
-            }
-            Err(e) => return Err(e.into()),
-        }
-        Ok(())
     }
 }

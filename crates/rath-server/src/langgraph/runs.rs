@@ -203,13 +203,6 @@ async fn submit(
     // Watched before it is queued, so a stream misses nothing its worker publishes.
     let feed = (watch && (modes.tuple || modes.messages || modes.updates))
         .then(|| state.runtime.feed().subscribe(&id));
-    // Both owned before either is stored: a stored session or queued run is always some
-    // tenant's.
-    state
-        .db
-        .own_session_and_run(&who.tenant, input.id().as_str(), id.as_str())
-        .await?;
-    state.runtime.sessions().save(&input).await?;
     let row = ThreadRunRow {
         run_id: id.to_string(),
         thread_id: tid.to_owned(),
@@ -219,7 +212,14 @@ async fn submit(
         kwargs: json!({"input": req.input, "stream_mode": mode_names}).to_string(),
         created_ms: rath_runtime::now_ms(),
     };
-    state.db.add_thread_run(&who.tenant, &row).await?;
+    // Both owned, and the run's place in the thread taken, before either is stored (one
+    // commit): a stored session or queued run is always some tenant's, and a place whose
+    // run is never submitted is a run that never ran.
+    state
+        .db
+        .own_thread_run(&who.tenant, input.id().as_str(), &row)
+        .await?;
+    state.runtime.sessions().save(&input).await?;
     state
         .runtime
         .runs()
