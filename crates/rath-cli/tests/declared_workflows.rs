@@ -426,9 +426,12 @@ fn the_langgraph_sdk_streams_tokens_and_steps_of_every_declared_workflow() {
 
 /// The same stream on the live local model (`.ci/install.d/20-llama.sh`) for the one-agent
 /// workflow: the reply comes in more than one piece, the pieces make its whole message in
-/// the thread's state, and the agent's step is one update. (A `Parallel`'s agents ask the
-/// model at once, and this server answers a second stream only after the first, in one
-/// piece: the mock test above covers the team.)
+/// the thread's state, and the agent's step is one update. The local server answers a
+/// stream it cannot serve (another request holds the model: other tests use it too) with an
+/// empty stream, and the provider then asks again unstreamed and passes the answer on in one
+/// piece (`stream_fallback` in the evidence): so up to three runs are streamed, each is
+/// checked, and one must come in pieces. (A `Parallel`'s agents ask the model at once for
+/// the same reason; the mock test above covers the team.)
 #[test]
 fn the_langgraph_sdk_streams_a_live_model_s_tokens() {
     let (Some(python), Ok(base)) = (
@@ -444,52 +447,59 @@ fn the_langgraph_sdk_streams_a_live_model_s_tokens() {
     let dir = tempfile::tempdir().unwrap();
     let (child, addr, key, rest) = serve_examples(dir.path(), &base);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/declared/stream.py");
-    let out = Command::new(&python)
-        .arg(&script)
-        .arg(format!("http://{addr}"))
-        .arg("Why is the sky blue?")
-        .arg("helper")
-        .env("LG_KEY", &key)
-        .env_remove("LANGGRAPH_API_KEY")
-        .env_remove("LANGSMITH_API_KEY")
-        .env_remove("LANGCHAIN_API_KEY")
-        .output()
-        .expect("python starts");
-    stop(child, rest);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "stream.py failed:\n{stderr}");
-    let v: Value = serde_json::from_slice(&out.stdout).expect("stream.py prints JSON");
-    let events = v["helper"]["events"].as_array().expect("events");
-    let mut ids = std::collections::BTreeSet::new();
-    let mut text = String::new();
-    let mut pieces = 0;
-    for e in events.iter().filter(|e| e["event"] == "messages") {
-        let m = &e["data"][0];
-        assert_eq!(m["type"], "AIMessageChunk", "{e}");
-        ids.insert(m["id"].as_str().unwrap().to_owned());
-        text.push_str(m["content"].as_str().unwrap());
-        pieces += 1;
+    let mut most = 0;
+    for _ in 0..3 {
+        let out = Command::new(&python)
+            .arg(&script)
+            .arg(format!("http://{addr}"))
+            .arg("Why is the sky blue?")
+            .arg("helper")
+            .env("LG_KEY", &key)
+            .env_remove("LANGGRAPH_API_KEY")
+            .env_remove("LANGSMITH_API_KEY")
+            .env_remove("LANGCHAIN_API_KEY")
+            .output()
+            .expect("python starts");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "stream.py failed:\n{stderr}");
+        let v: Value = serde_json::from_slice(&out.stdout).expect("stream.py prints JSON");
+        let events = v["helper"]["events"].as_array().expect("events");
+        let mut ids = std::collections::BTreeSet::new();
+        let mut text = String::new();
+        let mut pieces = 0;
+        for e in events.iter().filter(|e| e["event"] == "messages") {
+            let m = &e["data"][0];
+            assert_eq!(m["type"], "AIMessageChunk", "{e}");
+            ids.insert(m["id"].as_str().unwrap().to_owned());
+            text.push_str(m["content"].as_str().unwrap());
+            pieces += 1;
+        }
+        assert_eq!(ids.len(), 1, "one streamed reply: {events:?}");
+        let updates: Vec<&Value> = events.iter().filter(|e| e["event"] == "updates").collect();
+        assert_eq!(
+            updates.len(),
+            1,
+            "one update for the agent's step: {updates:?}"
+        );
+        assert_eq!(
+            updates[0]["data"]["helper"]["messages"][0]["content"],
+            text.as_str()
+        );
+        let state = v["helper"]["state"]["values"]["messages"]
+            .as_array()
+            .unwrap();
+        assert_eq!(
+            state.last().unwrap()["content"],
+            text.as_str(),
+            "the pieces make the reply"
+        );
+        most = most.max(pieces);
+        if pieces > 1 {
+            break;
+        }
     }
-    assert_eq!(ids.len(), 1, "one streamed reply: {events:?}");
-    assert!(pieces > 1, "the reply came in {pieces} piece(s): {text:?}");
-    let updates: Vec<&Value> = events.iter().filter(|e| e["event"] == "updates").collect();
-    assert_eq!(
-        updates.len(),
-        1,
-        "one update for the agent's step: {updates:?}"
-    );
-    assert_eq!(
-        updates[0]["data"]["helper"]["messages"][0]["content"],
-        text.as_str()
-    );
-    let state = v["helper"]["state"]["values"]["messages"]
-        .as_array()
-        .unwrap();
-    assert_eq!(
-        state.last().unwrap()["content"],
-        text.as_str(),
-        "the pieces make the reply"
-    );
+    stop(child, rest);
+    assert!(most > 1, "no run's reply came in more than one piece");
 }
 
 /// Polls `rath --json runs show ID` until its status is `want` (a guard of minutes against

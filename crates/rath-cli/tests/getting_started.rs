@@ -139,11 +139,13 @@ fn the_getting_started_page_runs_as_written() {
     );
     assert!(out.status.success(), "{stderr}\n---\n{stdout}");
     // Step 2 on the scripted model (no model in the environment yet), step 3 shows its
-    // tool call, step 4 the team's answer, step 5 the server's (curl, then the SDK), step
-    // 6 the resumed run.
+    // tool call, step 4 the team's answer, step 5 the server's (curl, then the SDK's wait
+    // and stream), step 6 the resumed run.
     assert!(stdout.contains("There are 3 words."), "{stdout}");
     assert!(stdout.contains("word_count"), "{stdout}");
-    assert!(stdout.matches(ANSWER).count() >= 3, "{stdout}");
+    assert!(stdout.matches(ANSWER).count() >= 4, "{stdout}");
+    // The SDK's stream: the reply in pieces, then the steps of the team's agents.
+    assert!(stdout.contains(" done]"), "{stdout}");
     assert!(stdout.contains("succeeded"), "{stdout}");
     let home = dir.path().join("my_agent/.openrath/sessions");
     assert!(home.is_dir(), "the sessions went to ./.openrath/sessions");

@@ -25,63 +25,68 @@ fn uses<'s>(step: &'s Step, out: &mut Vec<(&'s str, usize)>) {
     }
 }
 
+/// The agents of `spec`: every tool is a built-in one (of `builtins`) or of an MCP server
+/// the file declares, and every approval names one of the agent's tools.
+fn check_agents(spec: &WorkflowSpec, builtins: &[String]) -> Result<(), DeclareError> {
+    for (agent, a) in &spec.agents {
+        for t in &a.tools {
+            let line = a.lines.get(t).copied().unwrap_or(a.line);
+            match ToolRef::of(t) {
+                ToolRef::Builtin(b) if !builtins.iter().any(|n| n == b) => {
+                    return Err(spec.error_at(
+                        line,
+                        format!(
+                            "agent {agent:?}: unknown tool {t:?} (the built-in tools are \
+                             {}; an MCP server's are mcp:SERVER or mcp:SERVER/TOOL)",
+                            builtins.join(", ")
+                        ),
+                    ));
+                }
+                ToolRef::McpServer(server) | ToolRef::McpTool(server, _)
+                    if !spec.mcp.contains_key(server) =>
+                {
+                    return Err(spec.error_at(
+                        line,
+                        format!(
+                            "agent {agent:?}: tool {t:?} is of MCP server {server:?}, which \
+                             this file does not declare ([mcp.{server}])"
+                        ),
+                    ));
+                }
+                ToolRef::McpTool(_, "") | ToolRef::McpServer("") => {
+                    return Err(
+                        spec.error_at(line, format!("agent {agent:?}: {t:?} names no tool"))
+                    );
+                }
+                _ => {}
+            }
+        }
+        for t in &a.approve {
+            // An MCP tool given with its whole server is approved by its own name.
+            let of_server = match ToolRef::of(t) {
+                ToolRef::McpTool(server, _) => {
+                    a.tools.iter().any(|u| *u == format!("mcp:{server}"))
+                }
+                _ => false,
+            };
+            if !a.tools.contains(t) && !of_server {
+                return Err(spec.error_at(
+                    a.lines.get(t).copied().unwrap_or(a.line),
+                    format!("agent {agent:?}: approve names {t:?}, which is not one of its tools"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks `all` (see the module docs).
 pub(crate) fn check(all: &BTreeMap<String, Arc<WorkflowSpec>>) -> Result<(), DeclareError> {
     let builtins = ToolSet::builtins().names();
     // The workflows each one uses, with the line of the use.
     let mut edges: BTreeMap<&str, Vec<(&str, usize)>> = BTreeMap::new();
     for (name, spec) in all {
-        for (agent, a) in &spec.agents {
-            for t in &a.tools {
-                let line = a.lines.get(t).copied().unwrap_or(a.line);
-                match ToolRef::of(t) {
-                    ToolRef::Builtin(b) if !builtins.iter().any(|n| n == b) => {
-                        return Err(spec.error_at(
-                            line,
-                            format!(
-                                "agent {agent:?}: unknown tool {t:?} (the built-in tools are \
-                                 {}; an MCP server's are mcp:SERVER or mcp:SERVER/TOOL)",
-                                builtins.join(", ")
-                            ),
-                        ));
-                    }
-                    ToolRef::McpServer(server) | ToolRef::McpTool(server, _)
-                        if !spec.mcp.contains_key(server) =>
-                    {
-                        return Err(spec.error_at(
-                            line,
-                            format!(
-                                "agent {agent:?}: tool {t:?} is of MCP server {server:?}, which \
-                                 this file does not declare ([mcp.{server}])"
-                            ),
-                        ));
-                    }
-                    ToolRef::McpTool(_, "") | ToolRef::McpServer("") => {
-                        return Err(
-                            spec.error_at(line, format!("agent {agent:?}: {t:?} names no tool"))
-                        );
-                    }
-                    _ => {}
-                }
-            }
-            for t in &a.approve {
-                // An MCP tool given with its whole server is approved by its own name.
-                let of_server = match ToolRef::of(t) {
-                    ToolRef::McpTool(server, _) => {
-                        a.tools.iter().any(|u| *u == format!("mcp:{server}"))
-                    }
-                    _ => false,
-                };
-                if !a.tools.contains(t) && !of_server {
-                    return Err(spec.error_at(
-                        a.lines.get(t).copied().unwrap_or(a.line),
-                        format!(
-                            "agent {agent:?}: approve names {t:?}, which is not one of its tools"
-                        ),
-                    ));
-                }
-            }
-        }
+        check_agents(spec, &builtins)?;
         let mut used = Vec::new();
         uses(&spec.flow, &mut used);
         let mut others = Vec::new();

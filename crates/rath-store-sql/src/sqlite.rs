@@ -128,42 +128,29 @@ impl SqliteStore {
     ) -> Result<Self, PersistError> {
         let path = path.as_ref().to_path_buf();
         let name = format!("sqlite:{}", path.display());
-        let fresh = if options.read_only {
-            check_readable(&path, &name)?;
-            false
-        } else {
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|source| PersistError::Io {
-                    op: "mkdir",
-                    path: dir.to_path_buf(),
-                    source,
-                })?;
-            }
-            std::fs::metadata(&path).map_or(true, |m| m.len() == 0)
-        };
-        let mut connect = SqliteConnectOptions::new()
-            .filename(&path)
-            .busy_timeout(options.busy_timeout)
-            .foreign_keys(true);
-        connect = if options.read_only {
-            connect.read_only(true)
-        } else {
-            connect.create_if_missing(true)
-        };
-        if fresh {
-            // The journal mode is the store's, set once when it is created: opening an
-            // existing file never changes it (that would rewrite its header).
-            connect = connect.journal_mode(SqliteJournalMode::Wal);
+        if !options.read_only
+            && let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(dir).map_err(|source| PersistError::Io {
+                op: "mkdir",
+                path: dir.to_path_buf(),
+                source,
+            })?;
         }
-        let pool = match connect_pool(connect.clone(), options, &name).await {
-            // A WAL store in a directory this process cannot write (or another owner's
-            // file): SQLite cannot make the shared-memory file a reader needs. With no WAL
-            // content left beside it (a store closed cleanly leaves none), the file is the
-            // whole store and is read as immutable: no lock, no shared memory.
-            Err(e) if options.read_only && is_readonly_error(&e) && !has_wal_content(&path) => {
-                connect_pool(connect.immutable(true), options, &name).await?
+        // Two processes opening a new file at once (a worker and a submitter started
+        // together) both find it fresh and both set its journal mode, which SQLite refuses
+        // at once, without waiting out the busy timeout, to the one that finds the other
+        // creating it: that one opens again (now finding the file made) until the timeout.
+        let started = std::time::Instant::now();
+        let pool = loop {
+            match Self::connect_file(&path, options, &name).await {
+                Err(PersistError::Busy { .. })
+                    if !options.read_only && started.elapsed() < options.busy_timeout =>
+                {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                other => break other?,
             }
-            other => other?,
         };
         let known: Arc<KnownSessions> = Arc::default();
         let group = imp::group(pool.clone(), name.clone(), known.clone(), 1);
@@ -176,6 +163,45 @@ impl SqliteStore {
             known,
             group,
         })
+    }
+
+    /// A pool over the file at `path`, created (in WAL mode) and migrated when it is new
+    /// or empty and `options` write.
+    async fn connect_file(
+        path: &Path,
+        options: &SqliteOptions,
+        name: &str,
+    ) -> Result<sqlx::SqlitePool, PersistError> {
+        let fresh = if options.read_only {
+            check_readable(path, name)?;
+            false
+        } else {
+            std::fs::metadata(path).map_or(true, |m| m.len() == 0)
+        };
+        let mut connect = SqliteConnectOptions::new()
+            .filename(path)
+            .busy_timeout(options.busy_timeout)
+            .foreign_keys(true);
+        connect = if options.read_only {
+            connect.read_only(true)
+        } else {
+            connect.create_if_missing(true)
+        };
+        if fresh {
+            // The journal mode is the store's, set once when it is created: opening an
+            // existing file never changes it (that would rewrite its header).
+            connect = connect.journal_mode(SqliteJournalMode::Wal);
+        }
+        match connect_pool(connect.clone(), options, name).await {
+            // A WAL store in a directory this process cannot write (or another owner's
+            // file): SQLite cannot make the shared-memory file a reader needs. With no WAL
+            // content left beside it (a store closed cleanly leaves none), the file is the
+            // whole store and is read as immutable: no lock, no shared memory.
+            Err(e) if options.read_only && is_readonly_error(&e) && !has_wal_content(path) => {
+                connect_pool(connect.immutable(true), options, name).await
+            }
+            other => other,
+        }
     }
 
     /// The default store: `$OPENRATH_HOME/store.sqlite` (see [`rath_persist::openrath_home`]).

@@ -378,3 +378,29 @@ async fn postgres_migrates_from(old: i64) {
     raw.close().await;
     schema.drop_now().await;
 }
+
+/// Processes that open a new SQLite store at once (a worker and a submitter started
+/// together) all get it: the one that finds the other creating the file opens again
+/// instead of failing at once with a lock error. Eight opens at once of each of 20 new
+/// files, each on a connection of its own as separate processes would be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stores_opened_at_once_on_a_new_file_all_open() {
+    let dir = tempfile::tempdir().unwrap();
+    for f in 0..20 {
+        let path = dir.path().join(format!("s{f}.db"));
+        let opens: Vec<_> = (0..8)
+            .map(|_| {
+                let path = path.clone();
+                tokio::spawn(async move { SqliteStore::open(&path).await })
+            })
+            .collect();
+        for (i, o) in opens.into_iter().enumerate() {
+            let store = o
+                .await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("file {f}, open {i}: {e}"));
+            let s = Session::user_with("hi", Stamper::counter());
+            store.save(&s).await.unwrap();
+        }
+    }
+}
