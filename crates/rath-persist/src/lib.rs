@@ -51,7 +51,9 @@ pub mod stream;
 pub mod url;
 pub mod writer;
 
-pub use contract::{Capabilities, Fence, GcReport, SessionStore, Write, WriteBatch, WriteReport};
+pub use contract::{
+    Capabilities, Fence, GcReport, SessionStore, StoredDoc, Write, WriteBatch, WriteReport,
+};
 pub use copy::{CopyOptions, CopyReport, copy_store, copy_store_with};
 pub use error::PersistError;
 pub use journal::{

@@ -256,6 +256,86 @@ impl Store {
         })
     }
 
+    /// Replaces every chunk line whose document is `old` by one whose document is `new`, in
+    /// every session file of the directory; returns how many lines were replaced. Each file
+    /// changed is written anew (mode 0600) and renamed over the old one, so no copy of the
+    /// old line stays in it. See `SessionStore::replace_chunk_doc`.
+    pub fn replace_chunk_doc(&self, old: &[u8], new: &[u8]) -> Result<u64, PersistError> {
+        let (Some(old_rest), Some(new_rest)) = (old.strip_prefix(b"{"), new.strip_prefix(b"{"))
+        else {
+            return Ok(0);
+        };
+        let io = |op: &'static str, path: &Path, source: std::io::Error| PersistError::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        };
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(io("read_dir", &self.dir, e)),
+        };
+        let mut replaced = 0u64;
+        for entry in entries {
+            let path = entry.map_err(|e| io("read_dir", &self.dir, e))?.path();
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            if !name.is_some_and(|n| n.ends_with(SESSION_SUFFIX) || n.ends_with(PARTIAL_SUFFIX)) {
+                continue;
+            }
+            let bytes = std::fs::read(&path).map_err(|e| io("read", &path, e))?;
+            if memchr::memmem::find(&bytes, old_rest).is_none() {
+                continue;
+            }
+            let mut out = Vec::with_capacity(bytes.len());
+            let mut here = 0u64;
+            for (i, line) in bytes.split_inclusive(|b| *b == b'\n').enumerate() {
+                let (body, nl) = match line.strip_suffix(b"\n") {
+                    Some(b) => (b, &b"\n"[..]),
+                    None => (line, &b""[..]),
+                };
+                let prefix = format!(
+                    "{{\"record_type\": \"chunk\", \"index\": {}, ",
+                    i.wrapping_sub(1)
+                );
+                match body.strip_prefix(prefix.as_bytes()) {
+                    Some(rest) if i > 0 && rest == old_rest => {
+                        out.extend_from_slice(prefix.as_bytes());
+                        out.extend_from_slice(new_rest);
+                        out.extend_from_slice(nl);
+                        here += 1;
+                    }
+                    _ => out.extend_from_slice(line),
+                }
+            }
+            if here == 0 {
+                continue;
+            }
+            let tmp = path.with_extension("erase-tmp");
+            {
+                use std::io::Write as _;
+                let mut options = std::fs::OpenOptions::new();
+                options.write(true).create(true).truncate(true);
+                #[cfg(unix)]
+                {
+                    use std::os::unix::fs::OpenOptionsExt as _;
+                    options.mode(0o600);
+                }
+                let mut f = options.open(&tmp).map_err(|e| io("open", &tmp, e))?;
+                f.write_all(&out).map_err(|e| io("write", &tmp, e))?;
+                f.sync_all().map_err(|e| io("fsync", &tmp, e))?;
+            }
+            std::fs::rename(&tmp, &path).map_err(|e| io("rename", &path, e))?;
+            replaced += here;
+        }
+        if replaced > 0
+            && let Ok(d) = std::fs::File::open(&self.dir)
+        {
+            // Best effort, as the writer's own directory sync: the renames are durable.
+            let _ = d.sync_all();
+        }
+        Ok(replaced)
+    }
+
     /// Summaries of every readable session file, oldest `created_at` first (ties by file
     /// name). Unreadable files are skipped, like Python; [`Store::scan`] reports them.
     pub fn list(&self) -> Result<Vec<SessionSummary>, PersistError> {

@@ -1966,6 +1966,27 @@ macro_rules! sql_store {
             id: &SessionId,
             range: std::ops::Range<usize>,
         ) -> Result<Vec<rath_session::Chunk>, PersistError> {
+            let mut chunks = Vec::with_capacity(range.len().min(1 << 16));
+            read_docs_in(pool, name, id, range, |doc| {
+                let doc = doc.map_err(|m| corrupt(name, id, m))?;
+                let chunk = doc::decode_chunk(doc).map_err(|e| corrupt(name, id, e.to_string()))?;
+                chunks.push(chunk);
+                Ok(())
+            })
+            .await?;
+            Ok(chunks)
+        }
+
+        /// The stored documents of chunks `range` of session `id` (cut to its length), each
+        /// given to `each` in order, undecoded: a segment that does not inflate is an `Err`
+        /// for each of its chunks in the window, and the rest are still read.
+        async fn read_docs_in(
+            pool: &Pool,
+            name: &str,
+            id: &SessionId,
+            range: std::ops::Range<usize>,
+            mut each: impl FnMut(Result<&[u8], String>) -> Result<(), PersistError>,
+        ) -> Result<(), PersistError> {
             let get = |e: sqlx::Error| backend(name, "load", e);
             let mut tx = pool.begin().await.map_err(get)?;
             let row = sqlx::query("SELECT key, len FROM rath_sessions WHERE id = $1")
@@ -1984,7 +2005,7 @@ macro_rules! sql_store {
             let end = range.end.min(len);
             let start = range.start.min(end);
             if start == end {
-                return Ok(Vec::new());
+                return Ok(());
             }
             let sql = format!(
                 "WITH RECURSIVE {} SELECT * FROM ({CHAIN_SEGMENTS}) s \
@@ -2000,14 +2021,14 @@ macro_rules! sql_store {
                 .await
                 .map_err(get)?;
             tx.commit().await.map_err(get)?;
-            let mut chunks = Vec::with_capacity(end - start);
+            let mut given = 0usize;
             let mut docs = Vec::new();
             for row in &rows {
                 let at: i64 = row.try_get("at").map_err(get)?;
                 let n: i32 = row.try_get("n").map_err(get)?;
                 let room: i64 = row.try_get("room").map_err(get)?;
                 let stored: &[u8] = row.try_get("docs").map_err(get)?;
-                let next = start + chunks.len();
+                let next = start + given;
                 let (Ok(at), Ok(take)) = (usize::try_from(at), usize::try_from(i64::from(n).min(room))) else {
                     return Err(corrupt(name, id, format!("a segment of {n} chunks at {at}")));
                 };
@@ -2018,22 +2039,47 @@ macro_rules! sql_store {
                         format!("a segment of {n} chunks at {at} where chunk {next} belongs"),
                     ));
                 }
+                let want = (at + take).min(end).saturating_sub(next);
                 docs.clear();
-                decode_segment(stored, &mut docs).map_err(|m| corrupt(name, id, m))?;
-                let lines = docs.split(|b| *b == b'\n').take(take);
-                for line in lines.skip(next - at).take(end - next) {
-                    let chunk = doc::decode_chunk(line).map_err(|e| corrupt(name, id, e.to_string()))?;
-                    chunks.push(chunk);
+                match decode_segment(stored, &mut docs) {
+                    Ok(()) => {
+                        let lines = docs.split(|b| *b == b'\n').take(take);
+                        for line in lines.skip(next - at).take(end - next) {
+                            each(Ok(line))?;
+                            given += 1;
+                        }
+                    }
+                    Err(m) => {
+                        for _ in 0..want {
+                            each(Err(m.clone()))?;
+                            given += 1;
+                        }
+                    }
                 }
             }
-            if chunks.len() != end - start {
+            if given != end - start {
                 return Err(corrupt(
                     name,
                     id,
-                    format!("{} of chunks {start}..{end} are stored", chunks.len()),
+                    format!("{given} of chunks {start}..{end} are stored"),
                 ));
             }
-            Ok(chunks)
+            Ok(())
+        }
+
+        /// The stored documents of every chunk of `id` (see `SessionStore::chunk_docs`).
+        pub(crate) async fn chunk_docs(
+            pool: &Pool,
+            name: &str,
+            id: &SessionId,
+        ) -> Result<Vec<rath_persist::StoredDoc>, PersistError> {
+            let mut out = Vec::new();
+            read_docs_in(pool, name, id, 0..usize::MAX, |doc| {
+                out.push(doc.map(<[u8]>::to_vec));
+                Ok(())
+            })
+            .await?;
+            Ok(out)
         }
 
         async fn stored_len_in(pool: &Pool, name: &str, id: &SessionId) -> Result<Option<usize>, PersistError> {
