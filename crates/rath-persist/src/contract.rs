@@ -457,9 +457,8 @@ impl SessionStore for Store {
         result
     }
 
-    /// The file's lines between its header and its trailer: line `k` must start as chunk
-    /// `k`'s record (`{"record_type": "chunk", "index": k, `), which is cut to leave the
-    /// document; any other line is an `Err` in its place.
+    /// Each chunk record decoded alone and compared with what the writer writes for it; a
+    /// line that differs is an `Err` for every chunk it carries (see `raw.rs`).
     async fn chunk_docs(&self, id: &SessionId) -> Result<Vec<StoredDoc>, PersistError> {
         let mut path = self.path_of(id);
         if !path.is_file() {
@@ -481,32 +480,7 @@ impl SessionStore for Store {
                 });
             }
         };
-        let mut lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').skip(1).collect();
-        if lines.last().is_some_and(|l| l.is_empty()) {
-            lines.pop();
-        }
-        if lines
-            .last()
-            .is_some_and(|l| l.starts_with(b"{\"record_type\": \"trailer\""))
-        {
-            lines.pop();
-        }
-        Ok(lines
-            .iter()
-            .enumerate()
-            .map(|(k, line)| {
-                let prefix = format!("{{\"record_type\": \"chunk\", \"index\": {k}, ");
-                match line.strip_prefix(prefix.as_bytes()) {
-                    Some(rest) => {
-                        let mut doc = Vec::with_capacity(rest.len() + 1);
-                        doc.push(b'{');
-                        doc.extend_from_slice(rest);
-                        Ok(doc)
-                    }
-                    None => Err(format!("line {} is not chunk {k}'s record", k + 2)),
-                }
-            })
-            .collect())
+        Ok(crate::raw::chunk_docs(&path, &bytes))
     }
 
     /// Rewrites each file holding `old` as a chunk line (closed and partial files alike; a

@@ -43,6 +43,7 @@ mod fast;
 pub mod journal;
 pub mod loader;
 mod mapped;
+mod raw;
 mod record;
 pub mod recorder;
 pub mod spans;

@@ -452,47 +452,59 @@ async fn check_session(
         })
         .collect();
     report.erased += erased;
-    let mut chunks_ok = mismatched.is_empty() && m >= n;
-    if m < n {
-        chunks_ok = false;
+    let chunks_ok = mismatched.is_empty() && m >= n;
+    // A chunk that does not read changed, where it stands; a damaged record may also hide
+    // the evidence riding on it, so the count is not held against it.
+    let mut damaged: Vec<usize> = unreadable.keys().copied().filter(|&i| i < n).collect();
+    damaged.sort_unstable();
+    for &i in &damaged {
+        let why = &unreadable[&i];
+        fail(
+            report,
+            id,
+            Some(i as u64),
+            FailureKind::ContentChanged,
+            format!("does not read as a chunk: {why}"),
+        );
+    }
+    let readable: Vec<usize> = mismatched
+        .into_iter()
+        .filter(|i| !unreadable.contains_key(i))
+        .collect();
+    if m < n && damaged.is_empty() {
         let first = (0..m).find(|&i| found[i] != Some(leaves[i])).unwrap_or(m);
         fail(
             report,
             id,
             Some(first as u64),
             FailureKind::ChunkRemoved,
-            format!(
-                "{} of {n} sealed chunks stored; the first missing is {first}",
-                m
-            ),
+            format!("{m} of {n} sealed chunks stored; the first missing is {first}"),
         );
-    } else if !mismatched.is_empty() {
-        let mut sealed: Vec<Digest> = mismatched.iter().map(|&i| leaves[i]).collect();
-        let mut stored: Vec<Option<Digest>> = mismatched.iter().map(|&i| found[i]).collect();
+    } else if m >= n && !readable.is_empty() {
+        let mut sealed: Vec<Digest> = readable.iter().map(|&i| leaves[i]).collect();
+        let mut stored: Vec<Option<Digest>> = readable.iter().map(|&i| found[i]).collect();
         sealed.sort_unstable();
         stored.sort_unstable();
         let permuted = stored
             .iter()
             .zip(&sealed)
             .all(|(a, b)| a.as_ref() == Some(b));
-        if permuted && mismatched.len() > 1 {
+        if permuted && readable.len() > 1 {
             fail(
                 report,
                 id,
-                Some(mismatched[0] as u64),
+                Some(readable[0] as u64),
                 FailureKind::ChunksReordered,
-                format!("chunks {mismatched:?} hold the sealed chunks in another order"),
+                format!("chunks {readable:?} hold the sealed chunks in another order"),
             );
         } else {
-            for &i in &mismatched {
-                let detail = match unreadable.get(&i) {
-                    Some(why) => format!("does not read as a chunk: {why}"),
-                    None => format!(
-                        "sealed digest {}, stored content hashes to {}",
-                        &merkle::hex(&leaves[i])[..16],
-                        &found[i].map(|d| merkle::hex(&d)).unwrap_or_default()[..16]
-                    ),
-                };
+            for &i in &readable {
+                let short = |d: Option<Digest>| d.map(|d| merkle::hex(&d)[..16].to_owned());
+                let detail = format!(
+                    "sealed digest {}, stored content hashes to {}",
+                    short(Some(leaves[i])).unwrap_or_default(),
+                    short(found[i]).unwrap_or_default()
+                );
                 fail(
                     report,
                     id,

@@ -24,7 +24,7 @@ macro_rules! sql_store {
 
         use crate::codec::{
             EncodedChunk, EncodedState, SEGMENT_CHUNKS, decode_segment, empty_digest, encode_from,
-            encode_one, encode_segment, encode_state, hex, prefix_digests,
+            encode_one, encode_segment, encode_state, hex, pack_segment, prefix_digests,
         };
         use crate::known::{Known, KnownSessions};
         use crate::schema::SCHEMA_VERSION;
@@ -2238,6 +2238,75 @@ macro_rules! sql_store {
             }
             tx.commit().await.map_err(get)?;
             Ok(report)
+        }
+
+        /// Replaces every stored chunk document equal to `old` by `new` (see
+        /// `SessionStore::replace_chunk_doc`): each segment holding it is rewritten in one
+        /// write transaction, then the database is compacted so that no free page, old
+        /// row version or log keeps the old bytes (SQLite: `VACUUM` and a truncating WAL
+        /// checkpoint; PostgreSQL: `VACUUM FULL` of the segments, which rewrites the table
+        /// and its TOAST table).
+        pub(crate) async fn replace_chunk_doc(
+            pool: &Pool,
+            name: &str,
+            old: &[u8],
+            new: &[u8],
+        ) -> Result<u64, PersistError> {
+            let get = |e: sqlx::Error| backend(name, "erase", e);
+            let mut tx = begin(pool, name, DIALECT.begin_write).await?;
+            exec(&mut tx, name, "lock", DIALECT.gc_lock).await?;
+            let rows = sqlx::query("SELECT session_key, pos, docs FROM rath_segments")
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(get)?;
+            let mut replaced = 0u64;
+            let mut plain = Vec::new();
+            for row in &rows {
+                let key: i64 = row.try_get("session_key").map_err(get)?;
+                let pos: i64 = row.try_get("pos").map_err(get)?;
+                let stored: &[u8] = row.try_get("docs").map_err(get)?;
+                plain.clear();
+                if decode_segment(stored, &mut plain).is_err() {
+                    // A damaged segment is verification's to report; erasure leaves it.
+                    continue;
+                }
+                let mut here = 0u64;
+                let mut out = Vec::with_capacity(plain.len());
+                for (i, line) in plain.split(|b| *b == b'\n').enumerate() {
+                    if i > 0 {
+                        out.push(b'\n');
+                    }
+                    if line == old {
+                        out.extend_from_slice(new);
+                        here += 1;
+                    } else {
+                        out.extend_from_slice(line);
+                    }
+                }
+                if here == 0 {
+                    continue;
+                }
+                sqlx::query("UPDATE rath_segments SET docs = $1 WHERE session_key = $2 AND pos = $3")
+                    .bind(pack_segment(out))
+                    .bind(key)
+                    .bind(pos)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(get)?;
+                replaced += here;
+            }
+            tx.commit().await.map_err(get)?;
+            if replaced > 0 {
+                let compact: &[&str] = if DIALECT.pg {
+                    &["VACUUM (FULL) rath_segments"]
+                } else {
+                    &["VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)"]
+                };
+                for sql in compact {
+                    sqlx::query(sql).execute(pool).await.map_err(get)?;
+                }
+            }
+            Ok(replaced)
         }
 
         /// Performs a batch in one transaction (shared with the batches other tasks wrote
