@@ -294,6 +294,30 @@ impl Sealer {
         Ok(n)
     }
 
+    /// Records this sealer's public key in the ledger (signed by it), unless the ledger has
+    /// it already; true when it was recorded now. Sealing records it too, before the first
+    /// seal it signs. Without a key, records nothing.
+    pub async fn record_key(&self) -> Result<bool, SealError> {
+        let Some(k) = self.signer.clone() else {
+            return Ok(false);
+        };
+        for _ in 0..RETRIES {
+            let mut state = self.state.lock().await;
+            if state.keys.contains(k.verifying_key().as_bytes()) {
+                return Ok(false);
+            }
+            let e = Entry::key_added(&k.verifying_key(), state.tip).signed(&k);
+            match self.append(&mut state, vec![e]).await {
+                Ok(()) => return Ok(true),
+                Err(SealError::Store(PersistError::Conflict { .. })) => {
+                    *state = State::replay(read_ledger(self.store.as_ref()).await?)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(SealError::Contended { tries: RETRIES })
+    }
+
     /// Records an erasure (see [`crate::erase`]).
     pub(crate) async fn record_erasure(&self, erasure: Erasure) -> Result<(), SealError> {
         for _ in 0..RETRIES {
