@@ -449,30 +449,36 @@ fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
             let report = store.verify()?;
             // A session named by a prefix resolves as every command's does; an id the store
             // no longer holds is still checked against its seals.
-            let session = args
-                .session
-                .as_ref()
-                .map(|s| store.resolve(s).map(|id| id.to_string()).unwrap_or_else(|_| s.clone()));
+            let session = args.session.as_ref().map(|s| {
+                store
+                    .resolve(s)
+                    .map(|id| id.to_string())
+                    .unwrap_or_else(|_| s.clone())
+            });
             let seals = seal::verify(&store_url(cli), args, session)?;
             // An unsealed store prints what it always printed.
             let shown = seals.sealed.then_some(&seals);
-            let mut out = Output::ok(if cli.json {
-                let mut v = serde_json::to_value(&report)
-                    .map_err(|e| Failure(format!("cannot render JSON: {e}")))?;
-                if let (Some(seals), Some(map)) = (shown, v.as_object_mut()) {
-                    map.insert(
-                        "seals".into(),
-                        serde_json::to_value(seals)
-                            .map_err(|e| Failure(format!("cannot render JSON: {e}")))?,
-                    );
+            let mut out = Output::ok(match (cli.json, shown) {
+                (true, None) => json(&report)?,
+                (true, Some(seals)) => {
+                    #[derive(serde::Serialize)]
+                    struct WithSeals<'a> {
+                        #[serde(flatten)]
+                        files: &'a rath_inspect::VerifyReport,
+                        seals: &'a rath_seal::Report,
+                    }
+                    json(&WithSeals {
+                        files: &report,
+                        seals,
+                    })?
                 }
-                json(&v)?
-            } else {
-                let mut text = report.render();
-                if let Some(seals) = shown {
-                    text.push_str(&seals.render());
+                (false, _) => {
+                    let mut text = report.render();
+                    if let Some(seals) = shown {
+                        text.push_str(&seals.render());
+                    }
+                    text
                 }
-                text
             });
             if !report.is_clean() {
                 out.stderr.push(format!(

@@ -108,7 +108,11 @@ async fn writable(url: &str) -> Result<Arc<dyn SessionStore>, Failure> {
 
 /// The seal verification of `rath verify` (read-only): the report, or `None` when the
 /// store has no ledger and no session was asked for by id.
-pub(crate) fn verify(url: &str, args: &VerifyArgs, session: Option<String>) -> Result<Report, Failure> {
+pub(crate) fn verify(
+    url: &str,
+    args: &VerifyArgs,
+    session: Option<String>,
+) -> Result<Report, Failure> {
     runtime()?.block_on(async {
         let store = rath_store_sql::open_store_read(url).await?;
         let mut options = VerifyOptions::default()
@@ -150,7 +154,9 @@ pub(crate) fn seal(url: &str, args: &SealArgs, as_json: bool) -> Result<Output, 
 /// `rath erase`.
 pub(crate) fn erase_cmd(url: &str, args: &EraseArgs, as_json: bool) -> Result<Output, Failure> {
     if args.chunk.is_empty() && args.matching.is_none() {
-        return Err(Failure("erase: give --chunk SESSION:INDEX or --matching PATTERN".into()));
+        return Err(Failure(
+            "erase: give --chunk SESSION:INDEX or --matching PATTERN".into(),
+        ));
     }
     let key = signing_key(args.key.as_ref())?;
     let by = args
@@ -212,14 +218,19 @@ pub(crate) fn erase_cmd(url: &str, args: &EraseArgs, as_json: bool) -> Result<Ou
 }
 
 /// `rath keys signing new`.
-pub(crate) fn signing(cmd: &SigningCommand, store: Option<String>, as_json: bool) -> Result<Output, Failure> {
+pub(crate) fn signing(
+    cmd: &SigningCommand,
+    store: Option<String>,
+    as_json: bool,
+) -> Result<Output, Failure> {
     match cmd {
         SigningCommand::New { out } => {
             let public = keys::generate(out)?;
             let recorded = match &store {
                 Some(url) => runtime()?.block_on(async {
                     let store = writable(url).await?;
-                    let sealer = Sealer::open(store, Some(keys::load(out)?), Stamper::from_env()).await?;
+                    let sealer =
+                        Sealer::open(store, Some(keys::load(out)?), Stamper::from_env()).await?;
                     Ok::<_, Failure>(sealer.record_key().await?)
                 })?,
                 None => false,
@@ -231,9 +242,14 @@ pub(crate) fn signing(cmd: &SigningCommand, store: Option<String>, as_json: bool
                     "recorded_in": recorded.then_some(store.clone()).flatten(),
                 }))?
             } else {
-                let mut t = format!("signing key written to {} (keep it outside the store)\npublic key {public}\n", out.display());
+                let mut t = format!(
+                    "signing key written to {} (keep it outside the store)\npublic key {public}\n",
+                    out.display()
+                );
                 if recorded && let Some(url) = &store {
-                    t.push_str(&format!("public key recorded in the seal ledger of {url}\n"));
+                    t.push_str(&format!(
+                        "public key recorded in the seal ledger of {url}\n"
+                    ));
                 }
                 t
             };

@@ -42,43 +42,106 @@ fn sessions() -> Vec<Session> {
 fn flow(cwd: &Path, store: &str, files: &dyn Fn() -> Vec<u8>, tamper: &dyn Fn(bool)) {
     let key = cwd.join("signing.key");
     let key_s = key.to_str().expect("utf-8 path");
-    let r = rath(cwd, &["--store", store, "keys", "signing", "new", "--out", key_s]);
+    let r = rath(
+        cwd,
+        &["--store", store, "keys", "signing", "new", "--out", key_s],
+    );
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout.contains("public key recorded in the seal ledger"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("public key recorded in the seal ledger"),
+        "{}",
+        r.stdout
+    );
     let public = std::fs::read_to_string(cwd.join("signing.key.pub")).expect("pub");
 
     let r = rath(cwd, &["--store", store, "seal", "--key", key_s]);
-    assert_eq!((r.code, r.stdout.trim()), (0, format!("sealed 2 session(s), signed by {}", public.trim()).as_str()), "{}", r.stderr);
-    let r = rath(cwd, &["--store", store, "verify", "--trusted-key", public.trim()]);
+    assert_eq!(
+        (r.code, r.stdout.trim()),
+        (
+            0,
+            format!("sealed 2 session(s), signed by {}", public.trim()).as_str()
+        ),
+        "{}",
+        r.stderr
+    );
+    let r = rath(
+        cwd,
+        &["--store", store, "verify", "--trusted-key", public.trim()],
+    );
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains("clean: 2 session(s), 5 chunk(s) verified"), "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains("clean: 2 session(s), 5 chunk(s) verified"),
+        "{}",
+        r.stdout
+    );
 
     // Another trusted key than the one that signed: every entry is by an unknown key.
-    let r = rath(cwd, &["--store", store, "verify", "--trusted-key", &"11".repeat(32)]);
+    let r = rath(
+        cwd,
+        &[
+            "--store",
+            store,
+            "verify",
+            "--trusted-key",
+            &"11".repeat(32),
+        ],
+    );
     assert!(r.code == 2 || r.code == 3, "{}", r.stderr);
 
     tamper(true);
     let id = sessions()[0].id().to_string();
     let r = rath(cwd, &["--store", store, "verify"]);
     assert_eq!(r.code, 3, "{}{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains(&format!("TAMPERED {id} chunk 1: content changed")), "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains(&format!("TAMPERED {id} chunk 1: content changed")),
+        "{}",
+        r.stdout
+    );
     assert!(r.stderr.contains("verify: tampered"), "{}", r.stderr);
     let r = rath(cwd, &["--store", store, "--json", "verify", &id]);
     assert_eq!(r.code, 3, "{}", r.stderr);
     let v: serde_json::Value = serde_json::from_str(&r.stdout).expect("json");
-    assert_eq!(v["seals"]["failures"][0]["kind"], "content_changed", "{}", r.stdout);
+    assert_eq!(
+        v["seals"]["failures"][0]["kind"], "content_changed",
+        "{}",
+        r.stdout
+    );
     assert_eq!(v["seals"]["failures"][0]["chunk"], 1, "{}", r.stdout);
     tamper(false);
 
     assert!(String::from_utf8_lossy(&files()).contains(SECRET));
     let chunk = format!("{id}:0");
-    let r = rath(cwd, &["--store", store, "erase", "--chunk", &chunk, "--reason", "request 7", "--by", "dpo", "--key", key_s]);
+    let r = rath(
+        cwd,
+        &[
+            "--store",
+            store,
+            "erase",
+            "--chunk",
+            &chunk,
+            "--reason",
+            "request 7",
+            "--by",
+            "dpo",
+            "--key",
+            key_s,
+        ],
+    );
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.starts_with("erased 1 chunk(s)"), "{}", r.stdout);
     let r = rath(cwd, &["--store", store, "verify"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains("2 chunk(s) erased"), "the chunk and its fork's copy: {}", r.stdout);
-    assert!(!String::from_utf8_lossy(&files()).contains(SECRET), "the erased text is gone");
+    assert!(
+        r.stdout.contains("2 chunk(s) erased"),
+        "the chunk and its fork's copy: {}",
+        r.stdout
+    );
+    assert!(
+        !String::from_utf8_lossy(&files()).contains(SECRET),
+        "the erased text is gone"
+    );
 
     let r = rath(cwd, &["--store", store, "erase", "--reason", "x"]);
     assert_eq!(r.code, 2, "{}", r.stderr);
@@ -88,7 +151,9 @@ fn flow(cwd: &Path, store: &str, files: &dyn Fn() -> Vec<u8>, tamper: &dyn Fn(bo
 fn jsonl_store() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("home/sessions");
-    let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
     let store = Store::at(&dir);
     for s in sessions() {
         rt.block_on(SessionStore::save(&store, &s)).expect("save");
@@ -104,7 +169,10 @@ fn jsonl_store() {
     };
     let tamper = |on: bool| {
         let bytes = if on {
-            String::from_utf8(original.clone()).expect("utf-8").replace("noted", "NOTED").into_bytes()
+            String::from_utf8(original.clone())
+                .expect("utf-8")
+                .replace("noted", "NOTED")
+                .into_bytes()
         } else {
             original.clone()
         };
@@ -118,7 +186,10 @@ fn sqlite_store() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let db = tmp.path().join("store.db");
     let url = format!("sqlite://{}", db.display());
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     rt.block_on(async {
         let store = rath_store_sql::open_store(&url).await.expect("open");
         for s in sessions() {
@@ -132,17 +203,43 @@ fn sqlite_store() {
         }
         all
     };
-    // The first session's own segment: its two chunks, stored as plain text (short).
+    // The first session's own segment (its two chunks), written back as plain text with the
+    // answer changed, then put back as it was stored (plain or deflated).
+    let id = sessions()[0].id().to_string();
+    let original = std::cell::RefCell::new(None::<Vec<u8>>);
     let tamper = |on: bool| {
         rt.block_on(async {
             let pool = sqlx::SqlitePool::connect(&url).await.expect("connect");
-            let (from, to) = if on { ("noted", "NOTED") } else { ("NOTED", "noted") };
-            sqlx::query("UPDATE rath_segments SET docs = CAST(replace(CAST(docs AS TEXT), $1, $2) AS BLOB)")
-                .bind(from)
-                .bind(to)
-                .execute(&pool)
+            let key = "(SELECT key FROM rath_sessions WHERE id = $2)";
+            if on {
+                let stored: Vec<u8> = sqlx::query_scalar(&format!(
+                    "SELECT docs FROM rath_segments WHERE session_key = {key} AND pos = $1"
+                ))
+                .bind(0i64)
+                .bind(&id)
+                .fetch_one(&pool)
                 .await
-                .expect("update");
+                .expect("segment");
+                original.replace(Some(stored));
+            }
+            let docs = if on {
+                let changed = [Chunk::user(SECRET), Chunk::assistant_text("NOTED")];
+                let docs: Vec<Vec<u8>> = changed
+                    .iter()
+                    .map(|c| rath_persist::doc::encode_chunk(c).expect("encode"))
+                    .collect();
+                docs.join(&b'\n')
+            } else {
+                original.borrow().clone().expect("saved")
+            };
+            sqlx::query(&format!(
+                "UPDATE rath_segments SET docs = $1 WHERE session_key = {key} AND pos = 0"
+            ))
+            .bind(docs)
+            .bind(&id)
+            .execute(&pool)
+            .await
+            .expect("update");
             pool.close().await;
         });
     };

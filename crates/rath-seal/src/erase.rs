@@ -25,9 +25,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! **Design.** The tombstone is a `note` chunk (author `rath-erase`, text `erased sha256:`
-//! and the erased chunk's digest), so Python OpenRath and every export show it as a note
-//! where the chunk was. The seals are not touched: they keep the erased chunk's digest as a
+//! **Design.** The tombstone ([`tombstone`]) is a chunk of the same kind whose text is
+//! `[erased sha256:…]` with the erased chunk's digest (evidence becomes a `note`), so Python
+//! OpenRath and every export show the marker where the text was and the conversation keeps
+//! its shape. The seals are not touched: they keep the erased chunk's digest as a
 //! leaf, so every root still verifies; a verifier accepts the tombstone in place of a leaf
 //! only when the ledger records that digest as erased. The content is replaced wherever the
 //! store holds it (a chunk shared by forks is one document in the SQL stores, one line per
@@ -37,7 +38,7 @@
 
 use rath_persist::doc;
 use rath_session::merkle::{self, Digest};
-use rath_session::{Chunk, SessionId};
+use rath_session::{Chunk, ChunkBody, SessionId};
 
 use crate::record::Erasure;
 use crate::{SealError, Sealer};
@@ -45,12 +46,26 @@ use crate::{SealError, Sealer};
 /// The author of every tombstone note.
 pub const TOMBSTONE_AUTHOR: &str = "rath-erase";
 
-/// The tombstone that replaces a chunk whose digest is `digest`.
-pub fn tombstone(digest: &Digest) -> Chunk {
-    Chunk::note(
-        TOMBSTONE_AUTHOR,
-        format!("erased sha256:{}", merkle::hex(digest)),
-    )
+/// The text a tombstone holds for an erased chunk whose digest is `digest`.
+pub fn marker(digest: &Digest) -> String {
+    format!("[erased sha256:{}]", merkle::hex(digest))
+}
+
+/// The tombstone that replaces `chunk`: a chunk of the same conversation kind whose text is
+/// the [`marker`] (a tool result keeps its call id and tool name, an assistant turn loses its
+/// tool calls), so the conversation keeps its shape and every count stays; evidence becomes
+/// a `note` by `rath-erase`.
+pub fn tombstone(chunk: &Chunk) -> Chunk {
+    let text = marker(&chunk.digest());
+    match chunk.body() {
+        ChunkBody::System(_) => Chunk::system(text),
+        ChunkBody::User(_) => Chunk::user(text),
+        ChunkBody::Assistant(_) => Chunk::assistant_text(text),
+        ChunkBody::ToolResult(r) => {
+            Chunk::tool_result(r.tool_call_id.clone(), r.name.clone(), text)
+        }
+        _ => Chunk::note(TOMBSTONE_AUTHOR, text),
+    }
 }
 
 /// A chunk of a stored session.
@@ -130,7 +145,7 @@ pub async fn erase(
         })
         .await?;
     let old = doc::encode_chunk(&chunk)?;
-    let new = doc::encode_chunk(&tombstone(&digest))?;
+    let new = doc::encode_chunk(&tombstone(&chunk))?;
     let replaced = store.replace_chunk_doc(&old, &new).await?;
     Ok(Erased { digest, replaced })
 }

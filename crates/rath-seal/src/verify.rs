@@ -38,7 +38,7 @@ use rath_session::{Chunk, ChunkRoots, Lineage, SessionId};
 use serde::Serialize;
 
 use crate::SealError;
-use crate::erase::tombstone;
+use crate::erase::marker;
 use crate::ledger::{LEDGER_ID, read_ledger};
 use crate::record::{Seal, split_leaves};
 
@@ -426,13 +426,18 @@ async fn check_session(
     // What each stored chunk hashes to, `None` where it does not read as its canonical
     // document.
     let mut found: Vec<Option<Digest>> = Vec::with_capacity(docs.len());
+    let mut texts: Vec<Option<String>> = Vec::with_capacity(docs.len());
     let mut unreadable: HashMap<usize, String> = HashMap::new();
     for (i, d) in docs.iter().enumerate() {
         match check_doc(d) {
-            Ok(digest) => found.push(Some(digest)),
+            Ok((digest, text)) => {
+                found.push(Some(digest));
+                texts.push(text);
+            }
             Err(why) => {
                 unreadable.insert(i, why);
                 found.push(None);
+                texts.push(None);
             }
         }
     }
@@ -443,8 +448,9 @@ async fn check_session(
     let mut erased = 0u64;
     let mismatched: Vec<usize> = (0..n.min(m))
         .filter(|&i| {
-            let is_tombstone = recorded.erased.contains(&leaves[i])
-                && found[i] == Some(tombstone(&leaves[i]).digest_uncached());
+            let is_tombstone = found[i] != Some(leaves[i])
+                && recorded.erased.contains(&leaves[i])
+                && texts[i].as_deref() == Some(marker(&leaves[i]).as_str());
             if is_tombstone {
                 erased += 1;
             }
@@ -519,15 +525,19 @@ async fn check_session(
 }
 
 /// Decodes a stored document, checks it is the canonical encoding of what it decodes to and
-/// returns its digest.
-fn check_doc(stored: &Result<Vec<u8>, String>) -> Result<Digest, String> {
+/// returns its digest and text.
+fn check_doc(stored: &Result<Vec<u8>, String>) -> Result<(Digest, Option<String>), String> {
     let bytes = stored.as_ref().map_err(Clone::clone)?;
     let chunk: Chunk = doc::decode_chunk(bytes).map_err(|e| e.to_string())?;
     let again = doc::encode_chunk(&chunk).map_err(|e| e.to_string())?;
     if &again != bytes {
         return Err("its stored bytes are not its canonical document".into());
     }
-    Ok(chunk.digest_uncached())
+    let text = match chunk.body() {
+        rath_session::ChunkBody::Note(n) => Some(n.text.clone()),
+        _ => chunk.text().map(str::to_owned),
+    };
+    Ok((chunk.digest_uncached(), text))
 }
 
 async fn check_lineage(

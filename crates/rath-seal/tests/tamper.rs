@@ -434,7 +434,17 @@ async fn suite(store: Arc<dyn SessionStore>, raw: Raw) {
         "{name}: the erased text is gone"
     );
     let loaded = store.load(a.id()).await.expect("load");
-    assert_eq!(loaded.session.chunks()[4].kind().as_str(), "note", "{name}");
+    let tomb = &loaded.session.chunks()[4];
+    assert_eq!(
+        tomb.kind().as_str(),
+        "user",
+        "{name}: the conversation keeps its shape"
+    );
+    assert!(
+        tomb.text()
+            .is_some_and(|t| t.starts_with("[erased sha256:")),
+        "{name}"
+    );
 }
 
 /// The ledger's entries as stored: identical bytes for identical sessions in any store.
