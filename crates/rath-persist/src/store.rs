@@ -261,10 +261,19 @@ impl Store {
     /// changed is written anew (mode 0600) and renamed over the old one, so no copy of the
     /// old line stays in it. See `SessionStore::replace_chunk_doc`.
     pub fn replace_chunk_doc(&self, old: &[u8], new: &[u8]) -> Result<u64, PersistError> {
-        let (Some(old_rest), Some(new_rest)) = (old.strip_prefix(b"{"), new.strip_prefix(b"{"))
-        else {
+        // A document's members (`"kind": …, "payload": {…}`) appear verbatim in the record of
+        // a conversation chunk and in the evidence entry of an evidence chunk (on a record or
+        // the trailer); inside a JSON string they would be escaped, so every bounded
+        // occurrence is the chunk itself.
+        let (Some(old_members), Some(new_members)) = (
+            old.strip_prefix(b"{").and_then(|d| d.strip_suffix(b"}")),
+            new.strip_prefix(b"{").and_then(|d| d.strip_suffix(b"}")),
+        ) else {
             return Ok(0);
         };
+        if old_members.is_empty() {
+            return Ok(0);
+        }
         let io = |op: &'static str, path: &Path, source: std::io::Error| PersistError::Io {
             op,
             path: path.to_path_buf(),
@@ -275,6 +284,7 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
             Err(e) => return Err(io("read_dir", &self.dir, e)),
         };
+        let finder = memchr::memmem::Finder::new(old_members);
         let mut replaced = 0u64;
         for entry in entries {
             let path = entry.map_err(|e| io("read_dir", &self.dir, e))?.path();
@@ -283,29 +293,31 @@ impl Store {
                 continue;
             }
             let bytes = std::fs::read(&path).map_err(|e| io("read", &path, e))?;
-            if memchr::memmem::find(&bytes, old_rest).is_none() {
+            if finder.find(&bytes).is_none() {
                 continue;
             }
             let mut out = Vec::with_capacity(bytes.len());
             let mut here = 0u64;
             for (i, line) in bytes.split_inclusive(|b| *b == b'\n').enumerate() {
-                let (body, nl) = match line.strip_suffix(b"\n") {
-                    Some(b) => (b, &b"\n"[..]),
-                    None => (line, &b""[..]),
-                };
-                let prefix = format!(
-                    "{{\"record_type\": \"chunk\", \"index\": {}, ",
-                    i.wrapping_sub(1)
-                );
-                match body.strip_prefix(prefix.as_bytes()) {
-                    Some(rest) if i > 0 && rest == old_rest => {
-                        out.extend_from_slice(prefix.as_bytes());
-                        out.extend_from_slice(new_rest);
-                        out.extend_from_slice(nl);
+                if i == 0 {
+                    // The header holds no chunk.
+                    out.extend_from_slice(line);
+                    continue;
+                }
+                let mut at = 0;
+                for hit in finder.find_iter(line) {
+                    let end = hit + old_members.len();
+                    let before = &line[..hit];
+                    let bounded = (before.ends_with(b"{") || before.ends_with(b", "))
+                        && (line[end..].starts_with(b"}") || line[end..].starts_with(b", "));
+                    if bounded && hit >= at {
+                        out.extend_from_slice(&line[at..hit]);
+                        out.extend_from_slice(new_members);
+                        at = end;
                         here += 1;
                     }
-                    _ => out.extend_from_slice(line),
                 }
+                out.extend_from_slice(&line[at..]);
             }
             if here == 0 {
                 continue;
