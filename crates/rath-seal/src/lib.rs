@@ -34,7 +34,8 @@
 //! ```
 //!
 //! This crate owns the ledger format ([`record`]), sealing ([`Sealer`]), verification
-//! ([`verify_store`]), keys ([`keys`]) and erasure ([`erase`]). The digests and roots
+//! ([`verify_store`]), keys ([`keys`]), erasure ([`erase`]) and [`SealedStore`], the layer
+//! that seals every session a store commits. The digests and roots
 //! themselves are `rath_session::merkle`'s; stores are reached only through the
 //! [`rath_persist::SessionStore`] contract, so every store kind is sealed the same way and
 //! this crate knows none of them. It must not change how any store writes a session.
@@ -45,9 +46,11 @@ pub mod erase;
 pub mod keys;
 mod ledger;
 pub mod record;
+mod sealed;
 mod verify;
 
 pub use ledger::{LEDGER_AUTHOR, LEDGER_ID, ReadEntry, Sealer, read_ledger};
+pub use sealed::SealedStore;
 pub use verify::{Failure, FailureKind, Report, VerifyOptions, verify_store};
 
 use rath_persist::PersistError;
