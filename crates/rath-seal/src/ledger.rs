@@ -224,9 +224,18 @@ impl Sealer {
                     len,
                 });
             }
-            let mut peaks = before.peaks.clone();
-            let mut leaves = String::with_capacity((len - before.len) as usize * 64);
-            for c in session.chunks().range(before.len as usize..) {
+            let base = if before.len == 0 {
+                self.base_of(&state, session).await
+            } else {
+                None
+            };
+            let (mut peaks, from) = match &base {
+                Some((b, peaks)) => (peaks.clone(), b.len),
+                None => (before.peaks.clone(), before.len),
+            };
+            let base = base.map(|(b, _)| b);
+            let mut leaves = String::with_capacity((len - from) as usize * 64);
+            for c in session.chunks().range(from as usize..) {
                 let d = c.digest();
                 peaks.push(d);
                 leaves.push_str(&merkle::hex(&d));
@@ -249,7 +258,8 @@ impl Sealer {
                 len,
                 root: merkle::hex(&root),
                 parents: parent_roots.clone(),
-                from: before.len,
+                from,
+                base,
                 leaves,
             };
             let mut entries = Vec::new();
@@ -276,6 +286,40 @@ impl Sealer {
             }
         }
         Err(SealError::Contended { tries: RETRIES })
+    }
+
+    /// The sealed parent whose sealed chunks `session` starts with, and their peaks: the
+    /// first parent sealed with at most as many chunks, when the store knows the session
+    /// extends it (one cheap read on the SQL stores) or the session's first chunks give the
+    /// parent's chunks root (their digests are cached, so this costs node hashes only).
+    async fn base_of(
+        &self,
+        state: &State,
+        session: &Session,
+    ) -> Option<(crate::record::SealBase, ChunkRoots)> {
+        let parent = session.lineage().parents.iter().next()?;
+        let sealed = state.sealed.get(parent.as_str())?;
+        if sealed.len == 0 || sealed.len > session.len() as u64 {
+            return None;
+        }
+        let known = self
+            .store
+            .known_to_extend(session.id(), parent)
+            .await
+            .unwrap_or(false);
+        let shares = known || {
+            let prefix = session.chunks().range(..sealed.len as usize);
+            ChunkRoots::from_leaves(prefix.iter().map(Chunk::digest)).root() == sealed.peaks.root()
+        };
+        shares.then(|| {
+            (
+                crate::record::SealBase {
+                    id: parent.to_string(),
+                    len: sealed.len,
+                },
+                sealed.peaks.clone(),
+            )
+        })
     }
 
     /// Seals every stored session (parents before children), skipping those already sealed

@@ -10,6 +10,7 @@
 //!     root: "00".repeat(32),
 //!     parents: vec![],
 //!     from: 0,
+//!     base: None,
 //!     leaves: "11".repeat(32),
 //! };
 //! let first = Entry::seal(seal.clone(), [0; 32]);
@@ -53,10 +54,24 @@ pub struct Seal {
     /// The parents and their roots, in lineage order.
     pub parents: Vec<SealParent>,
     /// The first chunk whose digest this seal records: the length of the session's previous
-    /// seal (0 for its first).
+    /// seal, or for its first seal the length of its `base` (0 without one).
     pub from: u64,
+    /// For a session's first seal: the sealed session whose first `len` chunks are this
+    /// session's first chunks (a fork's or a loop round's parent), so their digests are not
+    /// recorded again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<SealBase>,
     /// The digests of chunks `from..len`, hex, concatenated.
     pub leaves: String,
+}
+
+/// The sealed session a first seal shares its first chunks with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SealBase {
+    /// The sealed session.
+    pub id: String,
+    /// How many of its first chunks are shared.
+    pub len: u64,
 }
 
 /// A chunk's payload replaced by a tombstone: which, what its digest was, who, when, why.
@@ -217,6 +232,7 @@ mod tests {
                 root: None,
             }],
             from: 0,
+            base: None,
             leaves: "01".repeat(64),
         }
     }

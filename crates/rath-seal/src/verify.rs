@@ -366,25 +366,57 @@ fn read_entries(
     Ok(recorded)
 }
 
-/// The recorded leaves of a session's seals, or why they do not add up.
-fn leaves_of(seals: &[Seal]) -> Result<Vec<Digest>, String> {
-    let mut leaves = Vec::new();
-    for s in seals {
-        if s.from != leaves.len() as u64 {
+/// The recorded leaves of a session's seals, following the `base` of its first seal down to
+/// a session sealed without one, or why they do not add up.
+fn leaves_of(id: &str, recorded: &Recorded) -> Result<Vec<Digest>, String> {
+    // The chain of sessions whose first chunks this one shares, this one first.
+    let mut chain: Vec<&[Seal]> = Vec::new();
+    let mut cur = id;
+    loop {
+        let seals = recorded
+            .seals
+            .get(cur)
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| format!("shares the chunks of {cur}, which has no seal"))?;
+        chain.push(seals);
+        if chain.len() > recorded.seals.len() {
+            return Err("its seals' bases form a cycle".into());
+        }
+        match &seals[0].base {
+            Some(b) => cur = &b.id,
+            None => break,
+        }
+    }
+    let mut leaves: Vec<Digest> = Vec::new();
+    for seals in chain.iter().rev() {
+        let shared = seals[0].base.as_ref().map_or(0, |b| b.len);
+        if shared > leaves.len() as u64 {
             return Err(format!(
-                "a seal records chunks from {} where {} were sealed before",
-                s.from,
+                "its base {} has {} sealed chunks, not {shared}",
+                seals[0].base.as_ref().map_or("", |b| b.id.as_str()),
                 leaves.len()
             ));
         }
-        let more = split_leaves(&s.leaves).ok_or("a seal's leaves are not hex digests")?;
-        leaves.extend(more);
-        if leaves.len() as u64 != s.len {
-            return Err(format!(
-                "a seal of {} chunks records {}",
-                s.len,
-                leaves.len()
-            ));
+        leaves.truncate(shared as usize);
+        for s in seals.iter() {
+            if s.from != leaves.len() as u64 {
+                return Err(format!(
+                    "a seal of {} records chunks from {} where {} were sealed before",
+                    s.session,
+                    s.from,
+                    leaves.len()
+                ));
+            }
+            let more = split_leaves(&s.leaves).ok_or("a seal's leaves are not hex digests")?;
+            leaves.extend(more);
+            if leaves.len() as u64 != s.len {
+                return Err(format!(
+                    "a seal of {} for {} chunks records {}",
+                    s.session,
+                    s.len,
+                    leaves.len()
+                ));
+            }
         }
     }
     Ok(leaves)
@@ -401,7 +433,7 @@ async fn check_session(
     let Some(latest) = seals.last() else {
         return Ok(());
     };
-    let leaves = match leaves_of(seals) {
+    let leaves = match leaves_of(id, recorded) {
         Ok(l) => l,
         Err(why) => {
             fail(report, id, None, FailureKind::LedgerBroken, why);

@@ -506,6 +506,19 @@ async fn identical_roots_in_every_store() {
         populate(&pg).await;
         assert_eq!(ledger_texts(pg.as_ref()).await, expected);
     }
+    // A fork's seal records only what it adds: the rest is its parent's (`base`).
+    let c = &sessions()[4];
+    let seal_c = expected
+        .iter()
+        .filter_map(|t| Entry::parse(t).ok()?.seal)
+        .find(|s| s.session == c.id().as_str())
+        .expect("c is sealed");
+    let base = seal_c.base.expect("c's seal names its base");
+    assert_eq!(
+        (base.id.as_str(), base.len),
+        (sessions()[1].id().as_str(), 5)
+    );
+    assert_eq!((seal_c.from, seal_c.leaves.len()), (5, 12 * 64));
     // And the roots are the value's own.
     let all = sessions();
     let first: Entry = Entry::parse(&expected[1]).expect("the first seal");
