@@ -44,10 +44,10 @@
 
 pub mod erase;
 pub mod keys;
-mod ledger;
+pub mod ledger;
 pub mod record;
-mod sealed;
-mod verify;
+pub mod sealed;
+pub mod verify;
 
 pub use ledger::{LEDGER_AUTHOR, LEDGER_ID, ReadEntry, Sealer, read_ledger};
 pub use sealed::SealedStore;
