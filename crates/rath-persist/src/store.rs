@@ -296,46 +296,12 @@ impl Store {
             if finder.find(&bytes).is_none() {
                 continue;
             }
-            let mut out = Vec::with_capacity(bytes.len());
-            let mut here = 0u64;
-            for (i, line) in bytes.split_inclusive(|b| *b == b'\n').enumerate() {
-                if i == 0 {
-                    // The header holds no chunk.
-                    out.extend_from_slice(line);
-                    continue;
-                }
-                let mut at = 0;
-                for hit in finder.find_iter(line) {
-                    let end = hit + old_members.len();
-                    let before = &line[..hit];
-                    let bounded = (before.ends_with(b"{") || before.ends_with(b", "))
-                        && (line[end..].starts_with(b"}") || line[end..].starts_with(b", "));
-                    if bounded && hit >= at {
-                        out.extend_from_slice(&line[at..hit]);
-                        out.extend_from_slice(new_members);
-                        at = end;
-                        here += 1;
-                    }
-                }
-                out.extend_from_slice(&line[at..]);
-            }
+            let (out, here) = replace_members(&bytes, &finder, old_members.len(), new_members);
             if here == 0 {
                 continue;
             }
             let tmp = path.with_extension("erase-tmp");
-            {
-                use std::io::Write as _;
-                let mut options = std::fs::OpenOptions::new();
-                options.write(true).create(true).truncate(true);
-                #[cfg(unix)]
-                {
-                    use std::os::unix::fs::OpenOptionsExt as _;
-                    options.mode(0o600);
-                }
-                let mut f = options.open(&tmp).map_err(|e| io("open", &tmp, e))?;
-                f.write_all(&out).map_err(|e| io("write", &tmp, e))?;
-                f.sync_all().map_err(|e| io("fsync", &tmp, e))?;
-            }
+            write_private(&tmp, &out)?;
             std::fs::rename(&tmp, &path).map_err(|e| io("rename", &path, e))?;
             replaced += here;
         }
@@ -523,4 +489,58 @@ pub fn summarize_file(path: &Path) -> Result<SessionSummary, PersistError> {
     // Only a failure at the very end counts (a resumed run continued after it).
     s.failure = last_failure.and_then(|(at, f)| (at + 1 == chunks + evidence).then_some(f));
     Ok(s)
+}
+
+/// `bytes` (a session file) with every bounded occurrence of a chunk's members on its chunk
+/// records and trailer replaced by `new` (see [`Store::replace_chunk_doc`]), and how many.
+fn replace_members(
+    bytes: &[u8],
+    finder: &memchr::memmem::Finder<'_>,
+    old_len: usize,
+    new: &[u8],
+) -> (Vec<u8>, u64) {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut here = 0u64;
+    for (i, line) in bytes.split_inclusive(|b| *b == b'\n').enumerate() {
+        if i == 0 {
+            // The header holds no chunk.
+            out.extend_from_slice(line);
+            continue;
+        }
+        let mut at = 0;
+        for hit in finder.find_iter(line) {
+            let end = hit + old_len;
+            let before = &line[..hit];
+            let bounded = (before.ends_with(b"{") || before.ends_with(b", "))
+                && (line[end..].starts_with(b"}") || line[end..].starts_with(b", "));
+            if bounded && hit >= at {
+                out.extend_from_slice(&line[at..hit]);
+                out.extend_from_slice(new);
+                at = end;
+                here += 1;
+            }
+        }
+        out.extend_from_slice(&line[at..]);
+    }
+    (out, here)
+}
+
+/// Writes `bytes` to a new file `path` (mode 0600) and syncs it.
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), PersistError> {
+    use std::io::Write as _;
+    let io = |op: &'static str, source: std::io::Error| PersistError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.mode(0o600);
+    }
+    let mut f = options.open(path).map_err(|e| io("open", e))?;
+    f.write_all(bytes).map_err(|e| io("write", e))?;
+    f.sync_all().map_err(|e| io("fsync", e))
 }

@@ -100,7 +100,14 @@ struct State {
     tip: Digest,
     sealed: HashMap<String, Sealed>,
     keys: Vec<[u8; 32]>,
+    /// While [`Sealer::seal_all`] runs: entries made but not stored yet (it stores them
+    /// [`BATCH`] at a time, so a store that rewrites a session whole on append, a JSONL
+    /// directory, rewrites the ledger once per batch, not once per session).
+    pending: Option<Vec<Entry>>,
 }
+
+/// Entries [`Sealer::seal_all`] stores at once.
+const BATCH: usize = 1024;
 
 impl State {
     fn replay(ledger: Option<(Session, Vec<ReadEntry>)>) -> Result<Self, SealError> {
@@ -191,6 +198,31 @@ impl Sealer {
     /// and root. A parent that is stored but not sealed is sealed first (its root is what
     /// the child's binds); a parent not in the store is recorded with no root.
     pub async fn seal(&self, session: &Session) -> Result<Option<Seal>, SealError> {
+        let parent_roots = self.parent_roots(session).await?;
+        for _ in 0..RETRIES {
+            let mut state = self.state.lock().await;
+            let Some((seal, entries, sealed)) =
+                self.next_seal(&state, session, &parent_roots).await?
+            else {
+                return Ok(None);
+            };
+            match self.append(&mut state, entries).await {
+                Ok(()) => {
+                    state.sealed.insert(seal.session.clone(), sealed);
+                    return Ok(Some(seal));
+                }
+                Err(SealError::Store(PersistError::Conflict { .. })) => {
+                    *state = State::replay(read_ledger(self.store.as_ref()).await?)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(SealError::Contended { tries: RETRIES })
+    }
+
+    /// The parents of `session` with their latest sealed roots, sealing first a parent that
+    /// is stored but not sealed.
+    async fn parent_roots(&self, session: &Session) -> Result<Vec<SealParent>, SealError> {
         let mut parent_roots = Vec::new();
         for p in session.lineage().parents.iter() {
             let root = match self.sealed(p.as_str()).await {
@@ -209,83 +241,79 @@ impl Sealer {
                 root: root.map(|r| merkle::hex(&r)),
             });
         }
-        for _ in 0..RETRIES {
-            let mut state = self.state.lock().await;
-            let before = state
-                .sealed
-                .get(session.id().as_str())
-                .cloned()
-                .unwrap_or_default();
-            let len = session.len() as u64;
-            if before.len > len {
-                return Err(SealError::Shorter {
-                    id: session.id().to_string(),
-                    sealed: before.len,
-                    len,
-                });
-            }
-            let base = if before.len == 0 {
-                self.base_of(&state, session).await
-            } else {
-                None
-            };
-            let (mut peaks, from) = match &base {
-                Some((b, peaks)) => (peaks.clone(), b.len),
-                None => (before.peaks.clone(), before.len),
-            };
-            let base = base.map(|(b, _)| b);
-            let mut leaves = String::with_capacity((len - from) as usize * 64);
-            for c in session.chunks().range(from as usize..) {
-                let d = c.digest();
-                peaks.push(d);
-                leaves.push_str(&merkle::hex(&d));
-            }
-            let roots: Vec<Digest> = parent_roots
-                .iter()
-                .map(|p| {
-                    p.root
-                        .as_deref()
-                        .and_then(merkle::from_hex)
-                        .unwrap_or([0; 32])
-                })
-                .collect();
-            let root = merkle::session_root(&peaks.root(), &roots, session.lineage());
-            if before.len == len && before.root == root {
-                return Ok(None);
-            }
-            let seal = Seal {
-                session: session.id().to_string(),
+        Ok(parent_roots)
+    }
+
+    /// The seal `session` gets now and the entries that record it (its key's first, when
+    /// the ledger has not recorded it yet), with what the ledger will then know of it;
+    /// `None` when its latest seal already has this length and root.
+    async fn next_seal(
+        &self,
+        state: &State,
+        session: &Session,
+        parent_roots: &[SealParent],
+    ) -> Result<Option<(Seal, Vec<Entry>, Sealed)>, SealError> {
+        let before = state
+            .sealed
+            .get(session.id().as_str())
+            .cloned()
+            .unwrap_or_default();
+        let len = session.len() as u64;
+        if before.len > len {
+            return Err(SealError::Shorter {
+                id: session.id().to_string(),
+                sealed: before.len,
                 len,
-                root: merkle::hex(&root),
-                parents: parent_roots.clone(),
-                from,
-                base,
-                leaves,
-            };
-            let mut entries = Vec::new();
-            let mut tip = state.tip;
-            if let Some(k) = &self.signer
-                && !state.keys.contains(k.verifying_key().as_bytes())
-            {
-                let e = Entry::key_added(&k.verifying_key(), tip).signed(k);
-                tip = e.digest();
-                entries.push(e);
-            }
-            entries.push(self.sign(Entry::seal(seal.clone(), tip)));
-            match self.append(&mut state, entries).await {
-                Ok(()) => {
-                    state
-                        .sealed
-                        .insert(seal.session.clone(), Sealed { len, root, peaks });
-                    return Ok(Some(seal));
-                }
-                Err(SealError::Store(PersistError::Conflict { .. })) => {
-                    *state = State::replay(read_ledger(self.store.as_ref()).await?)?;
-                }
-                Err(e) => return Err(e),
-            }
+            });
         }
-        Err(SealError::Contended { tries: RETRIES })
+        let base = if before.len == 0 {
+            self.base_of(state, session).await
+        } else {
+            None
+        };
+        let (mut peaks, from) = match &base {
+            Some((b, peaks)) => (peaks.clone(), b.len),
+            None => (before.peaks.clone(), before.len),
+        };
+        let mut leaves = String::with_capacity((len - from) as usize * 64);
+        for c in session.chunks().range(from as usize..) {
+            let d = c.digest();
+            peaks.push(d);
+            leaves.push_str(&merkle::hex(&d));
+        }
+        let roots: Vec<Digest> = parent_roots
+            .iter()
+            .map(|p| {
+                p.root
+                    .as_deref()
+                    .and_then(merkle::from_hex)
+                    .unwrap_or([0; 32])
+            })
+            .collect();
+        let root = merkle::session_root(&peaks.root(), &roots, session.lineage());
+        if before.len == len && before.root == root {
+            return Ok(None);
+        }
+        let seal = Seal {
+            session: session.id().to_string(),
+            len,
+            root: merkle::hex(&root),
+            parents: parent_roots.to_vec(),
+            from,
+            base: base.map(|(b, _)| b),
+            leaves,
+        };
+        let mut entries = Vec::new();
+        let mut tip = state.tip;
+        if let Some(k) = &self.signer
+            && !state.keys.contains(k.verifying_key().as_bytes())
+        {
+            let e = Entry::key_added(&k.verifying_key(), tip).signed(k);
+            tip = e.digest();
+            entries.push(e);
+        }
+        entries.push(self.sign(Entry::seal(seal.clone(), tip)));
+        Ok(Some((seal, entries, Sealed { len, root, peaks })))
     }
 
     /// The sealed parent whose sealed chunks `session` starts with, and their peaks: the
@@ -325,6 +353,33 @@ impl Sealer {
     /// Seals every stored session (parents before children), skipping those already sealed
     /// as they are; returns how many seals were recorded.
     pub async fn seal_all(&self) -> Result<usize, SealError> {
+        // The outermost `seal_all` of this sealer batches; one running meanwhile joins it.
+        let owner = {
+            let mut state = self.state.lock().await;
+            let owner = state.pending.is_none();
+            if owner {
+                state.pending = Some(Vec::new());
+            }
+            owner
+        };
+        let result = self.seal_all_batched().await;
+        if !owner {
+            return result;
+        }
+        let mut state = self.state.lock().await;
+        let left = state.pending.take().unwrap_or_default();
+        let stored = match result {
+            Ok(n) => self.store_entries(&mut state, &left).await.map(|()| n),
+            Err(e) => Err(e),
+        };
+        if stored.is_err() {
+            // Entries made but not stored: what this sealer knows must be what is stored.
+            *state = State::replay(read_ledger(self.store.as_ref()).await?)?;
+        }
+        stored
+    }
+
+    async fn seal_all_batched(&self) -> Result<usize, SealError> {
         let mut n = 0;
         for summary in self.store.list().await? {
             if summary.id.as_str() == LEDGER_ID {
@@ -333,6 +388,11 @@ impl Sealer {
             let loaded = self.store.load(&summary.id).await?;
             if self.seal(&loaded.session).await?.is_some() {
                 n += 1;
+            }
+            let mut state = self.state.lock().await;
+            if state.pending.as_ref().is_some_and(|p| p.len() >= BATCH) {
+                let batch = state.pending.replace(Vec::new()).unwrap_or_default();
+                self.store_entries(&mut state, &batch).await?;
             }
         }
         Ok(n)
@@ -385,13 +445,36 @@ impl Sealer {
         }
     }
 
-    /// Appends `entries` to the ledger session and stores it.
+    /// Appends `entries` to the ledger: stores them now, or, while [`Sealer::seal_all`] runs,
+    /// keeps them for its next batch. Either way the tip and keys move on.
     async fn append(&self, state: &mut State, entries: Vec<Entry>) -> Result<(), SealError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        match state.pending.as_mut() {
+            Some(pending) => pending.extend(entries.iter().cloned()),
+            None => self.store_entries(state, &entries).await?,
+        }
+        state.tip = entries.last().map_or(state.tip, Entry::digest);
+        for e in &entries {
+            if let Some(k) = e.key_added.as_deref().and_then(merkle::from_hex)
+                && !state.keys.contains(&k)
+            {
+                state.keys.push(k);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores `entries` at the end of the ledger session.
+    async fn store_entries(&self, state: &mut State, entries: &[Entry]) -> Result<(), SealError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
         let (ledger, stored) = match &state.ledger {
             Some(l) => (l.clone(), l.len()),
             None => (self.new_ledger(), 0),
         };
-        let tip = entries.last().map(Entry::digest).unwrap_or(state.tip);
         let ledger = ledger.extend(
             entries
                 .iter()
@@ -403,12 +486,6 @@ impl Sealer {
             self.store.append(&ledger, stored).await?;
         }
         state.ledger = Some(ledger);
-        state.tip = tip;
-        for e in &entries {
-            if let Some(k) = e.key_added.as_deref().and_then(merkle::from_hex) {
-                state.keys.push(k);
-            }
-        }
         Ok(())
     }
 

@@ -273,6 +273,43 @@ pub async fn verify_store(
     Ok(report)
 }
 
+/// Checks an entry's signature against the trusted keys (adding the key it records when
+/// that is trusted: given none, the first key the ledger records, self-signed; else one an
+/// already trusted key adds).
+fn check_signature(
+    i: u64,
+    entry: &crate::record::Entry,
+    who: &str,
+    options: &VerifyOptions,
+    tofu: bool,
+    trusted: &mut Vec<[u8; 32]>,
+    report: &mut Report,
+) {
+    match entry.check_signature() {
+        Err(why) => {
+            let detail = format!("ledger entry {i}: {why}");
+            fail(report, who, None, FailureKind::SignatureInvalid, detail);
+        }
+        Ok(None) if options.require_signatures => {
+            let detail = format!("ledger entry {i} is not signed");
+            fail(report, who, None, FailureKind::SignatureInvalid, detail);
+        }
+        Ok(None) => {}
+        Ok(Some(key)) => {
+            if let Some(added) = entry.key_added.as_deref().and_then(merkle::from_hex)
+                && ((tofu && trusted.is_empty() && added == key) || trusted.contains(&key))
+                && !trusted.contains(&added)
+            {
+                trusted.push(added);
+            }
+            if !trusted.contains(&key) {
+                let detail = format!("ledger entry {i} is signed by {}", hex::encode(key));
+                fail(report, who, None, FailureKind::UnknownKey, detail);
+            }
+        }
+    }
+}
+
 /// Checks the ledger's chain and signatures and gathers its seals and erasures.
 fn read_entries(
     entries: Vec<crate::ledger::ReadEntry>,
@@ -310,42 +347,7 @@ fn read_entries(
             .as_ref()
             .map(|s| s.session.clone())
             .unwrap_or_else(|| LEDGER_ID.to_owned());
-        match entry.check_signature() {
-            Err(why) => fail(
-                report,
-                &who,
-                None,
-                FailureKind::SignatureInvalid,
-                format!("ledger entry {i}: {why}"),
-            ),
-            Ok(None) if options.require_signatures => fail(
-                report,
-                &who,
-                None,
-                FailureKind::SignatureInvalid,
-                format!("ledger entry {i} is not signed"),
-            ),
-            Ok(None) => {}
-            Ok(Some(key)) => {
-                // A key is trusted when given, or (no key given) when it is the first one the
-                // ledger records (self-signed), or when an already trusted key adds it.
-                if let Some(added) = entry.key_added.as_deref().and_then(merkle::from_hex)
-                    && ((tofu && trusted.is_empty() && added == key) || trusted.contains(&key))
-                    && !trusted.contains(&added)
-                {
-                    trusted.push(added);
-                }
-                if !trusted.contains(&key) {
-                    fail(
-                        report,
-                        &who,
-                        None,
-                        FailureKind::UnknownKey,
-                        format!("ledger entry {i} is signed by {}", hex::encode(key)),
-                    );
-                }
-            }
-        }
+        check_signature(i, &entry, &who, options, tofu, &mut trusted, report);
         if let Some(seal) = entry.seal {
             if !recorded.seals.contains_key(&seal.session) {
                 recorded.order.push(seal.session.clone());
@@ -455,24 +457,57 @@ async fn check_session(
         }
         Err(e) => return Err(e.into()),
     };
-    // What each stored chunk hashes to, `None` where it does not read as its canonical
-    // document.
-    let mut found: Vec<Option<Digest>> = Vec::with_capacity(docs.len());
-    let mut texts: Vec<Option<String>> = Vec::with_capacity(docs.len());
-    let mut unreadable: HashMap<usize, String> = HashMap::new();
-    for (i, d) in docs.iter().enumerate() {
-        match check_doc(d) {
-            Ok((digest, text)) => {
-                found.push(Some(digest));
-                texts.push(text);
-            }
-            Err(why) => {
-                unreadable.insert(i, why);
-                found.push(None);
-                texts.push(None);
+    let stored = Stored::read(&docs);
+    let chunks_ok = compare(id, &leaves, &stored, recorded, report);
+    check_lineage(store, &sid, latest, &leaves, recorded, chunks_ok, report).await
+}
+
+/// What each stored chunk hashes to (`None` where it does not read as its canonical
+/// document), its text (for tombstones), and why the unreadable ones do not read.
+struct Stored {
+    found: Vec<Option<Digest>>,
+    texts: Vec<Option<String>>,
+    unreadable: HashMap<usize, String>,
+}
+
+impl Stored {
+    fn read(docs: &[Result<Vec<u8>, String>]) -> Self {
+        let mut s = Stored {
+            found: Vec::with_capacity(docs.len()),
+            texts: Vec::with_capacity(docs.len()),
+            unreadable: HashMap::new(),
+        };
+        for (i, d) in docs.iter().enumerate() {
+            match check_doc(d) {
+                Ok((digest, text)) => {
+                    s.found.push(Some(digest));
+                    s.texts.push(text);
+                }
+                Err(why) => {
+                    s.unreadable.insert(i, why);
+                    s.found.push(None);
+                    s.texts.push(None);
+                }
             }
         }
+        s
     }
+}
+
+/// Compares the stored chunks with the sealed leaves, counting them and the erased ones and
+/// reporting each failure; true when every sealed chunk is there as sealed (or erased).
+fn compare(
+    id: &str,
+    leaves: &[Digest],
+    stored: &Stored,
+    recorded: &Recorded,
+    report: &mut Report,
+) -> bool {
+    let Stored {
+        found,
+        texts,
+        unreadable,
+    } = stored;
     let n = leaves.len();
     let m = found.len();
     report.chunks += n.min(m) as u64;
@@ -497,12 +532,13 @@ async fn check_session(
     damaged.sort_unstable();
     for &i in &damaged {
         let why = &unreadable[&i];
+        let detail = format!("does not read as a chunk: {why}");
         fail(
             report,
             id,
             Some(i as u64),
             FailureKind::ContentChanged,
-            format!("does not read as a chunk: {why}"),
+            detail,
         );
     }
     let readable: Vec<usize> = mismatched
@@ -511,49 +547,63 @@ async fn check_session(
         .collect();
     if m < n && damaged.is_empty() {
         let first = (0..m).find(|&i| found[i] != Some(leaves[i])).unwrap_or(m);
+        let detail = format!("{m} of {n} sealed chunks stored; the first missing is {first}");
         fail(
             report,
             id,
             Some(first as u64),
             FailureKind::ChunkRemoved,
-            format!("{m} of {n} sealed chunks stored; the first missing is {first}"),
+            detail,
         );
     } else if m >= n && !readable.is_empty() {
-        let mut sealed: Vec<Digest> = readable.iter().map(|&i| leaves[i]).collect();
-        let mut stored: Vec<Option<Digest>> = readable.iter().map(|&i| found[i]).collect();
-        sealed.sort_unstable();
-        stored.sort_unstable();
-        let permuted = stored
-            .iter()
-            .zip(&sealed)
-            .all(|(a, b)| a.as_ref() == Some(b));
-        if permuted && readable.len() > 1 {
-            fail(
-                report,
-                id,
-                Some(readable[0] as u64),
-                FailureKind::ChunksReordered,
-                format!("chunks {readable:?} hold the sealed chunks in another order"),
-            );
-        } else {
-            for &i in &readable {
-                let short = |d: Option<Digest>| d.map(|d| merkle::hex(&d)[..16].to_owned());
-                let detail = format!(
-                    "sealed digest {}, stored content hashes to {}",
-                    short(Some(leaves[i])).unwrap_or_default(),
-                    short(found[i]).unwrap_or_default()
-                );
-                fail(
-                    report,
-                    id,
-                    Some(i as u64),
-                    FailureKind::ContentChanged,
-                    detail,
-                );
-            }
-        }
+        mismatches(id, leaves, found, &readable, report);
     }
-    check_lineage(store, &sid, latest, &leaves, recorded, chunks_ok, report).await
+    chunks_ok
+}
+
+/// Reports readable chunks that differ from their seals: as one reordering when they hold
+/// exactly the sealed chunks in another order, else each as changed content.
+fn mismatches(
+    id: &str,
+    leaves: &[Digest],
+    found: &[Option<Digest>],
+    readable: &[usize],
+    report: &mut Report,
+) {
+    let mut sealed: Vec<Digest> = readable.iter().map(|&i| leaves[i]).collect();
+    let mut stored: Vec<Option<Digest>> = readable.iter().map(|&i| found[i]).collect();
+    sealed.sort_unstable();
+    stored.sort_unstable();
+    let permuted = stored
+        .iter()
+        .zip(&sealed)
+        .all(|(a, b)| a.as_ref() == Some(b));
+    if permuted && readable.len() > 1 {
+        let detail = format!("chunks {readable:?} hold the sealed chunks in another order");
+        fail(
+            report,
+            id,
+            Some(readable[0] as u64),
+            FailureKind::ChunksReordered,
+            detail,
+        );
+        return;
+    }
+    let short = |d: Option<Digest>| d.map(|d| merkle::hex(&d)[..16].to_owned());
+    for &i in readable {
+        let detail = format!(
+            "sealed digest {}, stored content hashes to {}",
+            short(Some(leaves[i])).unwrap_or_default(),
+            short(found[i]).unwrap_or_default()
+        );
+        fail(
+            report,
+            id,
+            Some(i as u64),
+            FailureKind::ContentChanged,
+            detail,
+        );
+    }
 }
 
 /// Decodes a stored document, checks it is the canonical encoding of what it decodes to and
@@ -572,6 +622,30 @@ fn check_doc(stored: &Result<Vec<u8>, String>) -> Result<(Digest, Option<String>
     Ok((chunk.digest_uncached(), text))
 }
 
+/// Each recorded parent root must be one that parent was sealed with; true when all are.
+fn check_parent_roots(id: &str, latest: &Seal, recorded: &Recorded, report: &mut Report) -> bool {
+    let mut ok = true;
+    for p in &latest.parents {
+        match (&p.root, recorded.seals.get(&p.id)) {
+            (None, _) => {}
+            (Some(_), None) => {
+                ok = false;
+                let detail = format!("parent {} was sealed and is no longer in the ledger", p.id);
+                fail(report, id, None, FailureKind::SessionMissing, detail);
+            }
+            (Some(root), Some(ps)) => {
+                if !ps.iter().any(|s| &s.root == root) {
+                    ok = false;
+                    let detail =
+                        format!("parent {}'s recorded root is none it was sealed with", p.id);
+                    fail(report, id, None, FailureKind::ParentChanged, detail);
+                }
+            }
+        }
+    }
+    ok
+}
+
 async fn check_lineage(
     store: &dyn SessionStore,
     sid: &SessionId,
@@ -582,36 +656,7 @@ async fn check_lineage(
     report: &mut Report,
 ) -> Result<(), SealError> {
     let id = sid.as_str();
-    // Each recorded parent root must be one that parent was sealed with.
-    let mut parents_ok = true;
-    for p in &latest.parents {
-        match (&p.root, recorded.seals.get(&p.id)) {
-            (None, None) => {}
-            (None, Some(_)) => {}
-            (Some(_), None) => {
-                parents_ok = false;
-                fail(
-                    report,
-                    id,
-                    None,
-                    FailureKind::SessionMissing,
-                    format!("parent {} was sealed and is no longer in the ledger", p.id),
-                );
-            }
-            (Some(root), Some(ps)) => {
-                if !ps.iter().any(|s| &s.root == root) {
-                    parents_ok = false;
-                    fail(
-                        report,
-                        id,
-                        None,
-                        FailureKind::ParentChanged,
-                        format!("parent {}'s recorded root is none it was sealed with", p.id),
-                    );
-                }
-            }
-        }
-    }
+    let parents_ok = check_parent_roots(id, latest, recorded, report);
     let lineage: Lineage = match store.load(sid).await {
         Ok(l) => l.session.lineage().clone(),
         Err(e) => {
