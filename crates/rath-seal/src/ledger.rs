@@ -126,7 +126,26 @@ impl State {
                         entry: i,
                         why: "its leaves are not hex digests".into(),
                     })?;
+                // A first seal with a base starts from its base's peaks (the ledger says the
+                // session's first chunks are those).
+                let shared = match &seal.base {
+                    Some(b) => Some(
+                        state
+                            .sealed
+                            .get(&b.id)
+                            .filter(|p| p.len == b.len)
+                            .map(|p| p.peaks.clone())
+                            .ok_or_else(|| SealError::Ledger {
+                                entry: i,
+                                why: "its base is not a sealed session of that length".into(),
+                            })?,
+                    ),
+                    None => None,
+                };
                 let s = state.sealed.entry(seal.session.clone()).or_default();
+                if let Some(peaks) = shared {
+                    s.peaks = peaks;
+                }
                 for leaf in leaves {
                     s.peaks.push(leaf);
                 }
