@@ -104,6 +104,8 @@ struct State {
     /// [`BATCH`] at a time, so a store that rewrites a session whole on append, a JSONL
     /// directory, rewrites the ledger once per batch, not once per session).
     pending: Option<Vec<Entry>>,
+    /// Seals this sealer has recorded (a parent sealed first included).
+    made: usize,
 }
 
 /// Entries [`Sealer::seal_all`] stores at once.
@@ -228,6 +230,7 @@ impl Sealer {
             match self.append(&mut state, entries).await {
                 Ok(()) => {
                     state.sealed.insert(seal.session.clone(), sealed);
+                    state.made += 1;
                     return Ok(Some(seal));
                 }
                 Err(SealError::Store(PersistError::Conflict { .. })) => {
@@ -370,7 +373,8 @@ impl Sealer {
     }
 
     /// Seals every stored session (parents before children), skipping those already sealed
-    /// as they are; returns how many seals were recorded.
+    /// as they are; returns how many seals were recorded (by any task of this sealer
+    /// meanwhile, too).
     pub async fn seal_all(&self) -> Result<usize, SealError> {
         // The outermost `seal_all` of this sealer batches; one running meanwhile joins it.
         let owner = {
@@ -399,22 +403,20 @@ impl Sealer {
     }
 
     async fn seal_all_batched(&self) -> Result<usize, SealError> {
-        let mut n = 0;
+        let before = self.state.lock().await.made;
         for summary in self.store.list().await? {
             if summary.id.as_str() == LEDGER_ID {
                 continue;
             }
             let loaded = self.store.load(&summary.id).await?;
-            if self.seal(&loaded.session).await?.is_some() {
-                n += 1;
-            }
+            self.seal(&loaded.session).await?;
             let mut state = self.state.lock().await;
             if state.pending.as_ref().is_some_and(|p| p.len() >= BATCH) {
                 let batch = state.pending.replace(Vec::new()).unwrap_or_default();
                 self.store_entries(&mut state, &batch).await?;
             }
         }
-        Ok(n)
+        Ok(self.state.lock().await.made.saturating_sub(before))
     }
 
     /// Records this sealer's public key in the ledger (signed by it), unless the ledger has
