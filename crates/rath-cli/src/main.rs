@@ -6,7 +6,8 @@
 //!
 //! Exit codes: 0 done; 1 done, but files of the store were left out of the output (each is
 //! named in one `rath: warning:` line on stderr and, with `--json`, under `warnings`), or
-//! `replay` found a difference; 2 an error (one `rath:` line on stderr).
+//! `replay` found a difference; 2 an error (one `rath:` line on stderr); 3 `verify` found
+//! the store tampered with (each failure on stdout).
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,7 @@ mod alloc;
 mod export;
 mod run;
 mod runs;
+mod seal;
 mod serve;
 mod telemetry;
 mod workflows;
@@ -70,8 +72,18 @@ enum Command {
         /// Second session id.
         b: String,
     },
-    /// Load every file; report torn, partial and unreadable files. Modifies nothing.
-    Verify,
+    /// Load every file; report torn, partial and unreadable files. When the store is sealed
+    /// (`rath seal`), also recompute every chunk digest and session root from what the store
+    /// holds and check them, the lineage and the signatures against the seal ledger, naming
+    /// each failure (session, chunk, kind). Modifies nothing. Exit 3: tampered.
+    Verify(seal::VerifyArgs),
+    /// Seal stored sessions: record their Merkle roots and chunk digests in the store's seal
+    /// ledger, signed with --key (or $OPENRATH_SIGNING_KEY) when given.
+    Seal(seal::SealArgs),
+    /// Erase chunks: replace each (everywhere the store holds it) by a tombstone that keeps
+    /// its digest, and record who, when and why in the seal ledger; `rath verify` still
+    /// passes and reports the erasure.
+    Erase(seal::EraseArgs),
     /// Re-ask a recorded cassette for each model turn of a session, offline, and compare the
     /// replies: `identical` (exit 0) or the first difference (exit 1).
     Replay {
@@ -371,7 +383,13 @@ fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
         return serve::serve(&store_url(cli), args);
     }
     if let Command::Keys(cmd) = &cli.command {
-        return serve::keys(cmd, cli.json);
+        return serve::keys(cmd, cli.json, named_store(cli));
+    }
+    if let Command::Seal(args) = &cli.command {
+        return seal::seal(&store_url(cli), args, cli.json);
+    }
+    if let Command::Erase(args) = &cli.command {
+        return seal::erase_cmd(&store_url(cli), args, cli.json);
     }
     if let Command::Run(args) = &cli.command {
         return run::run(named_store(cli).as_deref(), args, cli.json);
@@ -427,12 +445,40 @@ fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
             }
             Ok(Output::ok(if cli.json { json(&d)? } else { d.render() }).warn(&warnings, false))
         }
-        Command::Verify => {
+        Command::Verify(args) => {
             let report = store.verify()?;
-            let mut out = Output::ok(if cli.json {
-                json(&report)?
-            } else {
-                report.render()
+            // A session named by a prefix resolves as every command's does; an id the store
+            // no longer holds is still checked against its seals.
+            let session = args.session.as_ref().map(|s| {
+                store
+                    .resolve(s)
+                    .map(|id| id.to_string())
+                    .unwrap_or_else(|_| s.clone())
+            });
+            let seals = seal::verify(&store_url(cli), args, session)?;
+            // An unsealed store prints what it always printed.
+            let shown = seals.sealed.then_some(&seals);
+            let mut out = Output::ok(match (cli.json, shown) {
+                (true, None) => json(&report)?,
+                (true, Some(seals)) => {
+                    #[derive(serde::Serialize)]
+                    struct WithSeals<'a> {
+                        #[serde(flatten)]
+                        files: &'a rath_inspect::VerifyReport,
+                        seals: &'a rath_seal::Report,
+                    }
+                    json(&WithSeals {
+                        files: &report,
+                        seals,
+                    })?
+                }
+                (false, _) => {
+                    let mut text = report.render();
+                    if let Some(seals) = shown {
+                        text.push_str(&seals.render());
+                    }
+                    text
+                }
             });
             if !report.is_clean() {
                 out.stderr.push(format!(
@@ -441,6 +487,13 @@ fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
                     report.files.len()
                 ));
                 out.code = 2;
+            }
+            if !seals.is_clean() {
+                out.stderr.push(format!(
+                    "verify: tampered: {} failure(s)",
+                    seals.failures.len()
+                ));
+                out.code = 3;
             }
             Ok(out)
         }
@@ -466,6 +519,8 @@ fn run(cli: &Cli, stdout: &mut dyn std::io::Write) -> Result<Output, Failure> {
         Command::Store(_)
         | Command::Serve(_)
         | Command::Keys(_)
+        | Command::Seal(_)
+        | Command::Erase(_)
         | Command::Worker(_)
         | Command::Run(_)
         | Command::Runs(_) => {

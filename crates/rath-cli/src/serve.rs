@@ -82,6 +82,9 @@ pub(crate) enum KeysCommand {
         /// The key's id (`key_...`).
         id: String,
     },
+    /// Signing keys for seals (`rath seal`, `rath verify`; not API keys).
+    #[command(subcommand)]
+    Signing(crate::seal::SigningCommand),
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
@@ -153,7 +156,14 @@ async fn serve_on(
 }
 
 /// `rath keys ...`.
-pub(crate) fn keys(cmd: &KeysCommand, as_json: bool) -> Result<Output, Failure> {
+pub(crate) fn keys(
+    cmd: &KeysCommand,
+    as_json: bool,
+    store: Option<String>,
+) -> Result<Output, Failure> {
+    if let KeysCommand::Signing(cmd) = cmd {
+        return crate::seal::signing(cmd, store, as_json);
+    }
     runtime()?.block_on(async {
         match cmd {
             KeysCommand::Create {
@@ -205,6 +215,7 @@ pub(crate) fn keys(cmd: &KeysCommand, as_json: bool) -> Result<Output, Failure> 
                     Err(Failure(format!("no key {id}")))
                 }
             }
+            KeysCommand::Signing(cmd) => crate::seal::signing(cmd, None, as_json),
         }
     })
 }

@@ -51,6 +51,81 @@ where
     fencing(&fresh().await).await;
     missing_sessions(&fresh().await).await;
     windows(&fresh().await).await;
+    stored_documents(&fresh().await).await;
+}
+
+/// [`SessionStore::chunk_docs`] gives, for every chunk of every stored session (evidence,
+/// branch tags, forks and merges included), exactly the document
+/// [`crate::doc::encode_chunk`] writes for it; [`SessionStore::replace_chunk_doc`] replaces
+/// a chunk in every session that holds it and nothing else; both answer
+/// [`PersistError::NotFound`] or zero for what is not stored.
+pub async fn stored_documents(store: &dyn SessionStore) {
+    let name = store.name();
+    let st = Stamper::counter();
+    let root = Session::system_with("be brief", st)
+        .push(Chunk::user("tell me about \"quotes\" and ünïcödé"))
+        .push(Chunk::note("router", "evidence between turns"))
+        .push(Chunk::assistant_text("ok"));
+    let a = root
+        .fork()
+        .push(Chunk::user("secret plan"))
+        .push(Chunk::note("n", "tail evidence"));
+    let b = root
+        .fork()
+        .push(Chunk::assistant_text("tagged").with_branch("b1"));
+    let m = a.merge(&b).expect("merge");
+    for s in [&root, &a, &b, &m] {
+        store.save(s).await.expect("save");
+    }
+    for s in [&root, &a, &b, &m] {
+        let docs = match store.chunk_docs(s.id()).await {
+            Err(PersistError::Unsupported { .. }) => return,
+            other => other.expect("chunk_docs"),
+        };
+        let want: Vec<Result<Vec<u8>, String>> = s
+            .chunks()
+            .iter()
+            .map(|c| Ok(crate::doc::encode_chunk(c).expect("encode")))
+            .collect();
+        assert_eq!(docs, want, "{name}: chunk_docs of {}", s.id());
+    }
+    assert!(
+        matches!(
+            store.chunk_docs(&SessionId::new("absent")).await,
+            Err(PersistError::NotFound { .. })
+        ),
+        "{name}: chunk_docs of an absent session"
+    );
+    let old = crate::doc::encode_chunk(&Chunk::user("secret plan")).expect("encode");
+    let tomb = Chunk::note("rath-erase", "erased");
+    let new = crate::doc::encode_chunk(&tomb).expect("encode");
+    let replaced = store.replace_chunk_doc(&old, &new).await.expect("replace");
+    assert!(replaced >= 1, "{name}: replaced {replaced}");
+    for s in [&a, &m] {
+        let loaded = store.load(s.id()).await.expect("load").session;
+        assert_eq!(loaded.len(), s.len(), "{name}");
+        let at = s
+            .chunks()
+            .iter()
+            .position(|c| c.text() == Some("secret plan"))
+            .expect("there");
+        assert_eq!(loaded.chunks()[at], tomb, "{name}: {} chunk {at}", s.id());
+        for (i, (x, y)) in loaded.chunks().iter().zip(s.chunks().iter()).enumerate() {
+            if i != at {
+                assert_eq!(x, y, "{name}: {} chunk {i} untouched", s.id());
+            }
+        }
+    }
+    assert_eq!(
+        store.load(root.id()).await.expect("load").session.chunks(),
+        root.chunks(),
+        "{name}"
+    );
+    assert_eq!(
+        store.replace_chunk_doc(&old, &new).await.expect("again"),
+        0,
+        "{name}: nothing left"
+    );
 }
 
 /// A clock that always says `at`, with counter ids: sessions built with it are saved with

@@ -49,6 +49,10 @@ use crate::spans::{self, StoreKind};
 use crate::store::{SessionSummary, Store};
 use crate::writer::WriterOptions;
 
+/// One chunk as a store holds it (see [`SessionStore::chunk_docs`]): its document, or what
+/// makes it unreadable.
+pub type StoredDoc = Result<Vec<u8>, String>;
+
 /// One write of a [`WriteBatch`].
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
@@ -253,6 +257,34 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
         Ok(chunks.range(start..end).iter().cloned().collect())
     }
 
+    /// The documents of stored session `id`'s chunks in order, as the store holds them and
+    /// without decoding them: each the bytes [`crate::doc::encode_chunk`] wrote for it, or
+    /// why it cannot be read (a segment that does not inflate, a file line that is not that
+    /// chunk's record), so that one damaged chunk leaves the others readable. What a
+    /// verifier reads: it decodes each, encodes it again and compares, so a change that
+    /// decodes to the same chunk (a space become a tab) is still seen. The default answers
+    /// [`PersistError::Unsupported`].
+    async fn chunk_docs(&self, id: &SessionId) -> Result<Vec<StoredDoc>, PersistError> {
+        let _ = id;
+        Err(PersistError::Unsupported {
+            store: self.name(),
+            what: "reading stored chunk documents",
+        })
+    }
+
+    /// Replaces every stored chunk document equal to `old` (as [`crate::doc::encode_chunk`]
+    /// writes it) by `new`, in every session that holds it, and leaves no copy of `old` in
+    /// the store's files; returns how many stored chunks were replaced. What erasure does
+    /// (`rath erase`): the only write that changes a stored chunk. The default answers
+    /// [`PersistError::Unsupported`].
+    async fn replace_chunk_doc(&self, old: &[u8], new: &[u8]) -> Result<u64, PersistError> {
+        let _ = (old, new);
+        Err(PersistError::Unsupported {
+            store: self.name(),
+            what: "replacing stored chunks",
+        })
+    }
+
     /// A token that changes whenever what [`SessionStore::load`] returns for `id` changes
     /// (an append, a close, a delete and a new save under the same id), with one cheap read:
     /// what a cache of loaded or rendered sessions checks before it answers from memory.
@@ -423,6 +455,39 @@ impl SessionStore for Store {
         });
         spans::record_outcome(&span, &result);
         result
+    }
+
+    /// Each chunk record decoded alone and compared with what the writer writes for it; a
+    /// line that differs is an `Err` for every chunk it carries (see `raw.rs`).
+    async fn chunk_docs(&self, id: &SessionId) -> Result<Vec<StoredDoc>, PersistError> {
+        let mut path = self.path_of(id);
+        if !path.is_file() {
+            path = self.partial_path_of(id);
+        }
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(PersistError::NotFound {
+                    id: id.to_string(),
+                    dir: self.dir().to_path_buf(),
+                });
+            }
+            Err(source) => {
+                return Err(PersistError::Io {
+                    op: "read",
+                    path,
+                    source,
+                });
+            }
+        };
+        Ok(crate::raw::chunk_docs(&path, &bytes))
+    }
+
+    /// Rewrites each file holding `old` as a chunk line (closed and partial files alike; a
+    /// writer still appending to a partial file is not coordinated with) through a
+    /// temporary file renamed over it.
+    async fn replace_chunk_doc(&self, old: &[u8], new: &[u8]) -> Result<u64, PersistError> {
+        Store::replace_chunk_doc(self, old, new)
     }
 
     async fn list(&self) -> Result<Vec<SessionSummary>, PersistError> {

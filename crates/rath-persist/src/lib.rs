@@ -43,6 +43,7 @@ mod fast;
 pub mod journal;
 pub mod loader;
 mod mapped;
+mod raw;
 mod record;
 pub mod recorder;
 pub mod spans;
@@ -51,7 +52,9 @@ pub mod stream;
 pub mod url;
 pub mod writer;
 
-pub use contract::{Capabilities, Fence, GcReport, SessionStore, Write, WriteBatch, WriteReport};
+pub use contract::{
+    Capabilities, Fence, GcReport, SessionStore, StoredDoc, Write, WriteBatch, WriteReport,
+};
 pub use copy::{CopyOptions, CopyReport, copy_store, copy_store_with};
 pub use error::PersistError;
 pub use journal::{

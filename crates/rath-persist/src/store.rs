@@ -256,6 +256,64 @@ impl Store {
         })
     }
 
+    /// Replaces every chunk line whose document is `old` by one whose document is `new`, in
+    /// every session file of the directory; returns how many lines were replaced. Each file
+    /// changed is written anew (mode 0600) and renamed over the old one, so no copy of the
+    /// old line stays in it. See `SessionStore::replace_chunk_doc`.
+    pub fn replace_chunk_doc(&self, old: &[u8], new: &[u8]) -> Result<u64, PersistError> {
+        // A document's members (`"kind": …, "payload": {…}`) appear verbatim in the record of
+        // a conversation chunk and in the evidence entry of an evidence chunk (on a record or
+        // the trailer); inside a JSON string they would be escaped, so every bounded
+        // occurrence is the chunk itself.
+        let (Some(old_members), Some(new_members)) = (
+            old.strip_prefix(b"{").and_then(|d| d.strip_suffix(b"}")),
+            new.strip_prefix(b"{").and_then(|d| d.strip_suffix(b"}")),
+        ) else {
+            return Ok(0);
+        };
+        if old_members.is_empty() {
+            return Ok(0);
+        }
+        let io = |op: &'static str, path: &Path, source: std::io::Error| PersistError::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        };
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(io("read_dir", &self.dir, e)),
+        };
+        let finder = memchr::memmem::Finder::new(old_members);
+        let mut replaced = 0u64;
+        for entry in entries {
+            let path = entry.map_err(|e| io("read_dir", &self.dir, e))?.path();
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            if !name.is_some_and(|n| n.ends_with(SESSION_SUFFIX) || n.ends_with(PARTIAL_SUFFIX)) {
+                continue;
+            }
+            let bytes = std::fs::read(&path).map_err(|e| io("read", &path, e))?;
+            if finder.find(&bytes).is_none() {
+                continue;
+            }
+            let (out, here) = replace_members(&bytes, &finder, old_members.len(), new_members);
+            if here == 0 {
+                continue;
+            }
+            let tmp = path.with_extension("erase-tmp");
+            write_private(&tmp, &out)?;
+            std::fs::rename(&tmp, &path).map_err(|e| io("rename", &path, e))?;
+            replaced += here;
+        }
+        if replaced > 0
+            && let Ok(d) = std::fs::File::open(&self.dir)
+        {
+            // Best effort, as the writer's own directory sync: the renames are durable.
+            let _ = d.sync_all();
+        }
+        Ok(replaced)
+    }
+
     /// Summaries of every readable session file, oldest `created_at` first (ties by file
     /// name). Unreadable files are skipped, like Python; [`Store::scan`] reports them.
     pub fn list(&self) -> Result<Vec<SessionSummary>, PersistError> {
@@ -431,4 +489,58 @@ pub fn summarize_file(path: &Path) -> Result<SessionSummary, PersistError> {
     // Only a failure at the very end counts (a resumed run continued after it).
     s.failure = last_failure.and_then(|(at, f)| (at + 1 == chunks + evidence).then_some(f));
     Ok(s)
+}
+
+/// `bytes` (a session file) with every bounded occurrence of a chunk's members on its chunk
+/// records and trailer replaced by `new` (see [`Store::replace_chunk_doc`]), and how many.
+fn replace_members(
+    bytes: &[u8],
+    finder: &memchr::memmem::Finder<'_>,
+    old_len: usize,
+    new: &[u8],
+) -> (Vec<u8>, u64) {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut here = 0u64;
+    for (i, line) in bytes.split_inclusive(|b| *b == b'\n').enumerate() {
+        if i == 0 {
+            // The header holds no chunk.
+            out.extend_from_slice(line);
+            continue;
+        }
+        let mut at = 0;
+        for hit in finder.find_iter(line) {
+            let end = hit + old_len;
+            let before = &line[..hit];
+            let bounded = (before.ends_with(b"{") || before.ends_with(b", "))
+                && (line[end..].starts_with(b"}") || line[end..].starts_with(b", "));
+            if bounded && hit >= at {
+                out.extend_from_slice(&line[at..hit]);
+                out.extend_from_slice(new);
+                at = end;
+                here += 1;
+            }
+        }
+        out.extend_from_slice(&line[at..]);
+    }
+    (out, here)
+}
+
+/// Writes `bytes` to a new file `path` (mode 0600) and syncs it.
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), PersistError> {
+    use std::io::Write as _;
+    let io = |op: &'static str, source: std::io::Error| PersistError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.mode(0o600);
+    }
+    let mut f = options.open(path).map_err(|e| io("open", e))?;
+    f.write_all(bytes).map_err(|e| io("write", e))?;
+    f.sync_all().map_err(|e| io("fsync", e))
 }

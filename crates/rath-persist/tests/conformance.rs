@@ -35,6 +35,7 @@ conformance_tests!(
     fencing,
     missing_sessions,
     windows,
+    stored_documents,
 );
 
 #[tokio::test]

@@ -55,3 +55,36 @@ fn push_after_fork(bencher: Bencher, n: usize) {
     let s = session_of(n);
     bencher.bench_local(|| black_box(&s).fork().push(Chunk::user("next")));
 }
+
+/// Merkle root of n chunks never hashed before (every chunk digest computed: the hashing
+/// rate; the counter is the bytes of canonical JSON hashed).
+#[divan::bench(args = [10_000, 100_000], sample_count = 10)]
+fn merkle_root_cold(bencher: Bencher, n: usize) {
+    let bytes: usize = session_of(n)
+        .chunks()
+        .iter()
+        .map(|c| serde_json::to_vec(c).map_or(0, |v| v.len()))
+        .sum();
+    bencher
+        .counter(divan::counter::BytesCount::new(bytes))
+        .with_inputs(|| session_of(n))
+        .bench_local_values(|s| s.chunks().merkle_root());
+}
+
+/// A fork's session root once its parent's chunks have their roots cached: O(1) hashing
+/// whatever n (the fork shares the cached peaks).
+#[divan::bench(args = [10_000, 1_000_000])]
+fn fork_root_warm(bencher: Bencher, n: usize) {
+    let s = session_of(n);
+    let parent = s.root(&[]);
+    bencher.bench_local(|| black_box(&s).fork().root(&[parent]));
+}
+
+/// Push one new chunk onto a session whose roots are cached, then its root: one chunk
+/// digest and O(log n) node hashes.
+#[divan::bench(args = [10_000, 1_000_000])]
+fn push_then_root_warm(bencher: Bencher, n: usize) {
+    let s = session_of(n);
+    let _ = s.root(&[]);
+    bencher.bench_local(|| black_box(&s).push(Chunk::user("next")).root(&[]));
+}

@@ -18,7 +18,7 @@
 //! reference-counted, so copying one (as fork and merge do) never copies its text.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -27,9 +27,48 @@ use sha2::{Digest, Sha256};
 use crate::Usage;
 
 /// One entry of a session: a conversation message or a piece of evidence.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct Chunk(Arc<ChunkData>);
+pub struct Chunk(Arc<Held>);
+
+/// A chunk's data and its digest, computed at most once per allocation: every session that
+/// shares the chunk (forks, merges, loop rounds) shares the digest too.
+#[derive(Serialize, Deserialize)]
+#[serde(transparent)]
+struct Held {
+    data: ChunkData,
+    #[serde(skip)]
+    digest: OnceLock<[u8; 32]>,
+}
+
+impl Held {
+    fn new(data: ChunkData) -> Self {
+        Self {
+            data,
+            digest: OnceLock::new(),
+        }
+    }
+}
+
+impl PartialEq for Held {
+    fn eq(&self, other: &Self) -> bool {
+        self.data == other.data
+    }
+}
+
+impl std::ops::Deref for Held {
+    type Target = ChunkData;
+    fn deref(&self) -> &ChunkData {
+        &self.data
+    }
+}
+
+impl std::fmt::Debug for Chunk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The shape the derived `Debug` of `Chunk(Arc<ChunkData>)` printed.
+        f.debug_tuple("Chunk").field(&self.0.data).finish()
+    }
+}
 
 /// The contents of a [`Chunk`]: its body and an optional branch tag.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -466,7 +505,7 @@ pub struct FailedAttempt {
 impl Chunk {
     /// Wraps a body with no branch tag.
     pub fn new(body: ChunkBody) -> Self {
-        Self(Arc::new(ChunkData { body, branch: None }))
+        Self(Arc::new(Held::new(ChunkData { body, branch: None })))
     }
 
     /// A `system` chunk.
@@ -529,20 +568,20 @@ impl Chunk {
 
     /// The same chunk tagged with a branch.
     pub fn with_branch(&self, branch: impl Into<String>) -> Self {
-        Self(Arc::new(ChunkData {
+        Self(Arc::new(Held::new(ChunkData {
             body: self.0.body.clone(),
             branch: Some(branch.into()),
-        }))
+        })))
     }
 
     /// The same chunk without a branch tag (itself, shared, when it has none).
     pub fn untagged(&self) -> Self {
         match self.0.branch {
             None => self.clone(),
-            Some(_) => Self(Arc::new(ChunkData {
+            Some(_) => Self(Arc::new(Held::new(ChunkData {
                 body: self.0.body.clone(),
                 branch: None,
-            })),
+            }))),
         }
     }
 
@@ -583,18 +622,39 @@ impl Chunk {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
-    /// Hex sha256 of the chunk's compact JSON (`{"kind":..,"payload":..}` plus any branch):
-    /// [`Chunk::digest`] in hex.
+    /// Hex sha256 of the chunk's canonical JSON: [`Chunk::digest`] in hex.
     pub fn sha256(&self) -> String {
         hex::encode(self.digest())
     }
 
-    /// The sha256 of the chunk's compact JSON, as bytes: the JSON is written straight into
-    /// the hash, never held (what a caller hashing many chunks wants).
+    /// The chunk's content digest: the sha256 of its canonical JSON, the compact
+    /// `{"kind":..,"payload":{..}}` (plus `"branch"` for a tagged chunk) that `serde_json`
+    /// writes for it. `docs/formats.md` ("Digests and roots") says exactly how that canon
+    /// differs from RFC 8785. Computed once per chunk allocation and cached there, so the
+    /// sessions that share a chunk share its digest; the JSON is written straight into the
+    /// hash, never held.
+    ///
+    /// ```
+    /// use rath_session::Chunk;
+    ///
+    /// let c = Chunk::user("hi");
+    /// assert_eq!(c.sha256(), "46bf22d065384629d62411eb51a214df7c5a902a24fe49d914ed46e399e0cb5d");
+    /// assert_eq!(c.digest(), c.clone().digest());
+    /// ```
     pub fn digest(&self) -> [u8; 32] {
+        *self.0.digest.get_or_init(|| {
+            let mut hash = Sha256::new();
+            // Writing into a hash cannot fail, and a chunk always serialises.
+            let _ = serde_json::to_writer(&mut hash, &self.0.data);
+            hash.finalize().into()
+        })
+    }
+
+    /// The chunk's digest computed again from its content, never from the cache: what a
+    /// verifier that must not trust an earlier computation calls.
+    pub fn digest_uncached(&self) -> [u8; 32] {
         let mut hash = Sha256::new();
-        // Writing into a hash cannot fail, and a chunk always serialises.
-        let _ = serde_json::to_writer(&mut hash, self);
+        let _ = serde_json::to_writer(&mut hash, &self.0.data);
         hash.finalize().into()
     }
 }

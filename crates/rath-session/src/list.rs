@@ -20,11 +20,12 @@
 
 use std::fmt;
 use std::ops::{Bound, Index, RangeBounds};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::Chunk;
+use crate::merkle::{ChunkRoots, Digest};
 
 /// Most chunks a leaf holds.
 pub const LEAF_MAX: usize = 64;
@@ -230,12 +231,32 @@ fn rightmost_leaf_len(mut node: &Link) -> usize {
 #[derive(Clone, Default)]
 pub struct ChunkList {
     root: Option<Link>,
+    /// The Merkle roots of the chunks' digests, once asked for; kept up to date by pushes
+    /// (O(log n) each) and dropped by any other change, which asks again from scratch.
+    /// Clones share it, so a fork never hashes its prefix again.
+    roots: OnceLock<ChunkRoots>,
 }
 
 impl ChunkList {
     /// An empty list.
     pub fn new() -> Self {
-        Self { root: None }
+        Self {
+            root: None,
+            roots: OnceLock::new(),
+        }
+    }
+
+    /// The incremental Merkle roots of the chunks' digests (see [`crate::merkle`]): computed
+    /// on first use, then cached in this list and its clones and kept up to date by
+    /// [`ChunkList::push_back`] and [`Extend`].
+    pub fn chunk_roots(&self) -> &ChunkRoots {
+        self.roots
+            .get_or_init(|| ChunkRoots::from_leaves(self.iter().map(Chunk::digest)))
+    }
+
+    /// The Merkle root over the chunks' digests in order (see [`crate::merkle`]).
+    pub fn merkle_root(&self) -> Digest {
+        self.chunk_roots().root()
     }
 
     /// Number of chunks.
@@ -282,6 +303,10 @@ impl ChunkList {
 
     /// Appends a chunk: in place when this list owns its right spine, O(log n) otherwise.
     pub fn push_back(&mut self, chunk: Chunk) {
+        if let Some(mut roots) = self.roots.take() {
+            roots.push(chunk.digest());
+            self.roots = OnceLock::from(roots);
+        }
         match &mut self.root {
             None => self.root = leaf(vec![chunk]),
             Some(root) => {
@@ -301,18 +326,35 @@ impl ChunkList {
 
     /// Moves every chunk of `other` to the end of this list.
     pub fn append(&mut self, other: ChunkList) {
+        // A short tail (a loop round's chunks) keeps the cached roots current; a long one
+        // (a merge) drops them rather than hash it now.
+        if let Some(mut roots) = self.roots.take()
+            && other.len() <= LEAF_MAX
+        {
+            for c in &other {
+                roots.push(c.digest());
+            }
+            self.roots = OnceLock::from(roots);
+        }
         self.root = join_opt(self.root.take(), other.root);
     }
 
     /// Splits the list at `at`: `self` keeps `[0, at)`, the returned list holds the rest.
     /// `at` past the end is clamped.
     pub fn split_off(&mut self, at: usize) -> ChunkList {
+        if at >= self.len() {
+            return ChunkList::new();
+        }
+        self.roots = OnceLock::new();
         match self.root.take() {
             None => ChunkList::new(),
             Some(root) => {
                 let (a, b) = split(&root, at);
                 self.root = a;
-                ChunkList { root: b }
+                ChunkList {
+                    root: b,
+                    roots: OnceLock::new(),
+                }
             }
         }
     }
@@ -509,7 +551,11 @@ impl Extend<Chunk> for ChunkList {
     fn extend<I: IntoIterator<Item = Chunk>>(&mut self, iter: I) {
         // Build full leaves and join them: far cheaper than pushing one by one.
         let mut buf = Vec::with_capacity(LEAF_MAX);
+        let mut roots = self.roots.take();
         for c in iter {
+            if let Some(r) = &mut roots {
+                r.push(c.digest());
+            }
             buf.push(c);
             if buf.len() == LEAF_MAX {
                 let full = std::mem::replace(&mut buf, Vec::with_capacity(LEAF_MAX));
@@ -517,6 +563,9 @@ impl Extend<Chunk> for ChunkList {
             }
         }
         self.root = join_opt(self.root.take(), leaf(buf));
+        if let Some(r) = roots {
+            self.roots = OnceLock::from(r);
+        }
     }
 }
 

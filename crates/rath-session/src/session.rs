@@ -218,6 +218,22 @@ impl Session {
         &self.chunks
     }
 
+    /// The session root (see [`crate::merkle`]): the Merkle root of its chunks bound to its
+    /// parents' roots (`parent_roots`, in lineage order, as the caller knows them) and its
+    /// operator, kind and extras. O(log n) once the chunks' roots are cached, which a fork
+    /// shares with its parent.
+    ///
+    /// ```
+    /// use rath_session::{Chunk, Session, Stamper};
+    ///
+    /// let s = Session::user_with("hi", Stamper::counter());
+    /// let grown = s.push(Chunk::assistant_text("hello"));
+    /// assert_ne!(grown.root(&[]), s.root(&[]));
+    /// ```
+    pub fn root(&self, parent_roots: &[crate::merkle::Digest]) -> crate::merkle::Digest {
+        crate::merkle::session_root(&self.chunks.merkle_root(), parent_roots, self.lineage())
+    }
+
     /// The text of the last assistant chunk that has content: the session's final answer, if
     /// any. Evidence chunks and assistant turns that only call tools are passed over.
     ///

@@ -144,6 +144,11 @@ pub(crate) fn encode_segment(chunks: &[EncodedChunk]) -> Vec<u8> {
         }
         plain.extend_from_slice(c.doc.as_bytes());
     }
+    pack_segment(plain)
+}
+
+/// A segment's stored value from its documents already joined by line breaks.
+pub(crate) fn pack_segment(plain: Vec<u8>) -> Vec<u8> {
     match deflate(&plain) {
         Some(packed) if packed.len() < plain.len() => packed,
         _ => plain,

@@ -1966,73 +1966,14 @@ macro_rules! sql_store {
             id: &SessionId,
             range: std::ops::Range<usize>,
         ) -> Result<Vec<rath_session::Chunk>, PersistError> {
-            let get = |e: sqlx::Error| backend(name, "load", e);
-            let mut tx = pool.begin().await.map_err(get)?;
-            let row = sqlx::query("SELECT key, len FROM rath_sessions WHERE id = $1")
-                .bind(id.as_str())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(get)?;
-            let Some(row) = row else {
-                return Err(PersistError::NotFound {
-                    id: id.to_string(),
-                    dir: PathBuf::from(name),
-                });
-            };
-            let key: i64 = row.try_get("key").map_err(get)?;
-            let len = row.try_get::<i64, _>("len").map_err(get)?.max(0) as usize;
-            let end = range.end.min(len);
-            let start = range.start.min(end);
-            if start == end {
-                return Ok(Vec::new());
-            }
-            let sql = format!(
-                "WITH RECURSIVE {} SELECT * FROM ({CHAIN_SEGMENTS}) s \
-                 WHERE s.at < $2 AND s.at + CASE WHEN s.n < s.room THEN s.n ELSE s.room END > $3 \
-                 ORDER BY at",
-                chain_cte("key = $1")
-            );
-            let rows = sqlx::query(&sql)
-                .bind(key)
-                .bind(end as i64)
-                .bind(start as i64)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(get)?;
-            tx.commit().await.map_err(get)?;
-            let mut chunks = Vec::with_capacity(end - start);
-            let mut docs = Vec::new();
-            for row in &rows {
-                let at: i64 = row.try_get("at").map_err(get)?;
-                let n: i32 = row.try_get("n").map_err(get)?;
-                let room: i64 = row.try_get("room").map_err(get)?;
-                let stored: &[u8] = row.try_get("docs").map_err(get)?;
-                let next = start + chunks.len();
-                let (Ok(at), Ok(take)) = (usize::try_from(at), usize::try_from(i64::from(n).min(room))) else {
-                    return Err(corrupt(name, id, format!("a segment of {n} chunks at {at}")));
-                };
-                if at > next || take == 0 {
-                    return Err(corrupt(
-                        name,
-                        id,
-                        format!("a segment of {n} chunks at {at} where chunk {next} belongs"),
-                    ));
-                }
-                docs.clear();
-                decode_segment(stored, &mut docs).map_err(|m| corrupt(name, id, m))?;
-                let lines = docs.split(|b| *b == b'\n').take(take);
-                for line in lines.skip(next - at).take(end - next) {
-                    let chunk = doc::decode_chunk(line).map_err(|e| corrupt(name, id, e.to_string()))?;
-                    chunks.push(chunk);
-                }
-            }
-            if chunks.len() != end - start {
-                return Err(corrupt(
-                    name,
-                    id,
-                    format!("{} of chunks {start}..{end} are stored", chunks.len()),
-                ));
-            }
+            let mut chunks = Vec::with_capacity(range.len().min(1 << 16));
+            read_docs_in(pool, name, id, range, |doc| {
+                let doc = doc.map_err(|m| corrupt(name, id, m))?;
+                let chunk = doc::decode_chunk(doc).map_err(|e| corrupt(name, id, e.to_string()))?;
+                chunks.push(chunk);
+                Ok(())
+            })
+            .await?;
             Ok(chunks)
         }
 
@@ -2327,6 +2268,8 @@ macro_rules! sql_store {
             }
             Ok(out)
         }
+
+        crate::raw::sql_raw!();
     };
 }
 

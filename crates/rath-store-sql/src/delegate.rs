@@ -44,6 +44,17 @@ macro_rules! session_store {
                 imp::read_chunks(&self.pool, &self.name, id, range).await
             }
 
+            async fn chunk_docs(
+                &self,
+                id: &SessionId,
+            ) -> Result<Vec<rath_persist::StoredDoc>, PersistError> {
+                imp::chunk_docs(&self.pool, &self.name, id).await
+            }
+
+            async fn replace_chunk_doc(&self, old: &[u8], new: &[u8]) -> Result<u64, PersistError> {
+                imp::replace_chunk_doc(&self.pool, &self.name, old, new).await
+            }
+
             async fn revision(&self, id: &SessionId) -> Result<Option<Vec<u8>>, PersistError> {
                 imp::revision(&self.pool, &self.name, id).await
             }

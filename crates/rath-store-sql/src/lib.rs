@@ -40,6 +40,7 @@ mod dialect;
 mod group_set_tests;
 mod known;
 pub mod postgres;
+mod raw;
 mod rows;
 pub mod schema;
 pub mod sqlite;

@@ -48,6 +48,7 @@ both!(
     fencing,
     missing_sessions,
     windows,
+    stored_documents,
 );
 
 #[tokio::test]
