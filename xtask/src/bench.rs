@@ -730,7 +730,7 @@ fn render_page(page: &str, args: &BenchArgs) -> String {
          Each section below was measured in one sitting, ours and the peer's side by side on \
          the same machine, and says when and under what load; absolute times drift between \
          machines and runs, the ratios are the figures of merit. `--only wave1,store,runtime,\
-         server` re-measures some sections and keeps the others. `--quick` is a short run \
+         server,ttft` re-measures some sections and keeps the others. `--quick` is a short run \
          (minutes) whose figures are for smoke tests, not for this page.\n",
         args.command_line(),
         today()
@@ -739,11 +739,14 @@ fn render_page(page: &str, args: &BenchArgs) -> String {
     md.push_str(sections);
     let _ = writeln!(
         md,
-        "\nReproduce: `cargo xtask bench` (the four workloads one after the other, about 40 \
+        "\nReproduce: `cargo xtask bench` (the five workloads one after the other, about 45 \
          minutes on 2 cores). Peers: `RATH_OPENRATH_PYTHON` (a venv with \
          `openrath[postgres]==2.0.0`; else one is created under `target/`), \
          `RATH_LANGGRAPH_PYTHON` (`.ci/install.d/65-langgraph-peer.sh`), \
-         `RATH_TEST_POSTGRES_URL`; `wrk` for the server (installed by the bench when missing)."
+         `RATH_TEST_POSTGRES_URL`; `wrk` for the server (installed by the bench when missing); \
+         for `ttft`, a local OpenAI-compatible server (`RATH_LIVE_BASE_URL`, which `cargo \
+         xtask setup` starts). The tamper-evidence figures (issue 54, divan benches run by \
+         hand) are in `docs/tamper-evidence.md`."
     );
     md
 }
