@@ -536,7 +536,8 @@ struct Tail {
 }
 
 /// A feed event as an SSE event without an id: `token` `{run, agent, reply, text}` or
-/// `agent` `{run, agent, messages}` (the messages the agent's step added).
+/// `agent` `{run, agent, added, session}` (how many chunks the agent's step added to its
+/// session, and that session's id).
 fn feed_event(run: &str, e: &FeedEvent) -> Option<Event> {
     let (kind, data) = match e {
         FeedEvent::Token { agent, reply, text } => (
