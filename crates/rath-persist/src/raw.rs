@@ -15,9 +15,9 @@ use rath_session::Chunk;
 
 use crate::contract::StoredDoc;
 use crate::doc;
-use crate::json::write_line;
 use crate::loader::{Item, Source, is_blank};
-use crate::record::{ChunkOut, EvidenceOut, ExtIn, ExtOut, PayloadRef, body_from_raw};
+use crate::record::{ExtIn, body_from_raw};
+use crate::writer::evidence_out;
 
 /// Evidence entries of an extension object as chunks with their positions.
 fn evidence_of(ext: Option<&ExtIn>) -> Result<Vec<(u64, Chunk)>, String> {
@@ -37,40 +37,10 @@ fn evidence_of(ext: Option<&ExtIn>) -> Result<Vec<(u64, Chunk)>, String> {
         .collect()
 }
 
-fn evidence_out(at: u64, chunk: &Chunk) -> EvidenceOut<'_> {
-    EvidenceOut {
-        at,
-        kind: chunk.kind().as_str(),
-        payload: PayloadRef(chunk.body()),
-        branch: chunk.branch(),
-    }
-}
-
 /// The bytes the writer writes for conversation record `index` carrying `riding`.
 fn chunk_line(index: u64, chunk: &Chunk, riding: &[(u64, Chunk)]) -> Option<Vec<u8>> {
     let mut out = Vec::new();
-    if riding.is_empty()
-        && chunk.branch().is_none()
-        && crate::fast::write_conversation_chunk(&mut out, index, chunk.body())
-    {
-        return Some(out);
-    }
-    out.clear();
-    let evidence: Vec<EvidenceOut<'_>> =
-        riding.iter().map(|(at, c)| evidence_out(*at, c)).collect();
-    let ext = ExtOut {
-        branch: chunk.branch(),
-        evidence: &evidence,
-        ..ExtOut::default()
-    };
-    let record = ChunkOut {
-        record_type: "chunk",
-        index,
-        kind: chunk.kind().as_str(),
-        payload: PayloadRef(chunk.body()),
-        rath_ext: (!ext.is_empty()).then_some(ext),
-    };
-    write_line(&mut out, &record).ok()?;
+    crate::writer::write_chunk_record(&mut out, index, chunk, riding).ok()?;
     Some(out)
 }
 

@@ -326,35 +326,14 @@ impl SessionWriter {
     }
 
     fn emit(&mut self, chunk: &Chunk, after: Vec<(u64, Chunk)>) -> Result<(), PersistError> {
-        // A plain conversation chunk (the bulk of any file) is written directly.
-        if self.waiting.is_empty()
-            && after.is_empty()
-            && chunk.branch().is_none()
-            && crate::fast::write_conversation_chunk(&mut self.buf, self.rows, chunk.body())
-        {
-            self.rows += 1;
-            return self.write_out(false);
-        }
         let mut riding = std::mem::take(&mut self.waiting);
         riding.extend(after);
-        let evidence: Vec<EvidenceOut<'_>> =
-            riding.iter().map(|(at, c)| evidence_out(*at, c)).collect();
-        let ext = ExtOut {
-            branch: chunk.branch(),
-            evidence: &evidence,
-            ..ExtOut::default()
-        };
-        let record = ChunkOut {
-            record_type: "chunk",
-            index: self.rows,
-            kind: chunk.kind().as_str(),
-            payload: PayloadRef(chunk.body()),
-            rath_ext: (!ext.is_empty()).then_some(ext),
-        };
         let path = &self.final_path;
-        write_line(&mut self.buf, &record).map_err(|source| PersistError::Serialize {
-            path: path.clone(),
-            source,
+        write_chunk_record(&mut self.buf, self.rows, chunk, &riding).map_err(|source| {
+            PersistError::Serialize {
+                path: path.clone(),
+                source,
+            }
         })?;
         self.rows += 1;
         self.write_out(false)
@@ -487,7 +466,41 @@ impl Drop for SessionWriter {
     }
 }
 
-fn evidence_out(at: u64, chunk: &Chunk) -> EvidenceOut<'_> {
+/// Writes conversation record `index` (`chunk`, with the evidence `riding` on it) to `out`
+/// as one line: what the writer writes, and what a verifier re-encodes a stored line to
+/// ([`crate::raw`]), so the two cannot drift apart.
+pub(crate) fn write_chunk_record(
+    out: &mut Vec<u8>,
+    index: u64,
+    chunk: &Chunk,
+    riding: &[(u64, Chunk)],
+) -> Result<(), serde_json::Error> {
+    // A plain conversation chunk (the bulk of any file) is written directly.
+    if riding.is_empty()
+        && chunk.branch().is_none()
+        && crate::fast::write_conversation_chunk(out, index, chunk.body())
+    {
+        return Ok(());
+    }
+    let evidence: Vec<EvidenceOut<'_>> =
+        riding.iter().map(|(at, c)| evidence_out(*at, c)).collect();
+    let ext = ExtOut {
+        branch: chunk.branch(),
+        evidence: &evidence,
+        ..ExtOut::default()
+    };
+    let record = ChunkOut {
+        record_type: "chunk",
+        index,
+        kind: chunk.kind().as_str(),
+        payload: PayloadRef(chunk.body()),
+        rath_ext: (!ext.is_empty()).then_some(ext),
+    };
+    write_line(out, &record)
+}
+
+/// A chunk riding at position `at`, as an evidence entry.
+pub(crate) fn evidence_out(at: u64, chunk: &Chunk) -> EvidenceOut<'_> {
     EvidenceOut {
         at,
         kind: chunk.kind().as_str(),
