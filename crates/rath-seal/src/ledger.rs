@@ -303,15 +303,7 @@ impl Sealer {
             peaks.push(d);
             leaves.push_str(&merkle::hex(&d));
         }
-        let roots: Vec<Digest> = parent_roots
-            .iter()
-            .map(|p| {
-                p.root
-                    .as_deref()
-                    .and_then(merkle::from_hex)
-                    .unwrap_or([0; 32])
-            })
-            .collect();
+        let roots = crate::record::SealParent::root_digests(parent_roots);
         let root = merkle::session_root(&peaks.root(), &roots, session.lineage());
         if before.len == len && before.root == root {
             return Ok(None);

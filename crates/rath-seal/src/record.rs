@@ -42,6 +42,23 @@ pub struct SealParent {
     pub root: Option<String>,
 }
 
+impl SealParent {
+    /// The roots of `parents` as digests, in order, as a session root binds them (a parent
+    /// sealed without a root, or whose root does not parse, counts as all zeros): what
+    /// sealing computes and verification recomputes, from one place.
+    pub fn root_digests(parents: &[SealParent]) -> Vec<Digest> {
+        parents
+            .iter()
+            .map(|p| {
+                p.root
+                    .as_deref()
+                    .and_then(rath_session::merkle::from_hex)
+                    .unwrap_or([0; 32])
+            })
+            .collect()
+    }
+}
+
 /// A session sealed at a length: its root and the digests of the chunks this seal adds.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Seal {

@@ -684,16 +684,7 @@ async fn check_lineage(
         );
         return Ok(());
     }
-    let roots: Vec<Digest> = latest
-        .parents
-        .iter()
-        .map(|p| {
-            p.root
-                .as_deref()
-                .and_then(merkle::from_hex)
-                .unwrap_or([0; 32])
-        })
-        .collect();
+    let roots = crate::record::SealParent::root_digests(&latest.parents);
     let chunks_root = ChunkRoots::from_leaves(leaves.iter().copied()).root();
     let root = merkle::session_root(&chunks_root, &roots, &lineage);
     if Some(root) != merkle::from_hex(&latest.root) && parents_ok {
