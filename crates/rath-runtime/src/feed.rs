@@ -81,9 +81,9 @@ struct Slot {
 
 /// The feeds of the runs of one process: cheap to clone, shared by a
 /// [`crate::Runtime`]'s clones (its workers publish, its servers subscribe). Memory is
-/// bounded by the runs being watched or executed: a run's channel exists while it has a
-/// watcher or a publisher, and holds at most [`FEED_CAPACITY`] events a slow watcher has not
-/// read.
+/// bounded by the runs being watched: a watcher makes a run's channel, publishers join it,
+/// and it exists while either holds it, with at most [`FEED_CAPACITY`] events a slow
+/// watcher has not read. A run nobody watches costs no channel.
 #[derive(Clone, Default)]
 pub struct RunFeed {
     slots: Arc<Mutex<HashMap<RunId, Slot>>>,
@@ -129,22 +129,26 @@ impl RunFeed {
         }
     }
 
-    /// Publishes for `run` until the publisher is dropped.
+    /// Publishes for `run` until the publisher is dropped. No channel is made for it: it
+    /// joins the run's channel once a watcher has made one (a worker publishes for every
+    /// run it executes, and most are never watched).
     pub fn publisher(&self, run: &RunId) -> FeedPublisher {
-        let tx = {
-            let mut slots = self.lock();
-            let slot = slots.entry(run.clone()).or_insert_with(|| Slot {
-                tx: broadcast::channel(FEED_CAPACITY).0,
-                publishers: 0,
-            });
-            slot.publishers += 1;
-            slot.tx.clone()
-        };
-        FeedPublisher {
+        let p = FeedPublisher {
             feed: self.clone(),
             run: run.clone(),
-            tx,
-        }
+            tx: Mutex::new(None),
+        };
+        drop(p.joined());
+        p
+    }
+
+    /// The sender of `run`'s channel when a watcher has made one, counting one more
+    /// publisher on it.
+    fn join(&self, run: &RunId) -> Option<broadcast::Sender<Arc<FeedEvent>>> {
+        let mut slots = self.lock();
+        let slot = slots.get_mut(run)?;
+        slot.publishers += 1;
+        Some(slot.tx.clone())
     }
 
     /// True while someone watches `run`.
@@ -177,7 +181,8 @@ impl RunFeed {
 pub struct FeedPublisher {
     feed: RunFeed,
     run: RunId,
-    tx: broadcast::Sender<Arc<FeedEvent>>,
+    /// The run's channel, once a watcher made one and this publisher joined it.
+    tx: Mutex<Option<broadcast::Sender<Arc<FeedEvent>>>>,
 }
 
 impl std::fmt::Debug for FeedPublisher {
@@ -189,22 +194,40 @@ impl std::fmt::Debug for FeedPublisher {
 }
 
 impl FeedPublisher {
+    /// The run's channel, joined now if a watcher has made one since.
+    fn joined(&self) -> MutexGuard<'_, Option<broadcast::Sender<Arc<FeedEvent>>>> {
+        let mut tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        if tx.is_none() {
+            *tx = self.feed.join(&self.run);
+        }
+        tx
+    }
+
     /// True while someone watches the run.
     pub fn watched(&self) -> bool {
-        self.tx.receiver_count() > 0
+        self.joined()
+            .as_ref()
+            .is_some_and(|tx| tx.receiver_count() > 0)
     }
 
     /// Sends `event` to the run's watchers (nothing when there are none).
     pub fn send(&self, event: FeedEvent) {
-        if self.watched() {
-            let _ = self.tx.send(Arc::new(event));
+        if let Some(tx) = self.joined().as_ref().filter(|tx| tx.receiver_count() > 0) {
+            let _ = tx.send(Arc::new(event));
         }
     }
 }
 
 impl Drop for FeedPublisher {
     fn drop(&mut self) {
-        self.feed.release(&self.run, true);
+        let joined = self
+            .tx
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
+        if joined {
+            self.feed.release(&self.run, true);
+        }
     }
 }
 
